@@ -1,0 +1,312 @@
+"""ShardFile: an append-only file of checksummed terms and headers (spec/FORMAT.md).
+
+The writer appends batches of terms and then a header pointing at them; readers
+read terms by position from any thread. Opening finds the newest header whose
+checksum holds by scanning block boundaries backwards from the end, as CouchDB's
+``couch_file`` does. Bytes after that header (a torn or uncommitted tail) are
+ignored with a ``TornTailWarning`` and never truncated or overwritten: they may
+be the only copy of something a person wants back.
+
+The ShardFile has no opinion on durability: the writer calls
+``write_batch, sync, write_header, sync`` in that order.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from settee.io import FileHandle, FileSystem
+from settee.spec.errors import CorruptionError, SetteeError
+from settee.spec.format import (
+    BLOCK_DATA,
+    BLOCK_HEADER,
+    BLOCK_SIZE,
+    FORMAT_VERSION,
+    FRAME_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    decode_frame,
+    decode_header,
+    decode_payload,
+    encode_frame,
+    encode_header,
+    encode_payload,
+    frame_size,
+    header_size,
+    laid_out_size,
+    lay_out,
+    padding_size,
+    strip_markers,
+    term_position,
+)
+
+__all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
+
+#: Bytes the first pread of ``read_term`` asks for. Tree nodes are ~4 KiB and most
+#: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
+READ_AHEAD = 2 * BLOCK_SIZE
+
+#: The backwards header scan reads markers in windows growing to this many blocks, so
+#: the common case (header in the last block) costs one small pread, and a long torn tail
+#: costs a few large ones rather than one per block.
+_SCAN_MAX_BLOCKS = 256
+
+
+class TornTailWarning(UserWarning):
+    """Opening ignored bytes after the newest valid header (an uncommitted or torn tail)."""
+
+
+@dataclass(slots=True)
+class TermBatch:
+    """Terms to append in one write. ``add`` returns each term's final file position.
+
+    A batch is made for the file's current end; writing another batch first makes
+    this one stale (``write_batch`` refuses it).
+    """
+
+    start: int
+    end: int
+    _parts: list[bytes] = field(default_factory=list)
+
+    def add(self, obj: Any) -> int:
+        """Queue ``obj`` (anything msgpack holds); return the position it will have."""
+        return self.add_encoded(encode_payload(obj))
+
+    def add_encoded(self, payload: bytes) -> int:
+        """Queue a payload already made by ``encode_payload``; return its position."""
+        frame = encode_frame(payload)
+        pos = term_position(self.end)
+        laid = lay_out(frame, self.end)
+        self._parts.append(laid)
+        self.end += len(laid)
+        return pos
+
+    def __len__(self) -> int:
+        """Bytes this batch will append."""
+        return self.end - self.start
+
+    def data(self) -> bytes:
+        """The exact bytes to append at ``start``."""
+        return b"".join(self._parts)
+
+
+class ShardFile:
+    """One shard's append-only file. Reads are lock-free; one thread writes."""
+
+    path: str
+    #: Decoded payload of the newest valid header; None for a file with no header yet.
+    header: Any
+    #: File offset of the newest valid header (its HEADER marker), or None.
+    header_offset: int | None
+    #: True when ``open`` created the file; the caller should then fsync the directory.
+    created: bool
+
+    def __init__(self, handle: FileHandle, *, created: bool) -> None:
+        """Use ``ShardFile.open``; this wraps an already open handle without scanning it."""
+        self.path = handle.path
+        self._handle = handle
+        self._end = handle.size()
+        self._closed = False
+        self.header = None
+        self.header_offset = None
+        self.created = created
+
+    @classmethod
+    def open(cls, fs: FileSystem, path: str, *, create: bool) -> ShardFile:
+        """Open ``path``, find its newest valid header. Never writes to the file.
+
+        Raises ``SetteeError`` when the file is missing (and not ``create``), is not a
+        settee file, or has another FORMAT_VERSION.
+        """
+        try:
+            handle, created = fs.open(path, create=False), False
+        except FileNotFoundError:
+            if not create:
+                raise SetteeError(
+                    f"{path}: no such shard file; pass create=True to make one"
+                ) from None
+            handle, created = fs.open(path, create=True), True
+        shard = cls(handle, created=created)
+        try:
+            tail_start = shard._load_newest_header()
+        except BaseException:
+            shard.close()
+            raise
+        if shard._end > tail_start:
+            warnings.warn(
+                TornTailWarning(
+                    f"{path}: ignoring {shard._end - tail_start} bytes after offset "
+                    f"{tail_start} (uncommitted or torn tail); the bytes are kept, not truncated"
+                ),
+                stacklevel=2,
+            )
+        return shard
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read_term(self, pos: int) -> Any:
+        """The object stored at ``pos``; raises ``CorruptionError`` on any mismatch.
+
+        Thread-safe without locks (pread only). One pread when the term fits in
+        ``READ_AHEAD`` bytes, else exactly two.
+        """
+        if self._closed:
+            raise SetteeError(f"{self.path}: shard file is closed")
+        if pos <= 0 or pos % BLOCK_SIZE == 0:
+            raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
+        raw = self._handle.pread(pos, READ_AHEAD)
+        prefix_span = laid_out_size(pos, FRAME_SIZE)
+        if len(raw) < prefix_span:
+            raise CorruptionError(self.path, pos, "frame prefix extends past end of file")
+        span = laid_out_size(pos, frame_size(self._logical(raw[:prefix_span], pos)))
+        if span > len(raw):
+            raw = self._read_rest(pos, raw, span)
+        payload = decode_frame(self._logical(raw[:span], pos), path=self.path, offset=pos)
+        try:
+            return decode_payload(payload)
+        except Exception as exc:  # crc held, so this is a writer bug or a crc collision
+            raise CorruptionError(self.path, pos, f"undecodable payload: {exc}") from exc
+
+    def _read_rest(self, pos: int, raw: bytes, span: int) -> bytes:
+        # A short first read already proved the file ends inside this frame; otherwise
+        # check the size before asking for a length that a flipped bit may have inflated.
+        if len(raw) < READ_AHEAD or pos + span > self._handle.size():
+            raise CorruptionError(self.path, pos, f"frame of {span} bytes extends past end of file")
+        rest = self._handle.pread(pos + len(raw), span - len(raw))
+        if len(raw) + len(rest) < span:
+            raise CorruptionError(self.path, pos, f"frame of {span} bytes is truncated")
+        return raw + rest
+
+    def _logical(self, raw: bytes, pos: int) -> bytes:
+        """The frame bytes in ``raw`` (read at ``pos``), after checking every marker is DATA."""
+        data, markers = strip_markers(raw, pos)
+        if markers.count(BLOCK_DATA) != len(markers):
+            bad = next(i for i, m in enumerate(markers) if m != BLOCK_DATA)
+            offset = (pos // BLOCK_SIZE + 1 + bad) * BLOCK_SIZE
+            raise CorruptionError(self.path, offset, f"bad block marker {markers[bad]:#04x}")
+        return data
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def new_batch(self) -> TermBatch:
+        """An empty batch positioned at the current end of the file."""
+        return TermBatch(start=self._end, end=self._end)
+
+    def write_batch(self, batch: TermBatch) -> None:
+        """Append every term of ``batch`` with one append call."""
+        if batch.start != self._end:
+            raise SetteeError(
+                f"{self.path}: stale batch made at offset {batch.start}, file now ends at "
+                f"{self._end}; make a new batch after each write"
+            )
+        if not len(batch):
+            return
+        offset = self._handle.append(batch.data())
+        # Invariant: this object is the file's only writer, so the end cannot move under it.
+        assert offset == batch.start, (offset, batch.start)
+        self._end = batch.end
+
+    def write_header(self, payload: Any) -> None:
+        """Pad to the next block boundary and append a header carrying ``payload``."""
+        encoded = encode_payload(payload)
+        start = self._end + padding_size(self._end)
+        laid = lay_out(encode_header(encoded), start, first_marker=BLOCK_HEADER)
+        offset = self._handle.append(bytes(start - self._end) + laid)
+        assert offset == self._end, (offset, self._end)  # same single-writer invariant
+        self._end = start + len(laid)
+        # Store what a reopen would decode (tuples become lists), so both views agree.
+        self.header = decode_payload(encoded)
+        self.header_offset = start
+
+    def sync(self) -> None:
+        """fsync the file: everything written so far becomes durable."""
+        self._handle.fsync()
+
+    def size(self) -> int:
+        """Bytes in the file, including any ignored tail."""
+        return self._end
+
+    def close(self) -> None:
+        """Close the file; idempotent. No read may be in flight."""
+        if not self._closed:
+            self._closed = True
+            self._handle.close()
+
+    def __enter__(self) -> ShardFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- finding the newest header --------------------------------------------------------------
+
+    def _load_newest_header(self) -> int:
+        """Set ``header`` from the newest valid header; return where the ignored tail starts."""
+        for offset in self._header_candidates():
+            found = self._read_header_at(offset)
+            if found is not None:
+                end, version, payload = found
+                self._check_version(offset, version)
+                try:
+                    self.header = decode_payload(payload)
+                except Exception as exc:  # crc held: a writer bug or a crc collision
+                    raise CorruptionError(self.path, offset, f"undecodable header: {exc}") from exc
+                self.header_offset = offset
+                return end
+        if self._end and not self._looks_like_settee():
+            raise SetteeError(
+                f"{self.path}: not a settee shard file (no valid header and the first block "
+                f"does not start with a settee marker); check the path"
+            )
+        return 0
+
+    def _check_version(self, offset: int, version: int) -> None:
+        if version != FORMAT_VERSION:
+            raise SetteeError(
+                f"{self.path}: header at offset {offset} has format version {version}; this "
+                f"settee reads version {FORMAT_VERSION} only. Open it with a matching release."
+            )
+
+    def _looks_like_settee(self) -> bool:
+        """Whether byte 0 could start a settee file whose first header never completed."""
+        first = self._handle.pread(0, 1 + len(MAGIC))
+        if first[0] == BLOCK_DATA:
+            return True
+        return first[0] == BLOCK_HEADER and MAGIC.startswith(first[1:])
+
+    def _header_candidates(self) -> Iterator[int]:
+        """Offsets of blocks whose marker is HEADER, newest first."""
+        hi = -(-self._end // BLOCK_SIZE) * BLOCK_SIZE
+        blocks = 1
+        while hi > 0:
+            lo = max(0, hi - blocks * BLOCK_SIZE)
+            window = self._handle.pread(lo, hi - lo)
+            for offset in range(hi - BLOCK_SIZE, lo - 1, -BLOCK_SIZE):
+                if offset - lo < len(window) and window[offset - lo] == BLOCK_HEADER:
+                    yield offset
+            hi, blocks = lo, min(2 * blocks, _SCAN_MAX_BLOCKS)
+
+    def _read_header_at(self, offset: int) -> tuple[int, int, bytes] | None:
+        """``(end, version, payload)`` of a complete header at ``offset`` whose crc holds."""
+        raw = self._handle.pread(offset, BLOCK_SIZE)
+        if len(raw) < 1 + HEADER_SIZE:
+            return None  # torn inside the fixed fields
+        try:
+            span = 1 + laid_out_size(offset + 1, header_size(raw[1 : 1 + HEADER_SIZE]))
+        except CorruptionError:
+            return None  # wrong magic: a flipped marker, not a header
+        if offset + span > self._end:
+            return None  # torn: the header runs past the end of the file
+        if span > len(raw):
+            raw += self._handle.pread(offset + len(raw), span - len(raw))
+        logical, markers = strip_markers(raw[1:span], offset + 1)
+        if markers.count(BLOCK_DATA) != len(markers):
+            return None
+        try:
+            version, payload = decode_header(logical, path=self.path, offset=offset)
+        except CorruptionError:
+            return None
+        return offset + span, version, payload

@@ -1,0 +1,202 @@
+"""impl/io.py: every FileSystem behaves alike; OsFileSystem specifics; counting wrapper."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from settee.io import (
+    CountingFileSystem,
+    FileSystem,
+    FileSystemWrapper,
+    MemoryFileSystem,
+    OsFileSystem,
+)
+
+
+@pytest.fixture(params=["os", "memory", "counting"])
+def fs_root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[FileSystem, str]]:
+    """Each file system with a root directory to work in (TinyDB's storage fixture)."""
+    if request.param == "memory":
+        fs: FileSystem = MemoryFileSystem()
+        root = "/mem/root"
+        fs.makedirs(root)
+    else:
+        fs = OsFileSystem() if request.param == "os" else CountingFileSystem(OsFileSystem())
+        root = str(tmp_path)
+    yield fs, root
+
+
+def test_append_returns_offset_and_pread_reads_it(fs_root: tuple[FileSystem, str]) -> None:
+    fs, root = fs_root
+    handle = fs.open(f"{root}/f", create=True)
+    assert handle.path == f"{root}/f"
+    assert handle.size() == 0
+    assert handle.append(b"hello") == 0
+    assert handle.append(b" world") == 5
+    assert handle.size() == 11
+    assert handle.pread(0, 11) == b"hello world"
+    assert handle.pread(6, 100) == b"world"  # short at end of file
+    assert handle.pread(11, 10) == b""
+    handle.fsync()
+    handle.close()
+
+
+def test_pwrite_truncate_and_reopen(fs_root: tuple[FileSystem, str]) -> None:
+    fs, root = fs_root
+    handle = fs.open(f"{root}/f", create=True)
+    handle.append(b"abcdef")
+    handle.pwrite(2, b"XY")
+    handle.truncate(4)
+    assert handle.append(b"!") == 4
+    handle.close()
+    handle = fs.open(f"{root}/f", create=False)
+    assert handle.pread(0, 100) == b"abXY!"
+    assert handle.append(b"?") == 5  # appends continue at the reopened end
+    handle.close()
+
+
+def test_open_missing_without_create_raises(fs_root: tuple[FileSystem, str]) -> None:
+    fs, root = fs_root
+    with pytest.raises(FileNotFoundError):
+        fs.open(f"{root}/missing", create=False)
+    assert not fs.exists(f"{root}/missing")
+
+
+def test_remove_or_rename_missing_raises(fs_root: tuple[FileSystem, str]) -> None:
+    fs, root = fs_root
+    with pytest.raises(FileNotFoundError):
+        fs.remove(f"{root}/missing")
+    with pytest.raises(FileNotFoundError):
+        fs.rename(f"{root}/missing", f"{root}/other")
+
+
+def test_rename_remove_listdir_exists_makedirs(fs_root: tuple[FileSystem, str]) -> None:
+    fs, root = fs_root
+    fs.makedirs(f"{root}/sub/dir")
+    fs.makedirs(f"{root}/sub/dir")  # no error when it exists
+    assert fs.exists(f"{root}/sub/dir")
+    for name in ("b", "a"):
+        fs.open(f"{root}/sub/{name}", create=True).close()
+    assert fs.listdir(f"{root}/sub") == ["a", "b", "dir"]
+    handle = fs.open(f"{root}/sub/a", create=False)
+    handle.append(b"payload")
+    handle.close()
+    fs.rename(f"{root}/sub/a", f"{root}/sub/b")  # replaces b
+    fs.fsync_dir(f"{root}/sub")
+    assert fs.listdir(f"{root}/sub") == ["b", "dir"]
+    assert fs.open(f"{root}/sub/b", create=False).pread(0, 100) == b"payload"
+    fs.remove(f"{root}/sub/b")
+    assert not fs.exists(f"{root}/sub/b")
+    assert fs.listdir(f"{root}/sub") == ["dir"]
+
+
+def test_os_readers_use_a_dup_descriptor(tmp_path: Path) -> None:
+    handle = OsFileSystem().open(str(tmp_path / "f"), create=True)
+    handle.append(b"0123456789")
+    read_fd = handle.read_fd  # type: ignore[attr-defined]
+    assert read_fd != handle._fd  # type: ignore[attr-defined]
+    assert os.path.samestat(os.fstat(read_fd), os.fstat(handle._fd))  # type: ignore[attr-defined]
+    # pread leaves the shared file position alone, which is what makes sharing safe.
+    before = os.lseek(read_fd, 0, os.SEEK_CUR)
+    assert handle.pread(3, 4) == b"3456"
+    assert os.lseek(read_fd, 0, os.SEEK_CUR) == before
+    handle.close()
+    with pytest.raises(OSError):
+        os.fstat(read_fd)
+
+
+def test_os_fsync_dir_and_open_on_directory(tmp_path: Path) -> None:
+    fs = OsFileSystem()
+    fs.fsync_dir(str(tmp_path))
+    with pytest.raises(OSError):
+        fs.fsync_dir(str(tmp_path / "missing"))
+
+
+def test_os_concurrent_preads_share_one_descriptor(tmp_path: Path) -> None:
+    handle = OsFileSystem().open(str(tmp_path / "f"), create=True)
+    handle.append(bytes(range(256)) * 64)
+    errors: list[str] = []
+
+    def reader(seed: int) -> None:
+        for i in range(2000):
+            off = (seed * 7919 + i * 104729) % (256 * 64 - 16)
+            if handle.pread(off, 16) != bytes((off + k) % 256 for k in range(16)):
+                errors.append(f"offset {off}")
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    handle.close()
+    assert errors == []
+
+
+def test_counting_file_system_counts_each_operation() -> None:
+    fs = CountingFileSystem(MemoryFileSystem())
+    handle = fs.open("/x", create=True)
+    handle.append(b"abc")
+    handle.pread(0, 2)
+    handle.pread(1, 5)
+    handle.fsync()
+    assert fs.counts["open"] == 1 and fs.counts["append"] == 1 and fs.counts["fsync"] == 1
+    assert fs.counts["pread"] == 2 and fs.bytes_read == 4
+    fs.reset()
+    assert fs.counts["pread"] == 0 and fs.bytes_read == 0
+
+
+def test_wrapper_intercepts_every_call_once() -> None:
+    seen: list[tuple[str, str]] = []
+
+    class Recording(FileSystemWrapper):
+        def intercept(self, op, path, call):  # type: ignore[no-untyped-def]
+            seen.append((op, path))
+            return call()
+
+    fs = Recording(MemoryFileSystem())
+    fs.makedirs("/d")
+    handle = fs.open("/d/f", create=True)
+    handle.append(b"x")
+    handle.pwrite(0, b"y")
+    handle.pread(0, 1)
+    handle.size()
+    handle.truncate(1)
+    handle.fsync()
+    handle.close()
+    fs.fsync_dir("/d")
+    fs.listdir("/d")
+    fs.exists("/d/f")
+    fs.rename("/d/f", "/d/g")
+    fs.remove("/d/g")
+    ops = [op for op, _ in seen]
+    assert sorted(ops) == sorted(
+        [
+            "makedirs",
+            "open",
+            "append",
+            "pwrite",
+            "pread",
+            "size",
+            "truncate",
+            "fsync",
+            "close",
+            "fsync_dir",
+            "listdir",
+            "exists",
+            "rename",
+            "remove",
+        ]
+    )
+
+
+def test_memory_file_system_set_contents_is_seen_by_open_handles() -> None:
+    fs = MemoryFileSystem()
+    handle = fs.open("/f", create=True)
+    handle.append(b"abc")
+    fs.set_contents("/f", b"xy")
+    assert handle.pread(0, 10) == b"xy" and handle.size() == 2
+    assert fs.contents("/f") == b"xy"

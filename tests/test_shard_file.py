@@ -1,0 +1,609 @@
+"""impl/file.py: ShardFile round trips, exact positions, damage handling, concurrency.
+
+The ``test_damage_<row>`` tests are the rows of the damage table in spec/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import struct
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from settee.file import READ_AHEAD, ShardFile, TornTailWarning
+from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
+from settee.spec import format as fmt
+from settee.spec.errors import CorruptionError, SetteeError
+
+B = fmt.BLOCK_SIZE
+PATH = "/db/shard"
+
+
+@dataclass
+class Commit:
+    """One committed header as written: where it is and what it carries."""
+
+    offset: int
+    end: int
+    payload: Any
+
+
+def open_quietly(fs: MemoryFileSystem | OsFileSystem, path: str = PATH) -> ShardFile:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TornTailWarning)
+        return ShardFile.open(fs, path, create=False)
+
+
+def commit(shard: ShardFile, terms: list[Any], header: Any) -> tuple[list[int], Commit]:
+    """The writer's durability order: batch, sync, header, sync."""
+    batch = shard.new_batch()
+    positions = [batch.add(t) for t in terms]
+    shard.write_batch(batch)
+    shard.sync()
+    shard.write_header(header)
+    shard.sync()
+    assert shard.header_offset is not None
+    return positions, Commit(shard.header_offset, shard.size(), header)
+
+
+def damaged(data: bytes, offset: int, xor: int) -> bytes:
+    out = bytearray(data)
+    out[offset] ^= xor
+    return bytes(out)
+
+
+@pytest.fixture
+def memfs() -> MemoryFileSystem:
+    return MemoryFileSystem()
+
+
+# -- round trips --------------------------------------------------------------------------------
+
+
+def test_new_file_has_no_header(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        assert (shard.header, shard.header_offset, shard.size(), shard.created) == (
+            None,
+            None,
+            0,
+            True,
+        )
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        assert shard.created is False
+
+
+def test_round_trip_across_reopen(tmp_path: Path) -> None:
+    fs, path = OsFileSystem(), str(tmp_path / "s")
+    terms = [None, 1, "x", b"\x00" * 5000, {"a": [1, 2, {"b": "c" * 9000}]}, list(range(3000))]
+    with ShardFile.open(fs, path, create=True) as shard:
+        positions, _ = commit(shard, terms, {"root": 1})
+        more, second = commit(shard, ["after"], ("tuple", "becomes", "list"))
+        assert shard.header == ["tuple", "becomes", "list"]
+    with ShardFile.open(fs, path, create=False) as shard:
+        assert shard.header == ["tuple", "becomes", "list"]
+        assert shard.header_offset == second.offset and shard.size() == second.end
+        assert [shard.read_term(p) for p in positions + more] == [*terms, "after"]
+
+
+def test_header_is_padded_to_a_block_boundary(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        _, c = commit(shard, ["abc"], {"n": 1})
+    data = memfs.contents(PATH)
+    assert c.offset == B and data[c.offset] == fmt.BLOCK_HEADER
+    assert set(data[len(fmt.lay_out(fmt.encode_frame(fmt.encode_payload("abc")), 0)) : B]) == {0}
+
+
+def test_multi_block_header_round_trip(memfs: MemoryFileSystem) -> None:
+    big = {"blob": "h" * (3 * B)}
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, [1], big)
+        pos, _ = commit(shard, [2], {"small": True})
+        _, last = commit(shard, [3], big)
+    with open_quietly(memfs) as shard:
+        assert shard.header == big and shard.header_offset == last.offset
+        assert shard.read_term(pos[0]) == 2
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 3 * B), min_size=1, max_size=6), min_size=1, max_size=4),
+    st.integers(0, B),
+)
+def test_batch_positions_are_real_positions(batches: list[list[int]], lead: int) -> None:
+    fs = MemoryFileSystem()
+    fs.set_contents(PATH, b"")
+    with ShardFile.open(fs, PATH, create=False) as shard:
+        shard.write_header({"lead": "x" * lead})  # starts the batches at an arbitrary offset
+        written: list[tuple[int, bytes]] = []
+        for sizes in batches:
+            batch = shard.new_batch()
+            for size in sizes:
+                payload = bytes([size % 251]) * size
+                written.append((batch.add(payload), payload))
+            shard.write_batch(batch)
+            assert shard.size() == batch.end == len(fs.contents(PATH))
+        data = fs.contents(PATH)
+        for pos, payload in written:
+            frame = fmt.encode_frame(fmt.encode_payload(payload))
+            laid = data[pos : pos + fmt.laid_out_size(pos, len(frame))]
+            assert fmt.strip_markers(laid, pos)[0] == frame
+            assert shard.read_term(pos) == payload
+
+
+def test_stale_batch_is_refused(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        first, second = shard.new_batch(), shard.new_batch()
+        first.add("a")
+        second.add("b")
+        shard.write_batch(first)
+        with pytest.raises(SetteeError, match="stale batch"):
+            shard.write_batch(second)
+
+
+def test_small_term_is_one_pread_and_batch_is_one_append() -> None:
+    fs = CountingFileSystem(MemoryFileSystem())
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        fs.reset()
+        positions, _ = commit(shard, [{"n": i, "body": "b" * 300} for i in range(50)], "h")
+        assert fs.counts["append"] == 2 and fs.counts["pwrite"] == 0  # batch + header
+        fs.reset()
+        assert shard.read_term(positions[7]) == {"n": 7, "body": "b" * 300}
+        assert fs.counts["pread"] == 1 and fs.counts["size"] == 0
+
+
+def test_forty_megabyte_term_is_one_append_and_two_preads(tmp_path: Path) -> None:
+    fs = CountingFileSystem(OsFileSystem())
+    blob = bytes(range(256)) * (40 * 2**20 // 256)
+    with ShardFile.open(fs, str(tmp_path / "big"), create=True) as shard:
+        fs.reset()
+        batch = shard.new_batch()
+        pos = batch.add(blob)
+        shard.write_batch(batch)
+        assert fs.counts["append"] == 1
+        fs.reset()
+        assert shard.read_term(pos) == blob
+        assert fs.counts["pread"] == 2
+        assert fs.bytes_read == fmt.laid_out_size(pos, fmt.FRAME_SIZE + 5 + len(blob))
+
+
+def test_open_never_writes(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, ["a"], 1)
+        shard.write_batch(_batch_of(shard, ["torn"]))
+    before = memfs.contents(PATH)
+    fs = CountingFileSystem(memfs)
+    with pytest.warns(TornTailWarning):
+        ShardFile.open(fs, PATH, create=True).close()
+    assert not {"append", "pwrite", "truncate", "fsync"} & set(fs.counts)
+    assert memfs.contents(PATH) == before
+
+
+def _batch_of(shard: ShardFile, terms: list[Any]) -> Any:
+    batch = shard.new_batch()
+    for t in terms:
+        batch.add(t)
+    return batch
+
+
+def test_open_missing_file_without_create_is_clear(memfs: MemoryFileSystem) -> None:
+    with pytest.raises(SetteeError, match="create=True"):
+        ShardFile.open(memfs, PATH, create=False)
+
+
+def test_closed_shard_file_refuses_reads(memfs: MemoryFileSystem) -> None:
+    shard = ShardFile.open(memfs, PATH, create=True)
+    (pos,), _ = commit(shard, ["x"], 1)
+    shard.close()
+    shard.close()
+    with pytest.raises(SetteeError, match="closed"):
+        shard.read_term(pos)
+
+
+# -- truncation and bit flips, exhaustively -----------------------------------------------------
+
+
+def _history(fs: MemoryFileSystem, big_last_header: bool) -> list[Commit]:
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        commits = [commit(shard, ["a", "b" * 100], {"n": 0})[1]]
+        commits.append(commit(shard, ["c" * 3000], {"n": 1})[1])
+        commits.append(commit(shard, ["d"], {"n": 2})[1])
+        last = {"n": 3, "pad": "p" * (5000 if big_last_header else 10)}
+        commits.append(commit(shard, ["e" * 200], last)[1])
+    return commits
+
+
+@pytest.mark.parametrize("big_last_header", [False, True])
+def test_truncation_at_every_offset_of_last_two_blocks(big_last_header: bool) -> None:
+    fs = MemoryFileSystem()
+    commits = _history(fs, big_last_header)
+    data = fs.contents(PATH)
+    for cut in range(max(0, len(data) - 2 * B), len(data) + 1):
+        fs.set_contents(PATH, data[:cut])
+        complete = [c for c in commits if c.end <= cut]
+        expected = complete[-1] if complete else None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            shard = ShardFile.open(fs, PATH, create=False)
+        assert shard.header == (expected.payload if expected else None), cut
+        tail = cut - (expected.end if expected else 0)
+        messages = [str(w.message) for w in caught if w.category is TornTailWarning]
+        assert len(messages) == (1 if tail else 0), (cut, messages)
+        assert all(f"ignoring {tail} bytes" in m for m in messages), (cut, messages)
+        shard.close()
+
+
+def _file_with_straddling_term(fs: MemoryFileSystem, term: Any) -> tuple[int, int]:
+    """A committed file whose ``term`` crosses a block boundary; returns (pos, laid-out span)."""
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        commit(shard, ["first"], {"n": 0})
+        filler = 2 * B - 6 - shard.size() - fmt.FRAME_SIZE - 5
+        batch = shard.new_batch()
+        batch.add(b"f" * filler)
+        pos = batch.add(term)
+        shard.write_batch(batch)
+        shard.write_header({"n": 1})
+    frame = fmt.encode_frame(fmt.encode_payload(term))
+    span = fmt.laid_out_size(pos, len(frame))
+    assert pos < 2 * B < pos + span, "term must straddle the boundary at 2 * B"
+    return pos, span
+
+
+def test_every_bit_flip_in_a_term_raises_corruption() -> None:
+    fs = MemoryFileSystem()
+    pos, span = _file_with_straddling_term(fs, {"k": "small"})
+    data = fs.contents(PATH)
+    for bit in range(span * 8):
+        fs.set_contents(PATH, damaged(data, pos + bit // 8, 1 << (bit % 8)))
+        with open_quietly(fs) as shard:
+            assert shard.header == {"n": 1}
+            with pytest.raises(CorruptionError):
+                shard.read_term(pos)
+
+
+@given(st.binary(min_size=0, max_size=3 * B), st.data())
+def test_random_bit_flip_in_any_term_raises_corruption(payload: bytes, data: st.DataObject) -> None:
+    fs = MemoryFileSystem()
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        (pos,), _ = commit(shard, [payload], "h")
+    span = fmt.laid_out_size(pos, fmt.FRAME_SIZE + len(fmt.encode_payload(payload)))
+    bit = data.draw(st.integers(0, span * 8 - 1))
+    fs.set_contents(PATH, damaged(fs.contents(PATH), pos + bit // 8, 1 << (bit % 8)))
+    with open_quietly(fs) as shard, pytest.raises(CorruptionError):
+        shard.read_term(pos)
+
+
+def _two_headers(fs: MemoryFileSystem, last_header: Any) -> tuple[Commit, Commit]:
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        _, older = commit(shard, ["a"], {"v": 1})
+        _, newer = commit(shard, ["b"], last_header)
+    return older, newer
+
+
+def test_every_bit_flip_in_newest_header_falls_back_to_previous() -> None:
+    fs = MemoryFileSystem()
+    older, newer = _two_headers(fs, {"v": 2})
+    data = fs.contents(PATH)
+    for bit in range((newer.end - newer.offset) * 8):
+        fs.set_contents(PATH, damaged(data, newer.offset + bit // 8, 1 << (bit % 8)))
+        with pytest.warns(TornTailWarning), ShardFile.open(fs, PATH, create=False) as shard:
+            assert shard.header == older.payload, bit
+            assert shard.header_offset == older.offset
+
+
+def test_bit_flips_in_multi_block_header_fall_back_to_previous() -> None:
+    fs = MemoryFileSystem()
+    older, newer = _two_headers(fs, {"v": 2, "blob": "z" * (2 * B)})
+    data = fs.contents(PATH)
+    rng = random.Random(1234)
+    size = newer.end - newer.offset
+    marker_bits = [8 * (B + k) for k in range(8)]  # the continuation block's marker byte
+    bits = list(range(64 * 8)) + marker_bits + rng.sample(range(size * 8), 200)
+    for bit in bits:
+        fs.set_contents(PATH, damaged(data, newer.offset + bit // 8, 1 << (bit % 8)))
+        with open_quietly(fs) as shard:
+            assert shard.header == older.payload, bit
+
+
+# -- the damage table of FORMAT.md, one test per row --------------------------------------------
+
+
+def test_damage_empty_file(memfs: MemoryFileSystem) -> None:
+    memfs.set_contents(PATH, b"")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ShardFile.open(memfs, PATH, create=False) as shard:
+            assert shard.header is None and shard.size() == 0
+
+
+def test_damage_torn_tail(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        (pos,), c = commit(shard, ["kept"], {"n": 1})
+        batch = _batch_of(shard, ["uncommitted" * 50])
+        shard.write_batch(batch)
+    torn = memfs.contents(PATH)[: c.end + 300]
+    memfs.set_contents(PATH, torn)
+    with pytest.warns(TornTailWarning, match="ignoring 300 bytes"):
+        shard = ShardFile.open(memfs, PATH, create=False)
+    assert shard.header == {"n": 1} and shard.read_term(pos) == "kept"
+    assert memfs.contents(PATH) == torn  # bytes kept
+    (more,), _ = commit(shard, ["next"], {"n": 2})  # appends go after the tail
+    assert more >= len(torn) and shard.read_term(more) == "next"
+    shard.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert open_quietly(memfs).header == {"n": 2}
+
+
+def test_damage_torn_header(memfs: MemoryFileSystem) -> None:
+    older, newer = _two_headers(memfs, {"v": 2, "pad": "x" * 100})
+    memfs.set_contents(PATH, memfs.contents(PATH)[: newer.end - 1])
+    with pytest.warns(TornTailWarning):
+        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+
+
+def test_damage_bad_crc_in_header(memfs: MemoryFileSystem) -> None:
+    older, newer = _two_headers(memfs, {"v": 2})
+    crc_offset = newer.offset + 1 + fmt.HEADER_SIZE - 4
+    memfs.set_contents(PATH, damaged(memfs.contents(PATH), crc_offset, 0xFF))
+    with pytest.warns(TornTailWarning):
+        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+
+
+def test_damage_bad_marker_in_header(memfs: MemoryFileSystem) -> None:
+    older, newer = _two_headers(memfs, {"v": 2, "blob": "y" * B})
+    memfs.set_contents(PATH, damaged(memfs.contents(PATH), newer.offset + B, 0x02))
+    with pytest.warns(TornTailWarning):
+        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+
+
+def test_damage_wrong_magic(memfs: MemoryFileSystem) -> None:
+    older, newer = _two_headers(memfs, {"v": 2})
+    # A data block whose marker flipped to HEADER is a candidate with the wrong magic.
+    with ShardFile.open(memfs, PATH, create=False) as shard:
+        shard.write_batch(_batch_of(shard, ["w" * (2 * B)]))
+        (pos,), _ = commit(shard, ["z"], {"v": 3})
+    flipped_block = newer.end // B * B + B
+    data = damaged(memfs.contents(PATH), flipped_block, fmt.BLOCK_HEADER)
+    data = damaged(data, newer.offset + 1, 0x40)  # newer's magic too
+    memfs.set_contents(PATH, data)
+    with open_quietly(memfs) as shard:
+        assert shard.header == {"v": 3} and shard.read_term(pos) == "z"
+    memfs.set_contents(PATH, data[: flipped_block + 100])  # now the bad block is the newest
+    with pytest.warns(TornTailWarning):
+        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+
+
+def test_damage_wrong_version(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, ["a"], 1)
+    data = memfs.contents(PATH)
+    future = fmt.lay_out(fmt.encode_header(b"\xc0", version=fmt.FORMAT_VERSION + 1), B, 1)
+    memfs.set_contents(PATH, data[:B] + future)
+    with pytest.raises(SetteeError, match=r"format version 2.*reads version 1"):
+        ShardFile.open(memfs, PATH, create=False)
+
+
+@pytest.mark.parametrize("start", [b"\x00", b"\x01", b"\x01" + fmt.MAGIC[:5], b"\x00" * 9000])
+def test_damage_no_valid_header(memfs: MemoryFileSystem, start: bytes) -> None:
+    memfs.set_contents(PATH, start)
+    with pytest.warns(TornTailWarning, match=f"ignoring {len(start)} bytes"):
+        shard = ShardFile.open(memfs, PATH, create=False)
+    assert shard.header is None and shard.size() == len(start)
+    _, c = commit(shard, ["fresh"], {"n": 1})
+    assert open_quietly(memfs).header == {"n": 1} and c.offset == -(-len(start) // B) * B
+
+
+@pytest.mark.parametrize("content", [b"hello world\n", b"\x01NOTMAGIC" + bytes(100), b"\xff"])
+def test_damage_not_a_settee_file(memfs: MemoryFileSystem, content: bytes) -> None:
+    memfs.set_contents(PATH, content)
+    with pytest.raises(SetteeError, match="not a settee shard file"):
+        ShardFile.open(memfs, PATH, create=False)
+    assert memfs.contents(PATH) == content
+
+
+def test_damage_bad_crc_in_term(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        (pos, other), _ = commit(shard, ["victim", "bystander"], 1)
+    memfs.set_contents(PATH, damaged(memfs.contents(PATH), pos + fmt.FRAME_SIZE + 2, 0x01))
+    with ShardFile.open(memfs, PATH, create=False) as shard:
+        with pytest.raises(CorruptionError, match="crc") as info:
+            shard.read_term(pos)
+        assert (info.value.path, info.value.offset) == (PATH, pos)
+        assert shard.read_term(other) == "bystander"
+
+
+def test_damage_bad_marker_in_term() -> None:
+    fs = MemoryFileSystem()
+    pos, _ = _file_with_straddling_term(fs, {"k": "small"})
+    fs.set_contents(PATH, damaged(fs.contents(PATH), 2 * B, 0x80))
+    with ShardFile.open(fs, PATH, create=False) as shard:
+        with pytest.raises(CorruptionError, match="marker") as info:
+            shard.read_term(pos)
+        assert info.value.offset == 2 * B
+
+
+@pytest.mark.parametrize("size", [10, READ_AHEAD * 3])
+def test_damage_truncated_term(memfs: MemoryFileSystem, size: int) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, ["a"], 1)
+        batch = _batch_of(shard, [])
+        pos = batch.add(b"t" * size)
+        shard.write_batch(batch)
+    memfs.set_contents(PATH, memfs.contents(PATH)[:-1])
+    with open_quietly(memfs) as shard, pytest.raises(CorruptionError, match="past end of file"):
+        shard.read_term(pos)
+
+
+def test_damage_length_past_eof() -> None:
+    mem = MemoryFileSystem()
+    fs = CountingFileSystem(mem)
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        (pos,), _ = commit(shard, [b"p" * 20_000], 1)
+    mem.set_contents(PATH, damaged(mem.contents(PATH), pos + 3, 0x80))  # length += 2**31
+    with ShardFile.open(fs, PATH, create=False) as shard:
+        fs.reset()
+        with pytest.raises(CorruptionError, match="past end of file"):
+            shard.read_term(pos)
+        assert fs.counts["pread"] == 1  # the 2 GiB length was never read or allocated
+
+
+@pytest.mark.parametrize("pos", [0, -3, B, 7 * B])
+def test_damage_position_on_block_boundary(memfs: MemoryFileSystem, pos: int) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, ["a"], 1)
+        with pytest.raises(CorruptionError, match="not a term position"):
+            shard.read_term(pos)
+
+
+def test_damage_undecodable_payload(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        batch = shard.new_batch()
+        pos = batch.add_encoded(b"\xc1")  # 0xc1 is never valid msgpack
+        shard.write_batch(batch)
+        shard.write_header(1)
+        with pytest.raises(CorruptionError, match="undecodable"):
+            shard.read_term(pos)
+
+
+# -- FORMAT.md matches the bytes ----------------------------------------------------------------
+
+
+def _tiny_unlay(data: bytes, pos: int, n: int) -> tuple[bytes, list[int], int]:
+    """Read n logical bytes from pos, collecting the marker at each block boundary."""
+    out, markers = bytearray(), []
+    while len(out) < n:
+        if pos % fmt.BLOCK_SIZE == 0:
+            markers.append(data[pos])
+        else:
+            out.append(data[pos])
+        pos += 1
+    return bytes(out), markers, pos
+
+
+def _tiny_read_term(data: bytes, pos: int) -> Any:
+    prefix, m1, after = _tiny_unlay(data, pos, 8)
+    length, crc = struct.unpack(fmt.FRAME.format, prefix)
+    payload, m2, _ = _tiny_unlay(data, after, length)
+    assert set(m1 + m2) <= {fmt.BLOCK_DATA}
+    assert crc32c.crc32c(prefix[:4] + payload) == crc
+    return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+
+
+def _tiny_newest_header(data: bytes) -> tuple[int, Any]:
+    for block in range((len(data) - 1) // fmt.BLOCK_SIZE * fmt.BLOCK_SIZE, -1, -fmt.BLOCK_SIZE):
+        if data[block] != fmt.BLOCK_HEADER:
+            continue
+        fields, _, after = _tiny_unlay(data, block + 1, fmt.HEADER_SIZE)
+        magic, version, length, crc = struct.unpack(fmt.HEADER.format, fields)
+        payload, markers, _ = _tiny_unlay(data, after, length)
+        if magic == fmt.MAGIC and crc32c.crc32c(fields[:16] + payload) == crc:
+            assert version == fmt.FORMAT_VERSION and set(markers) <= {fmt.BLOCK_DATA}
+            return block, msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    raise AssertionError("no header")
+
+
+def test_independent_decoder_reads_fresh_file(memfs: MemoryFileSystem) -> None:
+    terms = ["x" * n for n in (0, 1, 100, B - 20, B, 3 * B + 5)] + [{"k": [1, 2]}] * 30
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        positions, _ = commit(shard, terms[:4], {"n": 1})
+        more, last = commit(shard, terms[4:], {"n": 2, "roots": [positions[0], None]})
+    data = memfs.contents(PATH)
+    assert [_tiny_read_term(data, p) for p in positions + more] == terms
+    assert _tiny_newest_header(data) == (last.offset, last.payload)
+    # Every block boundary holds a marker: HEADER exactly where headers start.
+    header_blocks = [b for b in range(0, len(data), B) if data[b] == fmt.BLOCK_HEADER]
+    assert set(data[::B]) <= {fmt.BLOCK_DATA, fmt.BLOCK_HEADER} and last.offset in header_blocks
+
+
+def _format_md_example() -> bytes:
+    text = (Path(fmt.__file__).parent / "FORMAT.md").read_text()
+    block = re.search(r"```hex\n(.*?)```", text, re.S)
+    assert block, "FORMAT.md lost its worked example"
+    out, last = bytearray(), b""
+    repeat = False
+    for line in block.group(1).splitlines():
+        if line.strip() == "*":
+            repeat = True
+            continue
+        offset, _, hexbytes = line.partition("  ")
+        while repeat and len(out) < int(offset, 16):
+            out += last
+        repeat, last = False, bytes.fromhex(hexbytes)
+        assert len(out) == int(offset, 16), line
+        out += last
+    return bytes(out)
+
+
+def test_format_md_worked_example_matches_bytes(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        batch = shard.new_batch()
+        assert [batch.add("hello"), batch.add([1, 2])] == [1, 15]
+        shard.write_batch(batch)
+        shard.write_header({"root": 1})
+    assert memfs.contents(PATH) == _format_md_example()
+
+
+# -- concurrency --------------------------------------------------------------------------------
+
+
+def test_concurrent_readers_while_writer_appends(tmp_path: Path) -> None:
+    fs, path = OsFileSystem(), str(tmp_path / "c")
+    shard = ShardFile.open(fs, path, create=True)
+    published: list[tuple[int, Any]] = []
+    done = threading.Event()
+    failures: list[str] = []
+    reads_while_writing = [0, 0, 0]
+
+    def writer() -> None:
+        rng = random.Random(7)
+        for n in range(300):
+            time.sleep(0)  # let readers run between appends
+            terms = [[n, i, "v" * rng.choice([0, 10, 900, B, 3 * B])] for i in range(8)]
+            batch = _batch_of(shard, [])
+            positions = [batch.add(t) for t in terms]
+            shard.write_batch(batch)
+            if n % 10 == 0:
+                shard.write_header({"n": n})
+            published.extend(zip(positions, terms, strict=True))  # only after the write
+        done.set()
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        while not done.is_set():
+            if published:
+                reads_while_writing[seed] += 1
+                pos, expected = published[rng.randrange(len(published))]
+                try:
+                    if shard.read_term(pos) != expected:
+                        failures.append(f"wrong data at {pos}")
+                except CorruptionError as exc:
+                    failures.append(str(exc))
+
+    threads = [threading.Thread(target=writer)] + [
+        threading.Thread(target=reader, args=(s,)) for s in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert min(reads_while_writing) > 20, reads_while_writing
+    assert all(shard.read_term(pos) == term for pos, term in published)
+    shard.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_threads() -> Iterator[None]:
+    before = threading.active_count()
+    yield
+    assert threading.active_count() == before
