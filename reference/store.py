@@ -1,0 +1,541 @@
+"""The reference store: settee's public API as plainly as it can be written.
+
+The model
+---------
+A database is a dict ``id -> _Doc`` plus a counter ``update_seq``. A
+``_Doc`` holds the document's revision tree (``settee.spec.revtree``), the
+bodies of the revisions whose body is still kept, and ``seq``: the value of
+``update_seq`` at the document's latest change. Everything else is derived on
+demand:
+
+* ``get`` reads the tree and a body; ``all_docs`` sorts the ids of live
+  documents; ``changes`` sorts documents by ``seq``, so each appears once, at
+  its latest change; ``info`` counts.
+* A write computes a new tree with the spec functions (``merge_path``,
+  ``stem``), stores the new body, drops bodies of revisions the tree no
+  longer holds, bumps ``update_seq`` and sets the document's ``seq``.
+* ``compact`` drops the bodies of non-leaf revisions and stems every tree.
+
+Every public method takes one ``threading.Lock`` for its whole duration, so
+any concurrent history is equivalent to the serial order in which the lock
+was taken. Results are deep copies; stored bodies come from
+``validate_doc``'s msgpack round trip, so callers never share objects with
+the store.
+
+Persistence (``path`` given): ``path`` is a directory holding one append-only
+file, ``reference.log``, of msgpack records ``[id, seq, tree, new_bodies]``,
+one per document change, each call's records written with one ``write``.
+Opening replays the records in order (a record replaces the document's tree
+and seq, adds its bodies, forgets bodies the tree no longer holds).
+``compact`` rewrites the log to one record per document (temp file, fsync,
+rename, fsync directory). An incomplete last record (a torn write) is copied
+aside and cut off with a warning; bytes that do not decode are a
+``CorruptionError``.
+
+The semantics follow spec/SEMANTICS.md and CouchDB 3.x; the interactive
+update rule is CouchDB's two-step one (``couch_db:prep_and_validate_updates``
+against the state before the call, then ``couch_db_updater:merge_rev_tree``
+against the state so far), see :meth:`ReferenceDB._parent_for`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from settee.spec import revtree
+from settee.spec.config import validate_options
+from settee.spec.docs import ValidDoc, render_doc, validate_doc, validate_docid
+from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
+from settee.spec.keys import before_start, in_range, sort_ids
+from settee.spec.revs import new_rev, parse_rev
+
+__all__ = ["LOG_NAME", "ReferenceDB", "open"]
+
+LOG_NAME = "reference.log"
+_CONFLICT = "Document update conflict."
+
+
+@dataclass
+class _Doc:
+    """One document: its rev tree, the bodies still kept, its latest seq."""
+
+    tree: revtree.RevTree
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seq: int = 0
+
+
+def open(path: str | None = None, **options: Any) -> ReferenceDB:
+    """Open (creating if needed) the reference database at directory ``path``,
+    or a memory-only one when ``path`` is None."""
+    return ReferenceDB(path, validate_options(**options))
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be True or False, not {value!r}")
+
+
+def _check_count(name: str, value: object, *, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest(f"{name} must be an int >= 0{' or None' if allow_none else ''}")
+
+
+def _check_key(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name} must be a document id (str) or None, not {value!r}")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"{name} is not valid UTF-8 (lone surrogate)") from None
+
+
+class ReferenceDB:
+    """The serialised model database; see the module docstring."""
+
+    def __init__(self, path: str | None, config: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self._config = config
+        self._docs: dict[str, _Doc] = {}
+        self._seq = 0
+        self._closed = False
+        self._log_path: str | None = None
+        self._log: Any = None
+        if path is not None:
+            os.makedirs(path, exist_ok=True)
+            self._log_path = os.path.join(path, LOG_NAME)
+            self._replay()
+            self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> ReferenceDB:
+        with self._lock:
+            self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database; later calls (except close) raise SetteeError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SetteeError("database is closed: open it again to use it")
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Store one document; Conflict if its _rev is not a current leaf."""
+        with self._lock:
+            self._check_open()
+            vdoc = self._validate(doc, new_edits=True)
+            (result,) = self._update_interactive([vdoc])
+            if "error" in result:
+                raise Conflict(result["reason"])
+            return result
+
+    def delete(self, docid: str, rev: str | None) -> dict[str, Any]:
+        """Write a tombstone below leaf ``rev`` (chttpd_db DELETE semantics)."""
+        with self._lock:
+            self._check_open()
+            validate_docid(docid)
+            if rev is not None:
+                parse_rev(rev)
+            entry = self._docs.get(docid)
+            if entry is None:
+                raise NotFound("missing")
+            if revtree.is_deleted(entry.tree):
+                raise NotFound("deleted")
+            revisions = () if rev is None else (rev,)
+            vdoc = ValidDoc(id=docid, rev=rev, deleted=True, revisions=revisions, body={})
+            (result,) = self._update_interactive([vdoc])
+            if "error" in result:
+                raise Conflict(result["reason"])
+            return result
+
+    def bulk_docs(self, docs: list[dict[str, Any]], new_edits: bool = True) -> list[dict[str, Any]]:
+        """Validate every doc, then apply them in order (see SEMANTICS.md §7)."""
+        with self._lock:
+            self._check_open()
+            if not isinstance(docs, (list, tuple)):
+                raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
+            _check_bool("new_edits", new_edits)
+            vdocs = [self._validate(doc, new_edits=new_edits) for doc in docs]
+            if new_edits:
+                return self._update_interactive(vdocs)
+            self._update_replicated(vdocs)
+            return []  # CouchDB omits successes with new_edits=false; we have no other errors
+
+    def _validate(self, doc: object, *, new_edits: bool) -> ValidDoc:
+        limit = self._config["max_document_size"]
+        return validate_doc(doc, new_edits=new_edits, max_document_size=limit)
+
+    @staticmethod
+    def _parent_for(
+        before: revtree.RevTree | None, now: revtree.RevTree | None, vdoc: ValidDoc
+    ) -> tuple[bool, str | None]:
+        """``(ok, parent)`` for an interactive edit, CouchDB's two checks:
+
+        1. against the tree before the call (``prep_and_validate_update``):
+           a named _rev must be a leaf; without _rev the doc must be missing
+           or deleted;
+        2. against the tree as earlier entries of the call left it
+           (``merge_rev_tree``): a deleted doc only accepts a recreation (no
+           _rev, not a tombstone), whose parent is the winning tombstone; a
+           live doc needs the named _rev to still be a leaf; a missing doc
+           takes a new root.
+        """
+        if before is None:
+            if vdoc.rev is not None:
+                return False, None
+        elif vdoc.rev is None:
+            if not revtree.is_deleted(before):
+                return False, None
+        elif not revtree.is_leaf(before, vdoc.rev):
+            return False, None
+        if now is None:
+            return True, None
+        if revtree.is_deleted(now):
+            if vdoc.rev is None and not vdoc.deleted:
+                return True, revtree.winner(now)
+            return False, None
+        if vdoc.rev is not None and revtree.is_leaf(now, vdoc.rev):
+            return True, vdoc.rev
+        return False, None
+
+    def _update_interactive(self, vdocs: list[ValidDoc]) -> list[dict[str, Any]]:
+        before = {vdoc.id: self._tree_of(vdoc.id) for vdoc in vdocs}
+        results: list[dict[str, Any]] = []
+        changed: list[tuple[str, dict[str, Any]]] = []
+        for vdoc in vdocs:
+            ok, parent = self._parent_for(before[vdoc.id], self._tree_of(vdoc.id), vdoc)
+            if not ok:
+                results.append({"id": vdoc.id, "error": "conflict", "reason": _CONFLICT})
+                continue
+            rev = new_rev(parent, vdoc.deleted, vdoc.body)
+            path = [rev] if parent is None else [rev, parent]
+            changed.append(self._apply(vdoc, path))
+            results.append({"ok": True, "id": vdoc.id, "rev": rev})
+        self._append(changed)
+        return results
+
+    def _update_replicated(self, vdocs: list[ValidDoc]) -> None:
+        changed = []
+        for vdoc in vdocs:
+            tree = self._tree_of(vdoc.id)
+            # couch_db:prep_and_validate_replicated_updates ignores a doc whose
+            # revision the tree already holds (leaf or not).
+            if tree is not None and vdoc.revisions[0] in tree:
+                continue
+            changed.append(self._apply(vdoc, list(vdoc.revisions)))
+        self._append(changed)
+
+    def _tree_of(self, docid: str) -> revtree.RevTree | None:
+        entry = self._docs.get(docid)
+        return None if entry is None else entry.tree
+
+    def _apply(self, vdoc: ValidDoc, path: list[str]) -> tuple[str, dict[str, Any]]:
+        """Merge ``path`` (its newest rev carrying ``vdoc``'s body), stem,
+        bump the sequence; return the log record's new bodies."""
+        entry = self._docs.setdefault(vdoc.id, _Doc(tree={}))
+        tree, _added = revtree.merge_path(entry.tree, path, vdoc.deleted)
+        entry.tree = revtree.stem(tree, self._config["revs_limit"])
+        entry.bodies[path[0]] = vdoc.body
+        entry.bodies = {r: b for r, b in entry.bodies.items() if r in entry.tree}
+        self._seq += 1
+        entry.seq = self._seq
+        return vdoc.id, {path[0]: vdoc.body}
+
+    # ------------------------------------------------------------------ reads
+
+    def get(
+        self, docid: str, rev: str | None = None, revs: bool = False, conflicts: bool = False
+    ) -> dict[str, Any]:
+        """The winning revision (or ``rev``) of a document."""
+        with self._lock:
+            self._check_open()
+            validate_docid(docid)
+            if rev is not None:
+                parse_rev(rev)
+            _check_bool("revs", revs)
+            _check_bool("conflicts", conflicts)
+            entry = self._docs.get(docid)
+            if entry is None:
+                raise NotFound("missing")
+            if rev is None:
+                rev = revtree.winner(entry.tree)
+                if entry.tree[rev][1]:
+                    raise NotFound("deleted")
+                found = revtree.conflicts(entry.tree) if conflicts else None
+            else:
+                # CouchDB's open_revs path (GET ?rev=) adds no _conflicts.
+                found = None
+            if rev not in entry.bodies:
+                raise NotFound("missing")
+            return self._render(docid, entry, rev, revs=revs, conflicts=found)
+
+    @staticmethod
+    def _render(
+        docid: str, entry: _Doc, rev: str, *, revs: bool = False, conflicts: list[str] | None = None
+    ) -> dict[str, Any]:
+        return render_doc(
+            docid,
+            rev,
+            entry.tree[rev][1],
+            copy.deepcopy(entry.bodies[rev]),
+            revisions=revtree.revisions(entry.tree, rev) if revs else None,
+            conflicts=conflicts,
+        )
+
+    def all_docs(
+        self,
+        startkey: str | None = None,
+        endkey: str | None = None,
+        keys: list[str] | None = None,
+        include_docs: bool = False,
+        limit: int | None = None,
+        skip: int = 0,
+        descending: bool = False,
+        inclusive_end: bool = True,
+    ) -> dict[str, Any]:
+        """CouchDB's ``_all_docs`` (SEMANTICS.md §8)."""
+        with self._lock:
+            self._check_open()
+            _check_key("startkey", startkey)
+            _check_key("endkey", endkey)
+            for name, flag in (
+                ("include_docs", include_docs),
+                ("descending", descending),
+                ("inclusive_end", inclusive_end),
+            ):
+                _check_bool(name, flag)
+            _check_count("limit", limit, allow_none=True)
+            _check_count("skip", skip, allow_none=False)
+            if keys is not None:
+                if not isinstance(keys, (list, tuple)):
+                    raise BadRequest("keys must be a list of document ids or None")
+                for key in keys:
+                    _check_key("each of keys", key)
+                if keys and (startkey is not None or endkey is not None):
+                    raise BadRequest("keys is incompatible with startkey and endkey: pass one")
+            live = [i for i, e in self._docs.items() if not revtree.is_deleted(e.tree)]
+            total = len(live)
+            if keys is not None:
+                asked = list(reversed(keys)) if descending else list(keys)
+                window = asked[skip:] if limit is None else asked[skip : skip + limit]
+                rows = [self._key_row(key, include_docs) for key in window]
+                return {"total_rows": total, "offset": None, "rows": rows}
+            ordered = sort_ids(live, descending)
+            hits = [i for i in ordered if in_range(i, startkey, endkey, descending, inclusive_end)]
+            before = sum(1 for i in live if before_start(i, startkey, descending))
+            window = hits[skip:] if limit is None else hits[skip : skip + limit]
+            rows = [self._live_row(i, include_docs) for i in window]
+            return {"total_rows": total, "offset": min(total, before + skip), "rows": rows}
+
+    def _live_row(self, docid: str, include_docs: bool) -> dict[str, Any]:
+        entry = self._docs[docid]
+        rev = revtree.winner(entry.tree)
+        row: dict[str, Any] = {"id": docid, "key": docid, "value": {"rev": rev}}
+        if include_docs:
+            row["doc"] = self._render(docid, entry, rev)
+        return row
+
+    def _key_row(self, key: str, include_docs: bool) -> dict[str, Any]:
+        entry = self._docs.get(key)
+        if entry is None:
+            return {"key": key, "error": "not_found"}
+        if not revtree.is_deleted(entry.tree):
+            return self._live_row(key, include_docs)
+        rev = revtree.winner(entry.tree)
+        row: dict[str, Any] = {"id": key, "key": key, "value": {"rev": rev, "deleted": True}}
+        if include_docs:
+            row["doc"] = None
+        return row
+
+    def changes(
+        self, since: int | str = 0, limit: int | None = None, include_docs: bool = False
+    ) -> dict[str, Any]:
+        """Each document once, at its latest change after ``since``."""
+        with self._lock:
+            self._check_open()
+            if since == "now":
+                since = self._seq
+            if not isinstance(since, int) or isinstance(since, bool) or not 0 <= since <= self._seq:
+                raise BadRequest(
+                    f"since={since!r} is not a sequence this database returned: "
+                    "use 0, 'now', a 'seq' or 'last_seq' from changes(), or info()['update_seq']"
+                )
+            _check_count("limit", limit, allow_none=True)
+            _check_bool("include_docs", include_docs)
+            pending = sorted((e.seq, i) for i, e in self._docs.items() if e.seq > since)
+            cut = limit is not None and len(pending) > limit
+            if cut:
+                # CouchDB 3.5 answers limit=0 with no rows and last_seq = since
+                # (apache/couchdb #6088), so the token never skips a change.
+                pending = pending[:limit]
+            results = [self._change_row(docid, seq, include_docs) for seq, docid in pending]
+            last_seq = (pending[-1][0] if pending else since) if cut else self._seq
+            return {"results": results, "last_seq": last_seq}
+
+    def _change_row(self, docid: str, seq: int, include_docs: bool) -> dict[str, Any]:
+        entry = self._docs[docid]
+        rev = revtree.winner(entry.tree)
+        row: dict[str, Any] = {"seq": seq, "id": docid, "changes": [{"rev": rev}]}
+        if entry.tree[rev][1]:
+            row["deleted"] = True
+        if include_docs:
+            row["doc"] = self._render(docid, entry, rev)
+        return row
+
+    def revs_diff(self, revs: dict[str, list[str]]) -> dict[str, dict[str, list[str]]]:
+        """Which of the given revisions the database lacks (SEMANTICS.md §10)."""
+        with self._lock:
+            self._check_open()
+            if not isinstance(revs, dict):
+                raise BadRequest("revs_diff takes a dict {docid: [rev, ...]}")
+            for docid, asked in revs.items():
+                if not isinstance(docid, str) or not isinstance(asked, (list, tuple)):
+                    raise BadRequest("revs_diff takes a dict {docid (str): [rev, ...]}")
+                _check_key("a revs_diff id", docid)
+                for rev in asked:
+                    parse_rev(rev)
+            result: dict[str, dict[str, list[str]]] = {}
+            for docid, asked in revs.items():
+                tree = self._tree_of(docid) or {}
+                missing = list(dict.fromkeys(r for r in asked if r not in tree))
+                if not missing:
+                    continue
+                result[docid] = {"missing": missing}
+                top = max(parse_rev(r)[0] for r in missing)
+                ancestors = [r for r in revtree.leaves(tree) if parse_rev(r)[0] < top]
+                if ancestors:
+                    result[docid]["possible_ancestors"] = ancestors
+            return result
+
+    def info(self) -> dict[str, Any]:
+        """Counts, the current sequence token and (model-specific) sizes."""
+        with self._lock:
+            self._check_open()
+            deleted = sum(1 for e in self._docs.values() if revtree.is_deleted(e.tree))
+            active = sum(
+                len(msgpack.packb(body, use_bin_type=True))
+                for e in self._docs.values()
+                for body in e.bodies.values()
+            )
+            file_size = 0 if self._log_path is None else os.path.getsize(self._log_path)
+            return {
+                "doc_count": len(self._docs) - deleted,
+                "doc_del_count": deleted,
+                "update_seq": self._seq,
+                "sizes": {"file": file_size, "active": active},
+            }
+
+    def compact(self) -> None:
+        """Drop bodies of non-leaf revisions and stem every tree."""
+        with self._lock:
+            self._check_open()
+            for entry in self._docs.values():
+                entry.tree = revtree.stem(entry.tree, self._config["revs_limit"])
+                leaves = set(revtree.leaves(entry.tree))
+                entry.bodies = {r: b for r, b in entry.bodies.items() if r in leaves}
+            if self._log_path is not None:
+                self._rewrite_log()
+
+    # ------------------------------------------------------------------ the log
+
+    def _record(self, docid: str, new_bodies: dict[str, Any]) -> bytes:
+        entry = self._docs[docid]
+        return msgpack.packb([docid, entry.seq, entry.tree, new_bodies], use_bin_type=True)
+
+    def _append(self, changed: list[tuple[str, dict[str, Any]]]) -> None:
+        if self._log is None or not changed:
+            return
+        # One write per call, so a crash leaves whole calls plus at most one torn record.
+        self._log.write(b"".join(self._record(docid, bodies) for docid, bodies in changed))
+        self._log.flush()
+        if self._config["fsync"]:
+            os.fsync(self._log.fileno())
+
+    def _replay(self) -> None:
+        assert self._log_path is not None  # only called for persistent databases
+        if not os.path.exists(self._log_path):
+            return
+        with builtins.open(self._log_path, "rb") as f:
+            data = f.read()
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+        unpacker.feed(data)
+        good = 0
+        while True:
+            try:
+                record = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except Exception as exc:  # msgpack raises several classes for bad bytes
+                raise CorruptionError(self._log_path, good, f"undecodable record: {exc}") from exc
+            self._load(record, good)
+            good = unpacker.tell()
+        if good < len(data):
+            self._set_aside_tail(data, good)
+
+    def _load(self, record: Any, offset: int) -> None:
+        try:
+            docid, seq, tree, new_bodies = record
+            entry = self._docs.setdefault(docid, _Doc(tree={}))
+            entry.tree = tree
+            entry.bodies.update(new_bodies)
+            entry.bodies = {r: b for r, b in entry.bodies.items() if r in tree}
+        except (TypeError, ValueError, AttributeError) as exc:
+            assert self._log_path is not None
+            raise CorruptionError(self._log_path, offset, f"malformed record: {exc}") from exc
+        entry.seq = seq
+        self._seq = max(self._seq, seq)
+
+    def _set_aside_tail(self, data: bytes, good: int) -> None:
+        assert self._log_path is not None
+        aside = f"{self._log_path}.torn-{good}"
+        with builtins.open(aside, "wb") as f:
+            f.write(data[good:])
+        warnings.warn(
+            f"{self._log_path}: dropped an incomplete last record of {len(data) - good} bytes "
+            f"at offset {good} (copy kept in {aside})",
+            stacklevel=4,
+        )
+        with builtins.open(self._log_path, "r+b") as f:
+            f.truncate(good)
+
+    def _rewrite_log(self) -> None:
+        assert self._log_path is not None and self._log is not None
+        tmp = self._log_path + ".compact"
+        by_seq = sorted(self._docs, key=lambda i: self._docs[i].seq)
+        with builtins.open(tmp, "wb") as f:
+            f.write(b"".join(self._record(i, self._docs[i].bodies) for i in by_seq))
+            f.flush()
+            os.fsync(f.fileno())
+        self._log.close()
+        # The new log must be durable before it replaces the old one.
+        os.replace(tmp, self._log_path)
+        dir_fd = os.open(os.path.dirname(self._log_path), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)

@@ -1,0 +1,243 @@
+"""Revision trees as plain dicts, and the CouchDB rules that read and grow them.
+
+A tree maps every known revision of one document to ``[parent, deleted]``:
+``parent`` is the revision it was derived from (``None`` for a root: the
+document's first revision, or the oldest one kept after stemming) and
+``deleted`` says whether that revision is a tombstone (it only matters for
+leaves). Positions always grow by one from parent to child. Every function
+here is pure: it never mutates the tree it is given, and returns fresh dicts.
+
+This is ``couch_key_tree`` flattened. The flat form cannot hold the same
+revision twice under two different parents (CouchDB's nested form can, when
+a replicator sends such paths); :func:`merge_path` keeps the parent it saw
+first, which only differs from CouchDB for hand-made revision ids.
+
+Winner order (``couch_doc:to_doc_info/1``): leaves sorted by
+``(not deleted, position, hash)``, largest first. The winner is the first:
+the live leaf with the highest position, ties broken by the larger hash
+(equivalently, the larger rev string); when every leaf is a tombstone, the
+tombstone chosen the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from settee.spec.revs import is_valid_rev, parse_rev
+
+__all__ = [
+    "RevTree",
+    "conflicts",
+    "deleted_conflicts",
+    "is_deleted",
+    "is_leaf",
+    "is_valid_path",
+    "is_valid_tree",
+    "leaves",
+    "merge_path",
+    "path_to_root",
+    "revisions",
+    "stem",
+    "winner",
+]
+
+RevTree = dict[str, list]
+"""rev -> [parent rev | None, deleted: bool]"""
+
+
+def is_valid_tree(tree: RevTree) -> bool:
+    """True when ``tree`` has the shape every function here relies on.
+
+    Every key is a valid rev; every value is ``[parent, deleted]`` with
+    ``deleted`` a bool and ``parent`` either None or a key of the tree whose
+    position is one less.
+    """
+    for rev, node in tree.items():
+        if not is_valid_rev(rev) or not isinstance(node, list) or len(node) != 2:
+            return False
+        parent, deleted = node
+        if not isinstance(deleted, bool):
+            return False
+        if parent is not None and (
+            parent not in tree or parse_rev(parent)[0] + 1 != parse_rev(rev)[0]
+        ):
+            return False
+    return True
+
+
+def is_valid_path(path: list[str]) -> bool:
+    """True when ``path`` is a non-empty list of revs, newest first, whose
+    positions drop by exactly one at each step and which repeats no rev."""
+    if not path or not all(is_valid_rev(rev) for rev in path):
+        return False
+    positions = [parse_rev(rev)[0] for rev in path]
+    steps_ok = all(a == b + 1 for a, b in itertools.pairwise(positions))
+    return steps_ok and len(set(path)) == len(path)
+
+
+def _child_count(tree: RevTree) -> dict[str, int]:
+    counts = dict.fromkeys(tree, 0)
+    for parent, _deleted in tree.values():
+        if parent is not None:
+            counts[parent] += 1
+    return counts
+
+
+def is_leaf(tree: RevTree, rev: str) -> bool:
+    """True when ``rev`` is in the tree and no revision has it as parent.
+
+    pre: is_valid_tree(tree)
+    post: __return__ == (rev in leaves(tree))
+    """
+    return rev in tree and all(parent != rev for parent, _deleted in tree.values())
+
+
+def _winner_key(tree: RevTree, rev: str) -> tuple[bool, int, str]:
+    pos, hash_ = parse_rev(rev)
+    return (not tree[rev][1], pos, hash_)
+
+
+def leaves(tree: RevTree) -> list[str]:
+    """Every leaf, in winner order (winner first).
+
+    pre: is_valid_tree(tree)
+    post: len(__return__) == len(set(__return__))
+    post: all(r in tree for r in __return__)
+    post: (len(__return__) > 0) == (len(tree) > 0)
+    """
+    counts = _child_count(tree)
+    found = [rev for rev, n in counts.items() if n == 0]
+    return sorted(found, key=lambda rev: _winner_key(tree, rev), reverse=True)
+
+
+def winner(tree: RevTree) -> str:
+    """The winning revision: the live leaf with the highest position, ties to
+    the larger rev string; if every leaf is deleted, the tombstone chosen the
+    same way.
+
+    pre: is_valid_tree(tree) and len(tree) > 0
+    post: is_leaf(tree, __return__)
+    post: not tree[__return__][1] or all(tree[r][1] for r in leaves(tree))
+    """
+    return leaves(tree)[0]
+
+
+def is_deleted(tree: RevTree) -> bool:
+    """True when the document is deleted: its winner (so every leaf) is a
+    tombstone.
+
+    pre: is_valid_tree(tree) and len(tree) > 0
+    post: __return__ == all(tree[r][1] for r in leaves(tree))
+    """
+    return tree[winner(tree)][1]
+
+
+def conflicts(tree: RevTree) -> list[str]:
+    """Live leaves other than the winner, in winner order (``_conflicts``).
+
+    pre: is_valid_tree(tree) and len(tree) > 0
+    post: all(not tree[r][1] and is_leaf(tree, r) for r in __return__)
+    post: winner(tree) not in __return__
+    """
+    win = winner(tree)
+    return [rev for rev in leaves(tree) if rev != win and not tree[rev][1]]
+
+
+def deleted_conflicts(tree: RevTree) -> list[str]:
+    """Deleted leaves other than the winner, in winner order
+    (``_deleted_conflicts``).
+
+    pre: is_valid_tree(tree) and len(tree) > 0
+    post: all(tree[r][1] and is_leaf(tree, r) for r in __return__)
+    post: winner(tree) not in __return__
+    """
+    win = winner(tree)
+    return [rev for rev in leaves(tree) if rev != win and tree[rev][1]]
+
+
+def path_to_root(tree: RevTree, rev: str) -> list[str]:
+    """``rev`` and its ancestors, newest first, up to the (possibly stemmed)
+    root.
+
+    pre: is_valid_tree(tree) and rev in tree
+    post: __return__[0] == rev
+    post: tree[__return__[-1]][0] is None
+    post: is_valid_path(__return__)
+    """
+    path = [rev]
+    parent = tree[rev][0]
+    while parent is not None:
+        path.append(parent)
+        parent = tree[parent][0]
+    return path
+
+
+def revisions(tree: RevTree, rev: str) -> dict[str, object]:
+    """The ``_revisions`` value of ``rev``: ``{"start": pos, "ids": hashes}``,
+    hashes newest first, as far back as the tree remembers.
+
+    pre: is_valid_tree(tree) and rev in tree
+    post: __return__["start"] == parse_rev(rev)[0]
+    post: len(__return__["ids"]) == len(path_to_root(tree, rev))
+    """
+    path = path_to_root(tree, rev)
+    return {"start": parse_rev(rev)[0], "ids": [parse_rev(r)[1] for r in path]}
+
+
+def merge_path(tree: RevTree, path: list[str], leaf_deleted: bool) -> tuple[RevTree, bool]:
+    """Merge one revision path (newest first) into ``tree``.
+
+    Revisions the tree lacks are added, each with the next older path entry
+    as parent; ``path[0]`` gets ``leaf_deleted``, older new entries are
+    ancestors whose deleted flag never matters. A known *root* whose parent
+    the path names is re-attached to it: the path restores history stemming
+    dropped, as CouchDB's merge does. A known revision whose parent differs
+    from the path's stops the merge (the tree's ancestry wins). Returns
+    ``(new_tree, changed)``.
+
+    pre: is_valid_tree(tree) and is_valid_path(path)
+    post: all(r in __return__[0] for r in path)
+    post: all(r in __return__[0] for r in tree)
+    post: all(tree[r][0] is None or __return__[0][r][0] == tree[r][0] for r in tree)
+    post: all(__return__[0][r][1] == tree[r][1] for r in tree)
+    post: __return__[1] == (__return__[0] != tree)
+    post: is_valid_tree(__return__[0])
+    """
+    new = {rev: [parent, deleted] for rev, (parent, deleted) in tree.items()}
+    for i, rev in enumerate(path):
+        parent = path[i + 1] if i + 1 < len(path) else None
+        if rev not in new:
+            new[rev] = [parent, bool(leaf_deleted) if i == 0 else False]
+        elif new[rev][0] is None:
+            new[rev][0] = parent
+        elif new[rev][0] != parent:
+            break
+    return new, new != tree
+
+
+def stem(tree: RevTree, limit: int) -> RevTree:
+    """Keep only revisions fewer than ``limit`` steps above some leaf; a kept
+    revision whose parent was dropped becomes a root. This is CouchDB 3.x's
+    ``couch_key_tree:stem`` (a revision stays attached to a kept parent), so
+    in a branched tree a leaf's path can be longer than ``limit`` when its
+    upper part is kept for a nearer leaf.
+
+    pre: is_valid_tree(tree) and limit >= 1
+    post: is_valid_tree(__return__)
+    post: set(leaves(__return__)) == set(leaves(tree))
+    post: all(any(r in path_to_root(tree, x)[:limit] for x in leaves(tree)) for r in __return__)
+    post: all(r in __return__ for r in leaves(tree) for r in path_to_root(tree, r)[:limit])
+    """
+    keep: set[str] = set()
+    for leaf in leaves(tree):
+        rev: str | None = leaf
+        for _ in range(limit):
+            if rev is None:
+                break
+            keep.add(rev)
+            rev = tree[rev][0]
+    return {
+        rev: [parent if parent in keep else None, deleted]
+        for rev, (parent, deleted) in tree.items()
+        if rev in keep
+    }

@@ -1,0 +1,344 @@
+"""Examples and properties of the pure spec functions (settee.spec.*).
+
+CrossHair checks the same functions' docstring contracts symbolically
+(tests/test_spec_crosshair.py); these tests pin CouchDB examples and check,
+with Hypothesis, the contracts CrossHair cannot reach (msgpack, md5, str order).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from settee.spec import config, docs, keys, revs, revtree, routing
+from settee.spec.errors import BadRequest
+
+HEX = "0123456789abcdef"
+hashes = st.text(alphabet=revs.HASH_CHARS, min_size=1, max_size=8)
+rev_strings = st.builds(revs.format_rev, st.integers(1, 10**6), hashes)
+
+
+# --------------------------------------------------------------------------- revs
+
+
+@pytest.mark.parametrize("rev", ["1-a", "12-967a00dff5e02add41819138abb3284d", "3-z9"])
+def test_parse_rev_accepts(rev: str) -> None:
+    pos, hash_ = revs.parse_rev(rev)
+    assert revs.format_rev(pos, hash_) == rev
+
+
+@pytest.mark.parametrize(
+    "rev", ["abc", "0-abc", "01-abc", "1-", "-abc", "1-ABC", "x-abc", "1-a-b", "1-a b", 1, None]
+)
+def test_parse_rev_rejects(rev: object) -> None:
+    with pytest.raises(BadRequest, match="N-hash"):
+        revs.parse_rev(rev)
+
+
+@given(st.integers(1, 10**9), hashes)
+def test_format_parse_round_trip(pos: int, hash_: str) -> None:
+    assert revs.parse_rev(revs.format_rev(pos, hash_)) == (pos, hash_)
+
+
+bodies = st.dictionaries(
+    st.text(max_size=5), st.one_of(st.integers(-5, 5), st.text(max_size=3), st.none()), max_size=3
+)
+
+
+@given(st.one_of(st.none(), rev_strings), st.booleans(), bodies)
+def test_new_rev_contract(parent: str | None, deleted: bool, body: dict) -> None:
+    """new_rev's docstring postconditions (CrossHair cannot see through msgpack)."""
+    rev = revs.new_rev(parent, deleted, body)
+    pos, hash_ = revs.parse_rev(rev)
+    assert pos == (1 if parent is None else revs.rev_pos(parent) + 1)
+    assert len(hash_) == 32 and set(hash_) <= set(HEX)
+    assert rev == revs.new_rev(parent, deleted, dict(body))
+
+
+def test_new_rev_digests_every_input() -> None:
+    base = revs.new_rev("1-a", False, {"x": 1})
+    assert revs.new_rev("1-b", False, {"x": 1}) != base
+    assert revs.new_rev("1-a", True, {"x": 1}) != base
+    assert revs.new_rev("1-a", False, {"x": 2}) != base
+    assert revs.new_rev(None, False, {}) == revs.new_rev(None, False, {})
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def mem3_ranges(n: int) -> list[tuple[int, int]]:
+    """mem3_util:make_key_ranges, re-derived from its loop (not from routing.py)."""
+    top, inc, start, out = 2**32, 2**32 // n, 0, []
+    while start <= top - 1:
+        end = top - 1 if start + 2 * inc > top else start + inc - 1
+        out.append((start, end))
+        start = end + 1
+    return out
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_shard_ranges_match_mem3(n: int) -> None:
+    assert routing.shard_ranges(n) == mem3_ranges(n)
+
+
+@given(st.text(), st.integers(1, 8))
+def test_shard_of_picks_the_range_holding_the_hash(docid: str, n: int) -> None:
+    h = zlib.crc32(docid.encode("utf-8"))
+    index = routing.shard_of(docid, n)
+    begin, end = routing.shard_ranges(n)[index]
+    assert begin <= h <= end
+
+
+def test_shard_of_known_values() -> None:
+    # crc32("a") = 0xe8b7be43 lies in the last quarter of the ring.
+    assert routing.shard_of("a", 4) == 3
+    assert routing.shard_of("a", 1) == 0
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@given(st.text(), st.text())
+def test_collate_is_python_str_order(a: str, b: str) -> None:
+    assert keys.collate(a, b) == (a > b) - (a < b)
+
+
+def test_raw_code_point_order() -> None:
+    assert keys.sort_ids(["é", "a", "Z", "😀", "ﬀ"], False) == ["Z", "a", "é", "ﬀ", "😀"]
+
+
+@pytest.mark.parametrize(
+    ("key", "start", "end", "desc", "incl", "expected"),
+    [
+        ("b", "a", "c", False, True, True),
+        ("c", "a", "c", False, True, True),
+        ("c", "a", "c", False, False, False),
+        ("a", "a", "c", False, False, True),
+        ("b", "c", "a", True, True, True),
+        ("a", "c", "a", True, False, False),
+        ("d", "c", "a", True, True, False),
+        ("b", "c", "a", False, True, False),  # reversed bounds: empty, not an error
+        ("x", None, None, True, False, True),
+    ],
+)
+def test_in_range_examples(
+    key: str, start: str | None, end: str | None, desc: bool, incl: bool, expected: bool
+) -> None:
+    assert keys.in_range(key, start, end, desc, incl) is expected
+
+
+# --------------------------------------------------------------------------- revtree
+
+
+def chain(*revs_newest_first: str, deleted: bool = False) -> revtree.RevTree:
+    tree, _ = revtree.merge_path({}, list(revs_newest_first), deleted)
+    return tree
+
+
+def test_winner_highest_position_then_larger_hash() -> None:
+    """couch_doc:to_doc_info sorts leaves by {not deleted, {pos, rev}} descending."""
+    tree, _ = revtree.merge_path(chain("2-b", "1-a"), ["2-c", "1-a"], False)
+    assert revtree.winner(tree) == "2-c"
+    assert revtree.conflicts(tree) == ["2-b"]
+    tree, _ = revtree.merge_path(tree, ["3-a", "2-b"], False)
+    assert revtree.winner(tree) == "3-a" and revtree.conflicts(tree) == ["2-c"]
+
+
+def test_live_leaf_beats_longer_deleted_branch() -> None:
+    tree, _ = revtree.merge_path(chain("2-a", "1-a"), ["5-f", "4-f", "3-f", "2-f", "1-a"], True)
+    assert revtree.winner(tree) == "2-a"
+    assert revtree.conflicts(tree) == [] and revtree.deleted_conflicts(tree) == ["5-f"]
+    assert not revtree.is_deleted(tree)
+
+
+def test_all_leaves_deleted_winner_is_highest_tombstone() -> None:
+    tree, _ = revtree.merge_path(chain("2-a", "1-a", deleted=True), ["3-b", "2-b", "1-a"], True)
+    assert revtree.winner(tree) == "3-b" and revtree.is_deleted(tree)
+    assert revtree.leaves(tree) == ["3-b", "2-a"]
+
+
+def test_merge_divergent_path_creates_conflict() -> None:
+    tree, added = revtree.merge_path(chain("3-c", "2-b", "1-a"), ["3-x", "2-x", "1-a"], False)
+    assert added and set(revtree.leaves(tree)) == {"3-c", "3-x"}
+    assert revtree.conflicts(tree) == ["3-c"]
+
+
+def test_merge_existing_path_is_a_no_op() -> None:
+    tree = chain("3-c", "2-b", "1-a")
+    for path in (["3-c", "2-b", "1-a"], ["2-b", "1-a"], ["3-c"], ["1-a"]):
+        assert revtree.merge_path(tree, path, True) == (tree, False)
+
+
+def test_merge_reattaches_a_stemmed_root() -> None:
+    tree = revtree.stem(chain("4-d", "3-c", "2-b", "1-a"), 2)
+    assert tree == {"4-d": ["3-c", False], "3-c": [None, False]}
+    merged, added = revtree.merge_path(tree, ["4-d", "3-c", "2-b"], False)
+    assert added and merged["3-c"] == ["2-b", False] and merged["2-b"] == [None, False]
+
+
+def test_merge_does_not_mutate_its_input() -> None:
+    tree = chain("2-b", "1-a")
+    snapshot = {r: list(v) for r, v in tree.items()}
+    revtree.merge_path(tree, ["3-c", "2-b"], True)
+    revtree.stem(tree, 1)
+    assert tree == snapshot
+
+
+def test_stem_keeps_branches_attached_like_couchdb_3() -> None:
+    """couch_key_tree:stem (3.x): 2-a is kept for leaf 3-b, so 3-a stays its
+    child and leaf 4-a's path has 3 revs with limit 2."""
+    tree, _ = revtree.merge_path(chain("4-a", "3-a", "2-a", "1-a"), ["3-b", "2-a"], False)
+    stemmed = revtree.stem(tree, 2)
+    assert stemmed == {
+        "4-a": ["3-a", False],
+        "3-a": ["2-a", False],
+        "3-b": ["2-a", False],
+        "2-a": [None, False],
+    }
+
+
+def test_stem_keeps_limit_revs_per_leaf() -> None:
+    tree, _ = revtree.merge_path(chain("4-d", "3-c", "2-b", "1-a"), ["2-x", "1-a"], False)
+    stemmed = revtree.stem(tree, 2)
+    # 1-a is within 2 of leaf 2-x, so it stays (as parent of both branches' roots).
+    assert stemmed == {
+        "4-d": ["3-c", False],
+        "3-c": [None, False],
+        "2-x": ["1-a", False],
+        "1-a": [None, False],
+    }
+    assert revtree.revisions(stemmed, "4-d") == {"start": 4, "ids": ["d", "c"]}
+    assert revtree.stem(tree, 1) == {"4-d": [None, False], "2-x": [None, False]}
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> revtree.RevTree:
+    """Trees grown the way a database grows them: merging random paths."""
+    tree: revtree.RevTree = {}
+    for _ in range(draw(st.integers(1, 6))):
+        top = draw(st.integers(1, 6))
+        length = draw(st.integers(1, top))
+        path = [f"{p}-{draw(st.sampled_from('abc'))}" for p in range(top, top - length, -1)]
+        tree, _ = revtree.merge_path(tree, path, draw(st.booleans()))
+    return tree
+
+
+@given(trees(), st.integers(1, 4))
+def test_tree_properties(tree: revtree.RevTree, limit: int) -> None:
+    assert revtree.is_valid_tree(tree)
+    win = revtree.winner(tree)
+    leaves = revtree.leaves(tree)
+    assert leaves[0] == win and all(revtree.is_leaf(tree, r) for r in leaves)
+    assert set(revtree.conflicts(tree)) | set(revtree.deleted_conflicts(tree)) == set(leaves) - {
+        win
+    }
+    stemmed = revtree.stem(tree, limit)
+    assert revtree.is_valid_tree(stemmed) and set(revtree.leaves(stemmed)) == set(leaves)
+    near = {r for leaf in leaves for r in revtree.path_to_root(tree, leaf)[:limit]}
+    assert set(stemmed) == near  # kept: exactly the revs within limit of a leaf
+    assert all(stemmed[r][0] in (tree[r][0], None) for r in stemmed)
+    assert revtree.stem(stemmed, limit) == stemmed
+    for leaf in leaves:
+        assert revtree.merge_path(tree, revtree.path_to_root(tree, leaf), True) == (tree, False)
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def test_validate_doc_splits_and_normalises() -> None:
+    doc = {"_id": "a", "_rev": "1-a", "t": (1, 2), "_conflicts": ["1-b"], "n": {"x": None}}
+    valid = docs.validate_doc(doc, new_edits=True)
+    assert valid == docs.ValidDoc("a", "1-a", False, ("1-a",), {"t": [1, 2], "n": {"x": None}})
+    assert valid.body["n"] is not doc["n"]
+
+
+def test_validate_doc_revisions_path() -> None:
+    doc = {"_id": "a", "_rev": "3-c", "_revisions": {"start": 3, "ids": ["c", "b", "a"]}}
+    assert docs.validate_doc(doc, new_edits=False).revisions == ("3-c", "2-b", "1-a")
+    del doc["_rev"]  # CouchDB accepts _revisions alone
+    assert docs.validate_doc(doc, new_edits=False).rev == "3-c"
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ([], "must be a dict"),
+        ({}, "non-empty str"),
+        ({"_id": ""}, "non-empty str"),
+        ({"_id": 1}, "non-empty str"),
+        ({"_id": "_x"}, "starts with '_'"),
+        ({"_id": "_design/"}, "starts with '_'"),
+        ({"_id": "_local/x"}, "starts with '_'"),
+        ({"_id": "a\ud800"}, "UTF-8"),
+        ({"_id": "a", "_attachments": {}}, "unknown special field"),
+        ({"_id": "a", "_foo": 1}, "unknown special field"),
+        ({"_id": "a", "_deleted": 1}, "_deleted"),
+        ({"_id": "a", "_rev": "1"}, "N-hash"),
+        ({"_id": "a", "_rev": "2-b", "_revisions": {"start": 3, "ids": ["c"]}}, "disagrees"),
+        ({"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}}, "below"),
+        ({"_id": "a", "_revisions": {"start": 2, "ids": []}}, "non-empty"),
+        ({"_id": "a", "_revisions": {"start": 2, "ids": ["A"]}}, "hash"),
+        ({"_id": "a", "x": b"raw"}, "bytes"),
+        ({"_id": "a", "x": {1, 2}}, "set"),
+        ({"_id": "a", "x": {1: 2}}, "keys must be str"),
+        ({"_id": "a", "x": math.nan}, "JSON number"),
+        ({"_id": "a", "x": math.inf}, "JSON number"),
+        ({"_id": "a", "x": 2**64}, "64 bits"),
+        ({"_id": "a", "x": "\udc00"}, "UTF-8"),
+        ({"_id": "a", 3: 1}, "not a str"),
+    ],
+)
+def test_validate_doc_rejects(doc: object, match: str) -> None:
+    with pytest.raises(BadRequest, match=match):
+        docs.validate_doc(doc, new_edits=True)
+
+
+def test_validate_doc_new_edits_false_needs_a_rev() -> None:
+    with pytest.raises(BadRequest, match="new_edits=False"):
+        docs.validate_doc({"_id": "a"}, new_edits=False)
+
+
+def test_validate_doc_size_limit() -> None:
+    docs.validate_doc({"_id": "a", "x": "y" * 10}, new_edits=True, max_document_size=100)
+    with pytest.raises(BadRequest, match="max_document_size"):
+        docs.validate_doc({"_id": "a", "x": "y" * 100}, new_edits=True, max_document_size=100)
+
+
+def test_design_ids_are_accepted() -> None:
+    assert docs.validate_docid("_design/x") == "_design/x"
+
+
+def test_render_doc_field_order() -> None:
+    out = docs.render_doc("a", "2-b", True, {"x": 1}, revisions={"start": 2, "ids": ["b"]})
+    assert list(out) == ["_id", "_rev", "x", "_deleted", "_revisions"]
+    assert "_conflicts" not in docs.render_doc("a", "1-a", False, {}, conflicts=[])
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_validate_options_merges_key_by_key() -> None:
+    assert config.validate_options() == config.DEFAULTS
+    merged = config.validate_options(shards=2, fsync=None)
+    assert merged == {**config.DEFAULTS, "shards": 2}
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"shard": 2}, "shard"),
+        ({"shards": 0}, "shards"),
+        ({"shards": True}, "shards"),
+        ({"fsync": 1}, "fsync"),
+        ({"read_mode": "fast"}, "read_mode"),
+        ({"revs_limit": 0}, "revs_limit"),
+        ({"max_document_size": -1}, "max_document_size"),
+    ],
+)
+def test_validate_options_rejects(options: dict, name: str) -> None:
+    with pytest.raises(BadRequest, match=name):
+        config.validate_options(**options)
