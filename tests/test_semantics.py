@@ -1,0 +1,1501 @@
+"""The semantic suite: CouchDB behaviour every settee implementation must show.
+
+Every test runs against each implementation through the ``engine`` /
+``opener`` fixtures (the root conftest.py) and never imports one directly. The
+expected values come from CouchDB's documentation and sources (cited in each
+docstring; files are in apache/couchdb) as adapted by spec/SEMANTICS.md, not
+from any implementation's output. Section numbers (§) refer to SEMANTICS.md.
+
+Tests do not depend on the shard count: changes are checked only through
+their documented guarantees; a total order is asserted only with one shard.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
+
+REV_RE = re.compile(r"^[1-9][0-9]*-[0-9a-f]{32}$")
+H = {c: c * 32 for c in "0123456789abcdef"}  # readable 32-hex hashes for replicated revs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pos(rev: str) -> int:
+    return int(rev.split("-", 1)[0])
+
+
+def hash_of(rev: str) -> str:
+    return rev.split("-", 1)[1]
+
+
+def replicate(
+    db: Any, docid: str, path: list[str], body: dict[str, Any] | None = None, deleted: bool = False
+) -> list[Any]:
+    """Store ``path`` (newest first, consecutive positions) with new_edits=False,
+    as a replicator does (docs.couchdb.org _bulk_docs "new_edits")."""
+    doc: dict[str, Any] = {
+        "_id": docid,
+        "_rev": path[0],
+        "_revisions": {"start": pos(path[0]), "ids": [hash_of(r) for r in path]},
+        **(body or {}),
+    }
+    if deleted:
+        doc["_deleted"] = True
+    return db.bulk_docs([doc], new_edits=False)
+
+
+def snapshot(db: Any) -> dict[str, Any]:
+    """Everything a reader can see, minus opaque tokens, for "unchanged" checks."""
+    rows = db.all_docs(include_docs=True)
+    changes = db.changes(include_docs=True)["results"]
+    return {
+        "all_docs": rows,
+        "changes": sorted(
+            ((c["id"], c["changes"][0]["rev"], c.get("deleted", False), repr(c["doc"])))
+            for c in changes
+        ),
+        "counts": (db.info()["doc_count"], db.info()["doc_del_count"]),
+    }
+
+
+def ids_of(changes: dict[str, Any]) -> list[str]:
+    return [c["id"] for c in changes["results"]]
+
+
+def seeded(db: Any, ids: list[str]) -> dict[str, str]:
+    """Create one doc per id (one put each) and return id -> rev."""
+    return {i: db.put({"_id": i, "v": i})["rev"] for i in ids}
+
+
+def single_shard(opener: Any) -> bool:
+    return opener.param.options.get("shards", 1) == 1
+
+
+# --------------------------------------------------------------------------- create/read/update
+
+
+def test_put_creates_first_revision(engine: Any) -> None:
+    """PUT /{db}/{docid} answers {"ok": true, "id", "rev"} with rev "1-<md5>"
+    (docs.couchdb.org api/document/common "PUT"; couch_db:new_revid)."""
+    res = engine.put({"_id": "a", "x": 1})
+    assert set(res) == {"ok", "id", "rev"}
+    assert res["ok"] is True and res["id"] == "a"
+    assert REV_RE.match(res["rev"]) and pos(res["rev"]) == 1
+
+
+def test_get_returns_id_rev_and_body(engine: Any) -> None:
+    """GET returns the winning revision with _id and _rev (api/document/common)."""
+    rev = engine.put({"_id": "a", "x": 1, "nested": {"k": [1, 2]}})["rev"]
+    assert engine.get("a") == {"_id": "a", "_rev": rev, "x": 1, "nested": {"k": [1, 2]}}
+
+
+def test_update_increments_position(engine: Any) -> None:
+    """Each edit adds one to the revision position (basics_test.exs; couch_doc revs)."""
+    rev = engine.put({"_id": "a", "v": 0})["rev"]
+    for n in range(2, 6):
+        rev2 = engine.put({"_id": "a", "_rev": rev, "v": n})["rev"]
+        assert REV_RE.match(rev2) and pos(rev2) == n and rev2 != rev
+        rev = rev2
+    assert engine.get("a") == {"_id": "a", "_rev": rev, "v": 5}
+
+
+def test_stale_rev_conflicts_and_changes_nothing(engine: Any) -> None:
+    """Updating with a non-leaf rev is 409 conflict (api/document/common PUT;
+    bulk_docs_test.exs "can detect conflicts")."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_rev": r1, "v": 3})
+    assert engine.get("a") == {"_id": "a", "_rev": r2, "v": 2}
+
+
+def test_missing_rev_on_existing_doc_conflicts(engine: Any) -> None:
+    """PUT without _rev on a live doc conflicts (couch_db:prep_and_validate_update:
+    "new doc, and we have existing revs" -> conflict unless deleted)."""
+    rev = engine.put({"_id": "a", "v": 1})["rev"]
+    with pytest.raises(Conflict) as info:
+        engine.put({"_id": "a", "v": 2})
+    assert info.value.reason == "Document update conflict."
+    assert engine.get("a")["_rev"] == rev
+
+
+def test_rev_on_missing_doc_conflicts(engine: Any) -> None:
+    """couch_db:prep_and_validate_updates: "old revs specified but none exist, a conflict"."""
+    with pytest.raises(Conflict):
+        engine.put({"_id": "new", "_rev": "1-" + H["a"], "v": 1})
+    with pytest.raises(NotFound):
+        engine.get("new")
+
+
+def test_unknown_rev_on_existing_doc_conflicts(engine: Any) -> None:
+    """A _rev that is not a leaf of the tree conflicts (couch_db prep_and_validate_update)."""
+    engine.put({"_id": "a", "v": 1})
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_rev": "1-" + H["f"], "v": 2})
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_rev": "7-" + H["f"], "v": 2})
+
+
+def test_revision_ids_are_deterministic(engine: Any) -> None:
+    """couch_db:new_revid digests [deleted, parent pos, parent rev, body]: equal
+    edits give equal revs, different bodies different revs (SEMANTICS §2.2)."""
+    a = engine.put({"_id": "a", "same": True})["rev"]
+    b = engine.put({"_id": "b", "same": True})["rev"]
+    c = engine.put({"_id": "c", "same": False})["rev"]
+    assert a == b and a != c
+    a2 = engine.put({"_id": "a", "_rev": a, "n": 1})["rev"]
+    b2 = engine.put({"_id": "b", "_rev": b, "n": 1})["rev"]
+    assert a2 == b2
+
+
+def test_get_missing_doc_is_not_found_missing(engine: Any) -> None:
+    """GET of an unknown id: 404 {"error": "not_found", "reason": "missing"}."""
+    with pytest.raises(NotFound) as info:
+        engine.get("nope")
+    assert info.value.reason == "missing"
+    assert isinstance(info.value, KeyError)
+
+
+def test_get_unknown_rev_is_missing(engine: Any) -> None:
+    """GET ?rev= of a revision the tree does not hold: not_found missing."""
+    engine.put({"_id": "a", "v": 1})
+    with pytest.raises(NotFound) as info:
+        engine.get("a", rev="1-" + H["0"])
+    assert info.value.reason == "missing"
+    with pytest.raises(NotFound) as info:
+        engine.get("zzz", rev="1-" + H["0"])
+    assert info.value.reason == "missing"
+
+
+def test_get_old_revision_before_compaction(engine: Any) -> None:
+    """Non-leaf revisions keep their bodies until compaction
+    (api/document/common "rev" query parameter; SEMANTICS §6)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    assert engine.get("a", rev=r1) == {"_id": "a", "_rev": r1, "v": 1}
+    assert engine.get("a", rev=r2) == {"_id": "a", "_rev": r2, "v": 2}
+
+
+def test_revisions_shape(engine: Any) -> None:
+    """?revs=true adds _revisions {"start": N, "ids": [newest..oldest hashes]}
+    (api/document/common "Getting a List of Revisions")."""
+    revs = [engine.put({"_id": "a", "v": 0})["rev"]]
+    for n in range(1, 4):
+        revs.append(engine.put({"_id": "a", "_rev": revs[-1], "v": n})["rev"])
+    doc = engine.get("a", revs=True)
+    assert doc["_revisions"] == {"start": 4, "ids": [hash_of(r) for r in reversed(revs)]}
+    old = engine.get("a", rev=revs[1], revs=True)
+    assert old["_revisions"] == {"start": 2, "ids": [hash_of(revs[1]), hash_of(revs[0])]}
+    assert "_revisions" not in engine.get("a")
+
+
+def test_body_values_round_trip(engine: Any) -> None:
+    """JSON values are stored as given; tuples come back as lists (SEMANTICS §2.1)."""
+    body = {
+        "n": None,
+        "t": True,
+        "f": False,
+        "i": -(2**63),
+        "u": 2**64 - 1,
+        "x": 1.5,
+        "s": "é😀",
+        "l": [1, [2, {"k": None}]],
+        "tup": (1, 2),
+        "d": {"": {"z": 0}},
+    }
+    rev = engine.put({"_id": "a", **body})["rev"]
+    expected = {**body, "tup": [1, 2]}
+    assert engine.get("a") == {"_id": "a", "_rev": rev, **expected}
+
+
+def test_design_documents_are_ordinary_documents(engine: Any) -> None:
+    """_design/ ids are valid and listed by _all_docs (couch_doc:validate_docid;
+    api/database/bulk-api _all_docs includes design docs)."""
+    rev = engine.put({"_id": "_design/app", "views": {}})["rev"]
+    assert engine.get("_design/app")["_rev"] == rev
+    assert [r["id"] for r in engine.all_docs()["rows"]] == ["_design/app"]
+    assert engine.info()["doc_count"] == 1
+
+
+def test_put_does_not_modify_its_argument(engine: Any) -> None:
+    """The call never writes back into the caller's dict (SEMANTICS §1)."""
+    doc = {"_id": "a", "v": [1]}
+    engine.put(doc)
+    assert doc == {"_id": "a", "v": [1]}
+
+
+def test_results_are_copies(engine: Any) -> None:
+    """Mutating what a read returned, or what was passed in, never changes the store
+    (SEMANTICS §1)."""
+    doc = {"_id": "a", "v": [1], "d": {"k": 1}}
+    rev = engine.put(doc)["rev"]
+    doc["v"].append(2)
+    doc["d"]["k"] = 99
+    got = engine.get("a")
+    got["v"].append(3)
+    got["d"]["new"] = 1
+    got["_rev"] = "x"
+    rows = engine.all_docs(include_docs=True)["rows"]
+    rows[0]["doc"]["v"].append(4)
+    rows[0]["value"]["rev"] = "y"
+    ch = engine.changes(include_docs=True)["results"]
+    ch[0]["doc"]["v"].append(5)
+    ch[0]["changes"][0]["rev"] = "z"
+    assert engine.get("a") == {"_id": "a", "_rev": rev, "v": [1], "d": {"k": 1}}
+    assert engine.all_docs()["rows"][0]["value"] == {"rev": rev}
+    assert engine.changes()["results"][0]["changes"] == [{"rev": rev}]
+
+
+def test_output_only_fields_are_ignored_on_input(engine: Any) -> None:
+    """couch_doc:transfer_fields drops _conflicts, _deleted_conflicts, _revs_info and
+    _local_seq, so a doc read with conflicts/revs can be written back."""
+    rev = engine.put({"_id": "a", "v": 1, "_conflicts": ["1-" + H["a"]], "_local_seq": 3})["rev"]
+    assert engine.get("a", conflicts=True) == {"_id": "a", "_rev": rev, "v": 1}
+    doc = engine.get("a", revs=True, conflicts=True)
+    doc["v"] = 2
+    rev2 = engine.put(doc)["rev"]
+    assert pos(rev2) == 2
+    assert engine.get("a") == {"_id": "a", "_rev": rev2, "v": 2}
+
+
+def test_non_ascii_ids_round_trip(engine: Any) -> None:
+    """Ids are arbitrary Unicode strings (raw collation, couch_ejson_compare)."""
+    ids = ["é", "😀", "日本", "a b/c?d", "\x00nul"]
+    revs = seeded(engine, ids)
+    for i in ids:
+        assert engine.get(i) == {"_id": i, "_rev": revs[i], "v": i}
+
+
+# --------------------------------------------------------------------------- delete
+
+
+def test_delete_leaves_a_tombstone(engine: Any) -> None:
+    """DELETE creates a deleted revision; GET then answers not_found "deleted"
+    (api/document/common DELETE; bulk_docs_test.exs reason == "deleted")."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    res = engine.delete("a", r1)
+    assert set(res) == {"ok", "id", "rev"} and res["ok"] is True and res["id"] == "a"
+    assert REV_RE.match(res["rev"]) and pos(res["rev"]) == 2
+    with pytest.raises(NotFound) as info:
+        engine.get("a")
+    assert info.value.reason == "deleted"
+    assert engine.get("a", rev=res["rev"]) == {"_id": "a", "_rev": res["rev"], "_deleted": True}
+    info2 = engine.info()
+    assert (info2["doc_count"], info2["doc_del_count"]) == (0, 1)
+    assert engine.all_docs()["rows"] == []
+    (entry,) = engine.changes()["results"]
+    assert entry["id"] == "a" and entry["deleted"] is True
+    assert entry["changes"] == [{"rev": res["rev"]}]
+
+
+def test_delete_missing_doc_is_not_found(engine: Any) -> None:
+    """chttpd_db DELETE opens the doc first: unknown id -> 404 missing."""
+    with pytest.raises(NotFound) as info:
+        engine.delete("nope", "1-" + H["a"])
+    assert info.value.reason == "missing"
+
+
+def test_delete_deleted_doc_is_not_found_deleted(engine: Any) -> None:
+    """chttpd_db DELETE opens the doc first: tombstone -> 404 deleted."""
+    r1 = engine.put({"_id": "a"})["rev"]
+    r2 = engine.delete("a", r1)["rev"]
+    with pytest.raises(NotFound) as info:
+        engine.delete("a", r2)
+    assert info.value.reason == "deleted"
+
+
+def test_delete_with_stale_or_no_rev_conflicts(engine: Any) -> None:
+    """DELETE needs the current leaf rev, else 409 (api/document/common DELETE)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    with pytest.raises(Conflict):
+        engine.delete("a", r1)
+    with pytest.raises(Conflict):
+        engine.delete("a", None)
+    assert engine.get("a")["_rev"] == r2
+
+
+def test_put_with_deleted_flag_deletes(engine: Any) -> None:
+    """_deleted: true in a PUT/_bulk_docs body deletes (bulk_docs_test.exs)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "_deleted": True, "why": "gone"})["rev"]
+    assert pos(r2) == 2
+    with pytest.raises(NotFound):
+        engine.get("a")
+    assert engine.get("a", rev=r2) == {"_id": "a", "_rev": r2, "why": "gone", "_deleted": True}
+
+
+def test_recreate_after_delete_continues_from_tombstone(engine: Any) -> None:
+    """A PUT without _rev on a deleted doc extends the deleted branch
+    (couch_db:prep_and_validate_update "reuse existing deleted doc")."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.delete("a", r1)["rev"]
+    r3 = engine.put({"_id": "a", "v": 3})["rev"]
+    assert pos(r3) == 3
+    doc = engine.get("a", revs=True)
+    assert doc["_revisions"] == {"start": 3, "ids": [hash_of(r3), hash_of(r2), hash_of(r1)]}
+    assert (engine.info()["doc_count"], engine.info()["doc_del_count"]) == (1, 0)
+
+
+def test_recreate_naming_the_tombstone_rev_conflicts(engine: Any) -> None:
+    """A deleted doc is only recreated "from the root" (no _rev): naming even the
+    tombstone conflicts (couch_db_updater:merge_rev_tree, "revision depth of 1
+    ... and is also not deleted")."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.delete("a", r1)["rev"]
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_rev": r2, "v": 3})
+    with pytest.raises(NotFound):
+        engine.get("a")
+
+
+def test_deleting_a_deleted_doc_without_rev_conflicts(engine: Any) -> None:
+    """A tombstone written without _rev on a deleted doc is not a recreation
+    (couch_db_updater:merge_rev_tree requires "not NewDeleted")."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    engine.delete("a", r1)
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_deleted": True})
+    assert engine.changes()["results"][0]["changes"][0]["rev"] != r1
+
+
+def test_bulk_docs_recreate_after_tombstone_in_same_call(engine: Any) -> None:
+    """merge_rev_trees folds one id's entries in order: a create as tombstone
+    followed by a create recreates from that tombstone."""
+    res = engine.bulk_docs([{"_id": "a", "_deleted": True}, {"_id": "a", "v": 1}])
+    assert res[0]["ok"] is True and res[1]["ok"] is True
+    assert pos(res[0]["rev"]) == 1 and pos(res[1]["rev"]) == 2
+    assert engine.get("a", revs=True)["_revisions"]["ids"] == [
+        hash_of(res[1]["rev"]),
+        hash_of(res[0]["rev"]),
+    ]
+
+
+def test_update_of_deleted_doc_with_old_rev_conflicts(engine: Any) -> None:
+    """The pre-delete revision is no longer a leaf: conflict."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    engine.delete("a", r1)
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_rev": r1, "v": 2})
+
+
+def test_create_as_tombstone(engine: Any) -> None:
+    """A new doc with _deleted: true and no _rev is accepted (prep_and_validate_updates
+    not_found + revs {0, []} -> ok) and stored as a deleted document."""
+    rev = engine.put({"_id": "t", "_deleted": True})["rev"]
+    assert pos(rev) == 1
+    with pytest.raises(NotFound) as info:
+        engine.get("t")
+    assert info.value.reason == "deleted"
+    assert (engine.info()["doc_count"], engine.info()["doc_del_count"]) == (0, 1)
+    (entry,) = engine.changes()["results"]
+    assert entry["deleted"] is True
+
+
+# --------------------------------------------------------------------------- bulk_docs
+
+
+def test_bulk_docs_results_in_order(engine: Any) -> None:
+    """_bulk_docs answers one entry per doc in request order
+    (api/database/bulk-api; bulk_docs_test.exs "create, update & delete")."""
+    docs = [{"_id": str(i), "v": i} for i in (3, 1, 2)]
+    res = engine.bulk_docs(docs)
+    assert [r["id"] for r in res] == ["3", "1", "2"]
+    assert all(r["ok"] is True and pos(r["rev"]) == 1 for r in res)
+    upd = [{"_id": r["id"], "_rev": r["rev"], "v": "x"} for r in res]
+    res2 = engine.bulk_docs(upd)
+    assert all(pos(r["rev"]) == 2 for r in res2)
+    dels = [{"_id": r["id"], "_rev": r["rev"], "_deleted": True} for r in res2]
+    res3 = engine.bulk_docs(dels)
+    assert all(pos(r["rev"]) == 3 for r in res3)
+    for i in ("1", "2", "3"):
+        with pytest.raises(NotFound):
+            engine.get(i)
+
+
+def test_bulk_docs_mixed_results(engine: Any) -> None:
+    """A conflicting entry gets {"id", "error": "conflict", "reason"} and no rev;
+    the others succeed (bulk_docs_test.exs "can detect conflicts")."""
+    r = engine.put({"_id": "b", "v": 1})["rev"]
+    engine.put({"_id": "b", "_rev": r, "v": 2})
+    res = engine.bulk_docs(
+        [{"_id": "a"}, {"_id": "b", "_rev": r, "v": 3}, {"_id": "c"}, {"_id": "b", "v": 4}]
+    )
+    assert res[0]["ok"] is True and res[2]["ok"] is True
+    conflict = {"id": "b", "error": "conflict", "reason": "Document update conflict."}
+    assert res[1] == conflict and res[3] == conflict
+    assert engine.get("b")["v"] == 2
+
+
+def test_bulk_docs_duplicate_ids_first_wins(engine: Any) -> None:
+    """bulk_docs_test.exs "emits conflict error for duplicate doc `_id`s": the
+    first entry is ok, the later duplicate conflicts."""
+    docs = [{"_id": "0", "a": 0}, {"_id": "1", "a": 1}, {"_id": "1", "a": 2}, {"_id": "3", "a": 3}]
+    res = engine.bulk_docs(docs)
+    assert res[1]["id"] == "1" and res[1]["ok"] is True
+    assert res[2] == {"id": "1", "error": "conflict", "reason": "Document update conflict."}
+    assert res[0]["ok"] and res[3]["ok"]
+    assert engine.get("1")["a"] == 1
+
+
+def test_bulk_docs_update_and_delete_of_same_rev(engine: Any) -> None:
+    """bulk_docs_test.exs "raises conflict error for combined update & delete":
+    exactly one of two edits of the same parent succeeds (the first)."""
+    rev = engine.put({"_id": "id", "val": "val"})["rev"]
+    res = engine.bulk_docs(
+        [
+            {"_id": "id", "_rev": rev, "val": "newval"},
+            {"_id": "id", "_rev": rev, "val": "val", "_deleted": True},
+        ]
+    )
+    assert res[0]["ok"] is True and res[1]["error"] == "conflict"
+    assert engine.get("id") == {"_id": "id", "_rev": res[0]["rev"], "val": "newval"}
+
+
+def test_bulk_docs_cannot_name_rev_created_in_same_call(engine: Any) -> None:
+    """Entries are validated against the state before the call
+    (couch_db:prep_and_validate_updates), so naming a rev the same call creates
+    conflicts even though revs are deterministic."""
+    first = engine.put({"_id": "probe", "v": 1})["rev"]  # same body -> same rev below
+    res = engine.bulk_docs([{"_id": "a", "v": 1}, {"_id": "a", "_rev": first, "v": 2}])
+    assert res[0] == {"ok": True, "id": "a", "rev": first}
+    assert res[1]["error"] == "conflict"
+
+
+def test_bulk_docs_edits_of_two_leaves_in_one_call(engine: Any) -> None:
+    """couch_db_updater:merge_rev_trees accepts several edits of one id when each
+    extends a different leaf."""
+    root = engine.put({"_id": "a", "v": 0})["rev"]
+    replicate(engine, "a", ["2-" + H["1"], root])
+    replicate(engine, "a", ["2-" + H["2"], root])
+    res = engine.bulk_docs(
+        [{"_id": "a", "_rev": "2-" + H["1"], "v": 1}, {"_id": "a", "_rev": "2-" + H["2"], "v": 2}]
+    )
+    assert res[0]["ok"] is True and res[1]["ok"] is True
+    assert pos(res[0]["rev"]) == 3 and pos(res[1]["rev"]) == 3
+    doc = engine.get("a", conflicts=True)
+    assert {doc["_rev"], *doc["_conflicts"]} == {res[0]["rev"], res[1]["rev"]}
+
+
+def test_bulk_docs_invalid_doc_rejects_whole_call(engine: Any) -> None:
+    """The contract validates every doc first: one invalid doc -> BadRequest and
+    nothing written (SEMANTICS §7; CouchDB would reject only that doc)."""
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "ok1"}, {"_id": ""}, {"_id": "ok2"}])
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "ok1"}, {"_id": "x", "_bad": 1}])
+    assert engine.all_docs()["rows"] == [] and engine.changes()["results"] == []
+
+
+def test_bulk_docs_empty_list(engine: Any) -> None:
+    """An empty docs array is valid and answers [] (api/database/bulk-api)."""
+    assert engine.bulk_docs([]) == []
+    assert engine.bulk_docs([], new_edits=False) == []
+
+
+# ------------------------------------------------------------ new_edits=False, winner, conflicts
+
+
+def test_new_edits_false_stores_given_revisions(engine: Any) -> None:
+    """new_edits=false stores the given rev and answers [] (successes omitted)
+    (api/database/bulk-api "new_edits"; replication protocol)."""
+    res = replicate(engine, "a", ["3-" + H["c"], "2-" + H["b"], "1-" + H["a"]], {"v": 3})
+    assert res == []
+    doc = engine.get("a", revs=True)
+    assert doc == {
+        "_id": "a",
+        "_rev": "3-" + H["c"],
+        "v": 3,
+        "_revisions": {"start": 3, "ids": [H["c"], H["b"], H["a"]]},
+    }
+
+
+def test_new_edits_false_creates_conflicts(engine: Any) -> None:
+    """all_docs_test.exs "Add conflicts": two new_edits=false revs at position 2
+    make a doc with two conflicts; the winner is the highest rev."""
+    r1 = engine.put({"_id": "3", "a": 4})["rev"]
+    r2 = engine.put({"_id": "3", "_rev": r1, "a": 5})["rev"]
+    c1 = "2-aa01552213fafa022e6167113ed01087"
+    c2 = "2-ff01552213fafa022e6167113ed01087"
+    assert engine.bulk_docs([{"_id": "3", "_rev": c1, "value": "X"}], new_edits=False) == []
+    assert engine.bulk_docs([{"_id": "3", "_rev": c2, "value": "Z"}], new_edits=False) == []
+    leaves = sorted([r2, c1, c2], key=lambda r: (pos(r), hash_of(r)), reverse=True)
+    doc = engine.get("3", conflicts=True)
+    assert doc["_rev"] == leaves[0]
+    assert doc["_conflicts"] == leaves[1:]
+    (row,) = engine.all_docs()["rows"]
+    assert row["value"] == {"rev": leaves[0]}
+    (entry,) = engine.changes()["results"]
+    assert entry["changes"] == [{"rev": leaves[0]}]
+
+
+def test_winner_deep_branch_beats_wide(engine: Any) -> None:
+    """The winner is the leaf with the highest position, whatever its hash
+    (couch_key_tree / couch_doc:to_doc_info sort by {not deleted, pos, rev})."""
+    replicate(engine, "a", ["3-" + H["1"], "2-" + H["1"], "1-" + H["0"]], {"b": "deep"})
+    replicate(engine, "a", ["2-" + H["f"], "1-" + H["0"]], {"b": "wide1"})
+    replicate(engine, "a", ["2-" + H["e"], "1-" + H["0"]], {"b": "wide2"})
+    doc = engine.get("a", conflicts=True)
+    assert doc["_rev"] == "3-" + H["1"] and doc["b"] == "deep"
+    assert doc["_conflicts"] == ["2-" + H["f"], "2-" + H["e"]]
+
+
+def test_winner_tie_broken_by_larger_hash(engine: Any) -> None:
+    """Equal positions: the larger revision hash wins (couch_key_tree ordering)."""
+    replicate(engine, "a", ["2-" + H["3"], "1-" + H["0"]], {"b": 3})
+    replicate(engine, "a", ["2-" + H["9"], "1-" + H["0"]], {"b": 9})
+    replicate(engine, "a", ["2-" + H["5"], "1-" + H["0"]], {"b": 5})
+    doc = engine.get("a", conflicts=True)
+    assert (doc["_rev"], doc["b"]) == ("2-" + H["9"], 9)
+    assert doc["_conflicts"] == ["2-" + H["5"], "2-" + H["3"]]
+
+
+def test_live_leaf_beats_longer_deleted_branch(engine: Any) -> None:
+    """Non-deleted leaves win over deleted ones regardless of depth
+    (couch_doc:to_doc_info; docs.couchdb.org replication/conflicts "winning rev")."""
+    replicate(engine, "a", ["2-" + H["a"], "1-" + H["0"]], {"live": True})
+    replicate(engine, "a", ["4-" + H["f"], "3-" + H["f"], "2-" + H["f"], "1-" + H["0"]], {})
+    replicate(engine, "a", ["5-" + H["f"], "4-" + H["f"]], deleted=True)
+    doc = engine.get("a", conflicts=True)
+    assert doc == {"_id": "a", "_rev": "2-" + H["a"], "live": True}  # deleted leaf not a conflict
+    assert engine.all_docs()["rows"][0]["value"] == {"rev": "2-" + H["a"]}
+    (entry,) = engine.changes()["results"]
+    assert "deleted" not in entry and entry["changes"] == [{"rev": "2-" + H["a"]}]
+    assert (engine.info()["doc_count"], engine.info()["doc_del_count"]) == (1, 0)
+
+
+def test_all_leaves_deleted_winner_is_highest_tombstone(engine: Any) -> None:
+    """With only deleted leaves the doc is deleted; the winner is the highest
+    deleted leaf (couch_doc:to_doc_info)."""
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], deleted=True)
+    replicate(engine, "a", ["3-" + H["2"], "2-" + H["2"], "1-" + H["0"]], deleted=True)
+    with pytest.raises(NotFound) as info:
+        engine.get("a")
+    assert info.value.reason == "deleted"
+    assert engine.get("a", rev="3-" + H["2"])["_deleted"] is True
+    (entry,) = engine.changes()["results"]
+    assert entry["deleted"] is True and entry["changes"] == [{"rev": "3-" + H["2"]}]
+    assert engine.all_docs(keys=["a"])["rows"][0]["value"] == {
+        "rev": "3-" + H["2"],
+        "deleted": True,
+    }
+
+
+def test_conflicts_absent_when_none(engine: Any) -> None:
+    """_conflicts is only emitted when there are conflicts (couch_doc:to_json_obj)."""
+    engine.put({"_id": "a"})
+    assert "_conflicts" not in engine.get("a", conflicts=True)
+
+
+def test_resolve_conflict_by_deleting_loser(engine: Any) -> None:
+    """Deleting the losing leaf resolves the conflict (docs.couchdb.org
+    replication/conflicts "Working with conflicting documents")."""
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["0"]], {"v": 2})
+    assert engine.get("a", conflicts=True)["_conflicts"] == ["2-" + H["1"]]
+    res = engine.delete("a", "2-" + H["1"])
+    assert pos(res["rev"]) == 3
+    doc = engine.get("a", conflicts=True)
+    assert doc == {"_id": "a", "_rev": "2-" + H["2"], "v": 2}
+
+
+def test_losing_leaf_can_be_updated_and_win(engine: Any) -> None:
+    """Any leaf may be edited; the winner is then recomputed (couch_db leaf check)."""
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["0"]], {"v": 2})
+    r3 = engine.put({"_id": "a", "_rev": "2-" + H["1"], "v": 3})["rev"]
+    doc = engine.get("a", conflicts=True)
+    assert doc["_rev"] == r3 and doc["_conflicts"] == ["2-" + H["2"]]
+
+
+def test_new_edits_false_known_revision_is_a_no_op(engine: Any) -> None:
+    """Merging revisions the tree already holds changes nothing, so no new
+    change is recorded (couch_key_tree:merge returns the same tree)."""
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["1"]], {"v": 2})
+    token = engine.changes()["last_seq"]
+    assert replicate(engine, "a", ["2-" + H["2"], "1-" + H["1"]], {"v": "other"}) == []
+    assert engine.changes(since=token)["results"] == []
+    assert engine.get("a")["v"] == 2
+
+
+def test_new_edits_false_extends_existing_branch(engine: Any) -> None:
+    """A replicated path that continues a local leaf extends it (no conflict)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    replicate(engine, "a", ["3-" + H["3"], "2-" + H["2"], r1], {"v": 3})
+    doc = engine.get("a", revs=True, conflicts=True)
+    assert doc["_rev"] == "3-" + H["3"] and "_conflicts" not in doc
+    assert doc["_revisions"]["ids"] == [H["3"], H["2"], hash_of(r1)]
+
+
+def test_new_edits_false_with_only_rev(engine: Any) -> None:
+    """_rev without _revisions is a one-node path (couch_doc:from_json_obj)."""
+    assert engine.bulk_docs([{"_id": "a", "_rev": "5-" + H["5"], "v": 5}], new_edits=False) == []
+    doc = engine.get("a", revs=True)
+    assert doc["_rev"] == "5-" + H["5"]
+    assert doc["_revisions"] == {"start": 5, "ids": [H["5"]]}
+
+
+# --------------------------------------------------------------------------- _all_docs
+
+
+@pytest.fixture
+def abcde(engine: Any) -> dict[str, str]:
+    return seeded(engine, ["c", "a", "e", "b", "d"])
+
+
+def rows_ids(res: dict[str, Any]) -> list[str]:
+    return [r["id"] for r in res["rows"]]
+
+
+def test_all_docs_sorted_with_total_rows_and_offset(engine: Any, abcde: dict[str, str]) -> None:
+    """_all_docs lists live docs sorted by id with total_rows and offset 0
+    (all_docs_test.exs; api/database/bulk-api _all_docs)."""
+    res = engine.all_docs()
+    assert res["total_rows"] == 5 and res["offset"] == 0
+    assert res["rows"] == [{"id": i, "key": i, "value": {"rev": abcde[i]}} for i in "abcde"]
+
+
+def test_all_docs_offset_of_startkey(engine: Any) -> None:
+    """all_docs_test.exs: startkey "2" over ids 0..3 gives offset 2."""
+    seeded(engine, ["0", "3", "1", "2"])
+    res = engine.all_docs(startkey="2")
+    assert res["offset"] == 2 and rows_ids(res) == ["2", "3"] and res["total_rows"] == 4
+
+
+def test_all_docs_startkey_endkey_inclusive(engine: Any, abcde: dict[str, str]) -> None:
+    """startkey and endkey are both inclusive by default (api/ddoc/views
+    "inclusive_end" default true)."""
+    assert rows_ids(engine.all_docs(startkey="b", endkey="d")) == ["b", "c", "d"]
+    assert rows_ids(engine.all_docs(startkey="bb", endkey="dd")) == ["c", "d"]
+    assert rows_ids(engine.all_docs(endkey="b")) == ["a", "b"]
+    assert rows_ids(engine.all_docs(startkey="d")) == ["d", "e"]
+
+
+def test_all_docs_inclusive_end_false(engine: Any, abcde: dict[str, str]) -> None:
+    """inclusive_end=false excludes the endkey row only (couch_mrview_util
+    ad_ekey_opts end_key_gt)."""
+    res = engine.all_docs(startkey="b", endkey="d", inclusive_end=False)
+    assert rows_ids(res) == ["b", "c"] and res["offset"] == 1
+    assert rows_ids(engine.all_docs(startkey="b", endkey="b", inclusive_end=False)) == []
+
+
+def test_all_docs_descending(engine: Any, abcde: dict[str, str]) -> None:
+    """descending=true reverses the order (all_docs_test.exs; api/ddoc/views)."""
+    res = engine.all_docs(descending=True)
+    assert rows_ids(res) == ["e", "d", "c", "b", "a"]
+    assert res["total_rows"] == 5 and res["offset"] == 0
+
+
+def test_all_docs_descending_swaps_start_and_end(engine: Any, abcde: dict[str, str]) -> None:
+    """With descending=true startkey is the high bound and endkey the low one
+    (api/ddoc/views "Reversing the Order": the keys swap roles)."""
+    res = engine.all_docs(startkey="d", endkey="b", descending=True)
+    assert rows_ids(res) == ["d", "c", "b"]
+    assert res["offset"] == 1  # "e" precedes "d" in descending order
+    res = engine.all_docs(startkey="dd", endkey="bb", descending=True)
+    assert rows_ids(res) == ["d", "c"] and res["offset"] == 1
+    assert rows_ids(engine.all_docs(startkey="c", descending=True)) == ["c", "b", "a"]
+    assert rows_ids(engine.all_docs(endkey="c", descending=True)) == ["e", "d", "c"]
+
+
+def test_all_docs_descending_inclusive_end_false(engine: Any, abcde: dict[str, str]) -> None:
+    """inclusive_end=false with descending excludes the low bound (endkey)."""
+    res = engine.all_docs(startkey="d", endkey="b", descending=True, inclusive_end=False)
+    assert rows_ids(res) == ["d", "c"]
+
+
+def test_all_docs_reversed_range_is_empty_not_an_error(engine: Any, abcde: dict[str, str]) -> None:
+    """_all_docs does not run couch_mrview_util:check_range, so reversed bounds
+    just match nothing."""
+    res = engine.all_docs(startkey="d", endkey="b")
+    assert res["rows"] == [] and res["total_rows"] == 5
+    assert engine.all_docs(startkey="b", endkey="d", descending=True)["rows"] == []
+
+
+def test_all_docs_skip_limit_offset(engine: Any, abcde: dict[str, str]) -> None:
+    """offset = docs before the start + skip, capped at total_rows
+    (fabric_view_all_docs: erlang:min(Total, Offset + Skip))."""
+    res = engine.all_docs(skip=1, limit=2)
+    assert rows_ids(res) == ["b", "c"] and res["offset"] == 1
+    res = engine.all_docs(startkey="b", skip=2, limit=10)
+    assert rows_ids(res) == ["d", "e"] and res["offset"] == 3
+    res = engine.all_docs(descending=True, startkey="d", skip=1, limit=2)
+    assert rows_ids(res) == ["c", "b"] and res["offset"] == 2
+    res = engine.all_docs(startkey="c", skip=10)
+    assert res["rows"] == [] and res["offset"] == 5
+
+
+def test_all_docs_limit_zero(engine: Any, abcde: dict[str, str]) -> None:
+    """limit=0 returns no rows but the same metadata (api/ddoc/views "limit")."""
+    res = engine.all_docs(limit=0, startkey="c")
+    assert res == {"total_rows": 5, "offset": 2, "rows": []}
+
+
+def test_all_docs_offset_counts_only_live_docs(engine: Any, abcde: dict[str, str]) -> None:
+    """Deleted docs are neither rows nor counted in total_rows/offset
+    (couch_mrview all_docs_reduce_to_count; doc_count)."""
+    engine.delete("b", abcde["b"])
+    res = engine.all_docs(startkey="d")
+    assert res["total_rows"] == 4 and res["offset"] == 2 and rows_ids(res) == ["d", "e"]
+    res = engine.all_docs(startkey="a", descending=True)
+    assert res["offset"] == 3 and rows_ids(res) == ["a"]
+
+
+def test_all_docs_offset_does_not_depend_on_endkey(engine: Any, abcde: dict[str, str]) -> None:
+    """Each shard reports the count before its first row; an empty range still
+    reports the count before startkey (fabric_view_all_docs meta handling)."""
+    res = engine.all_docs(startkey="bb", endkey="bc")
+    assert res["rows"] == [] and res["offset"] == 2
+
+
+def test_all_docs_include_docs(engine: Any, abcde: dict[str, str]) -> None:
+    """include_docs adds the winning doc to each row (api/database/bulk-api)."""
+    res = engine.all_docs(startkey="b", limit=1, include_docs=True)
+    assert res["rows"] == [
+        {
+            "id": "b",
+            "key": "b",
+            "value": {"rev": abcde["b"]},
+            "doc": {"_id": "b", "_rev": abcde["b"], "v": "b"},
+        }
+    ]
+    assert "doc" not in engine.all_docs()["rows"][0]
+
+
+def test_all_docs_keys_keep_order_and_duplicates(engine: Any, abcde: dict[str, str]) -> None:
+    """keys= answers one row per key in the requested order, duplicates included,
+    offset null (fabric_view_all_docs:go with keys; "offset": null)."""
+    res = engine.all_docs(keys=["d", "a", "d", "c"])
+    assert rows_ids(res) == ["d", "a", "d", "c"]
+    assert res["total_rows"] == 5 and res["offset"] is None
+    assert res["rows"][0] == {"id": "d", "key": "d", "value": {"rev": abcde["d"]}}
+
+
+def test_all_docs_keys_unknown_id(engine: Any, abcde: dict[str, str]) -> None:
+    """An unknown key gives {"key", "error": "not_found"} (fabric_view_all_docs
+    open_doc_int not_found -> #view_row{key=Id}; api/database/bulk-api)."""
+    res = engine.all_docs(keys=["a", "zz"], include_docs=True)
+    assert res["rows"][1] == {"key": "zz", "error": "not_found"}
+    assert res["rows"][0]["doc"] == {"_id": "a", "_rev": abcde["a"], "v": "a"}
+
+
+def test_all_docs_keys_deleted_id(engine: Any, abcde: dict[str, str]) -> None:
+    """A deleted key gives value {"rev", "deleted": true} and doc null
+    (all_docs_test.exs "Test _all_docs with keys"; fabric_view_all_docs)."""
+    tomb = engine.delete("c", abcde["c"])["rev"]
+    res = engine.all_docs(keys=["c"], include_docs=True)
+    assert res["rows"] == [
+        {"id": "c", "key": "c", "value": {"rev": tomb, "deleted": True}, "doc": None}
+    ]
+    res = engine.all_docs(keys=["c"])
+    assert res["rows"] == [{"id": "c", "key": "c", "value": {"rev": tomb, "deleted": True}}]
+
+
+def test_all_docs_keys_descending_reverses(engine: Any, abcde: dict[str, str]) -> None:
+    """fabric_view_all_docs:go reverses the keys list when descending."""
+    res = engine.all_docs(keys=["b", "zz", "a", "e"], descending=True)
+    assert [r["key"] for r in res["rows"]] == ["e", "a", "zz", "b"]
+
+
+def test_all_docs_keys_skip_and_limit(engine: Any, abcde: dict[str, str]) -> None:
+    """Skip and limit apply to the keys list (fabric_view_all_docs nthtail/sublist)."""
+    res = engine.all_docs(keys=["e", "a", "zz", "b", "c"], skip=1, limit=3)
+    assert [r["key"] for r in res["rows"]] == ["a", "zz", "b"]
+    assert res["offset"] is None
+    assert engine.all_docs(keys=["a", "b"], skip=5)["rows"] == []
+    assert engine.all_docs(keys=[])["rows"] == []
+
+
+def test_all_docs_code_point_order(engine: Any) -> None:
+    """_all_docs uses raw collation: UTF-8 bytes = code points, so "Z" < "a" <
+    "é" < "ﬀ" (U+FB00) < "😀" (U+1F600), unlike UTF-16 order
+    (all_docs_test.exs "queries may assume raw collation")."""
+    ids = ["😀", "a", "é", "ﬀ", "Z", "aa", "A", "0"]
+    seeded(engine, ids)
+    expected = ["0", "A", "Z", "a", "aa", "é", "ﬀ", "😀"]
+    assert rows_ids(engine.all_docs()) == expected
+    assert rows_ids(engine.all_docs(descending=True)) == expected[::-1]
+    assert rows_ids(engine.all_docs(startkey="b")) == ["é", "ﬀ", "😀"]
+    assert rows_ids(engine.all_docs(startkey="Z", endkey="Z")) == ["Z"]
+    assert engine.all_docs(startkey="\ufb01")["offset"] == 7
+
+
+def test_all_docs_raw_collation_range(engine: Any) -> None:
+    """all_docs_test.exs: startkey "org.couchdb.user:" endkey "org.couchdb.user;"
+    matches nothing when no such ids exist; ids inside the range match."""
+    seeded(engine, ["0", "1", "org.couchdb.user:bob", "org.couchdb.userx"])
+    res = engine.all_docs(startkey="org.couchdb.user:", endkey="org.couchdb.user;")
+    assert rows_ids(res) == ["org.couchdb.user:bob"]
+
+
+def test_all_docs_value_is_winner_of_conflicted_doc(engine: Any) -> None:
+    """all_docs_test.exs: the row's value.rev is the winning revision."""
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["0"]], {"v": 2})
+    (row,) = engine.all_docs(include_docs=True)["rows"]
+    assert row["value"] == {"rev": "2-" + H["2"]}
+    assert row["doc"] == {"_id": "a", "_rev": "2-" + H["2"], "v": 2}
+
+
+# --------------------------------------------------------------------------- _changes
+
+
+def test_changes_each_doc_once_at_latest(engine: Any) -> None:
+    """_changes lists every doc once with its latest (winning) rev
+    (api/database/changes; all_docs_test.exs "seq num should be different")."""
+    revs = seeded(engine, ["a", "b", "c"])
+    first = {c["id"]: c["seq"] for c in engine.changes()["results"]}
+    r2 = engine.put({"_id": "b", "_rev": revs["b"], "v": 2})["rev"]
+    r3 = engine.put({"_id": "b", "_rev": r2, "v": 3})["rev"]
+    res = engine.changes()
+    assert sorted(ids_of(res)) == ["a", "b", "c"]
+    by_id = {c["id"]: c for c in res["results"]}
+    assert by_id["b"]["changes"] == [{"rev": r3}]
+    assert by_id["a"]["changes"] == [{"rev": revs["a"]}]
+    assert by_id["b"]["seq"] != first["b"]
+    assert all("deleted" not in c for c in res["results"])
+
+
+def test_changes_deleted_flag(engine: Any) -> None:
+    """A deleted doc appears with "deleted": true (all_docs_test.exs
+    "deletions also show up right")."""
+    revs = seeded(engine, ["0", "1", "2", "3"])
+    engine.delete("1", revs["1"])
+    res = engine.changes()["results"]
+    assert len(res) == 4
+    deleted = [c["id"] for c in res if c.get("deleted")]
+    assert deleted == ["1"]
+
+
+def test_changes_include_docs(engine: Any) -> None:
+    """include_docs adds the winning doc, tombstones included
+    (all_docs_test.exs deleted_doc["doc"]["_deleted"])."""
+    revs = seeded(engine, ["a", "b"])
+    tomb = engine.delete("b", revs["b"])["rev"]
+    by_id = {c["id"]: c for c in engine.changes(include_docs=True)["results"]}
+    assert by_id["a"]["doc"] == {"_id": "a", "_rev": revs["a"], "v": "a"}
+    assert by_id["b"]["doc"] == {"_id": "b", "_rev": tomb, "_deleted": True}
+    assert "doc" not in engine.changes()["results"][0]
+
+
+def test_changes_entry_shape(engine: Any) -> None:
+    """Entry keys: seq, id, changes[{rev}] (+deleted) (api/database/changes)."""
+    rev = engine.put({"_id": "a"})["rev"]
+    res = engine.changes()
+    assert set(res) == {"results", "last_seq"}
+    (entry,) = res["results"]
+    assert set(entry) == {"seq", "id", "changes"}
+    assert entry["changes"] == [{"rev": rev}]
+
+
+def test_changes_since_last_seq_is_empty(engine: Any) -> None:
+    """Resuming from last_seq with no new writes returns nothing, and later
+    writes only (api/database/changes "since")."""
+    seeded(engine, ["a", "b"])
+    last = engine.changes()["last_seq"]
+    assert engine.changes(since=last)["results"] == []
+    engine.put({"_id": "c"})
+    assert ids_of(engine.changes(since=last)) == ["c"]
+
+
+def test_changes_since_now(engine: Any) -> None:
+    """since=now starts at the current sequence (api/database/changes)."""
+    revs = seeded(engine, ["a", "b"])
+    res = engine.changes(since="now")
+    assert res["results"] == []
+    engine.put({"_id": "a", "_rev": revs["a"], "v": 2})
+    assert ids_of(engine.changes(since=res["last_seq"])) == ["a"]
+
+
+def test_changes_since_info_update_seq(engine: Any) -> None:
+    """info().update_seq is a valid since token (api/database/common update_seq)."""
+    seeded(engine, ["a"])
+    token = engine.info()["update_seq"]
+    assert engine.changes(since=token)["results"] == []
+    engine.put({"_id": "b"})
+    assert ids_of(engine.changes(since=token)) == ["b"]
+
+
+def test_changes_resume_from_any_row_never_misses(engine: Any) -> None:
+    """Resuming from any seq a row carried never misses a later change
+    (api/database/changes; fabric_view_changes packed seqs)."""
+    ids = [f"d{i}" for i in range(8)]
+    revs = seeded(engine, ids)
+    rows = engine.changes()["results"]
+    assert sorted(c["id"] for c in rows) == ids
+    for i, row in enumerate(rows):
+        seen = {c["id"] for c in rows[: i + 1]}
+        rest = set(ids_of(engine.changes(since=row["seq"])))
+        assert seen | rest == set(ids)
+    engine.put({"_id": "d0", "_rev": revs["d0"], "v": "new"})
+    for row in rows:
+        assert "d0" in ids_of(engine.changes(since=row["seq"]))
+
+
+def test_changes_limit_pages_cover_everything_once(engine: Any) -> None:
+    """Paging with limit and since=last_seq returns every doc exactly once
+    (api/database/changes "limit"; SEMANTICS §9)."""
+    ids = [f"d{i:02}" for i in range(11)]
+    seeded(engine, ids)
+    seen: list[str] = []
+    since: Any = 0
+    for _ in range(20):
+        page = engine.changes(since=since, limit=3)
+        assert len(page["results"]) <= 3
+        if not page["results"]:
+            break
+        assert page["last_seq"] == page["results"][-1]["seq"] or len(page["results"]) < 3
+        seen += ids_of(page)
+        since = page["last_seq"]
+    assert sorted(seen) == ids
+
+
+def test_changes_limit_last_seq_is_last_row_seq(engine: Any) -> None:
+    """When limit cuts the feed, last_seq is the seq of the last row sent
+    (couch_changes / fabric_view_changes)."""
+    seeded(engine, ["a", "b", "c", "d"])
+    res = engine.changes(limit=2)
+    assert len(res["results"]) == 2
+    assert res["last_seq"] == res["results"][-1]["seq"]
+
+
+def test_changes_limit_zero_returns_nothing(engine: Any) -> None:
+    """limit=0 returns no rows and does not advance: CouchDB 3.5 answers
+    {"results": [], "last_seq": <since>} (apache/couchdb issue #6088; PR #6089
+    removed the docs' "same effect as 1" note)."""
+    seeded(engine, ["a", "b", "c"])
+    res = engine.changes(limit=0)
+    assert res["results"] == []
+    assert sorted(ids_of(engine.changes(since=res["last_seq"]))) == ["a", "b", "c"]
+    token = engine.changes()["last_seq"]
+    engine.put({"_id": "d"})
+    res = engine.changes(since=token, limit=0)
+    assert res["results"] == []
+    assert ids_of(engine.changes(since=res["last_seq"])) == ["d"]
+    assert len(engine.changes(limit=1)["results"]) == 1
+
+
+def test_changes_order_single_shard(opener: Any, engine: Any) -> None:
+    """With one shard (or the reference) the feed is ordered by each doc's
+    latest change (all_docs.js "docs show up in the seq view in the order they
+    were created"). Cross-shard order is not global, so not asserted there."""
+    if not single_shard(opener):
+        pytest.skip("total changes order is only defined for shards=1")
+    revs = seeded(engine, ["0", "3", "1", "2"])
+    assert ids_of(engine.changes()) == ["0", "3", "1", "2"]
+    engine.put({"_id": "3", "_rev": revs["3"], "v": 9})
+    assert ids_of(engine.changes()) == ["0", "1", "2", "3"]
+    assert ids_of(engine.changes(limit=2)) == ["0", "1"]
+
+
+def test_changes_losing_branch_edit_moves_doc(engine: Any) -> None:
+    """Any revision added (even to a losing branch) is a change; the entry shows the
+    winner (couch_db_updater assigns a new update_seq to the doc)."""
+    replicate(engine, "a", ["2-" + H["9"], "1-" + H["0"]], {"v": 9})
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    token = engine.changes()["last_seq"]
+    engine.delete("a", "2-" + H["1"])
+    res = engine.changes(since=token)["results"]
+    assert [c["id"] for c in res] == ["a"]
+    assert res[0]["changes"] == [{"rev": "2-" + H["9"]}] and "deleted" not in res[0]
+
+
+# --------------------------------------------------------------------------- _revs_diff
+
+
+def test_revs_diff_known_revs_are_omitted(engine: Any) -> None:
+    """Docs with nothing missing are left out (api/database/misc _revs_diff;
+    fabric_rpc get_missing_revs)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    assert engine.revs_diff({"a": [r1, r2]}) == {}
+    assert engine.revs_diff({}) == {}
+
+
+def test_revs_diff_missing_and_possible_ancestors(engine: Any) -> None:
+    """A missing rev above a leaf lists that leaf as possible ancestor
+    (couch_db:possible_ancestors: leaves with pos < max missing pos)."""
+    revs = [engine.put({"_id": "bbb", "foo": 1})["rev"]]
+    for n in range(2, 5):
+        revs.append(engine.put({"_id": "bbb", "_rev": revs[-1], "foo": n})["rev"])
+    res = engine.revs_diff({"bbb": [revs[0], revs[2], "4-" + H["c"], "5-" + H["d"]]})
+    assert res == {
+        "bbb": {"missing": ["4-" + H["c"], "5-" + H["d"]], "possible_ancestors": [revs[3]]}
+    }
+
+
+def test_revs_diff_no_possible_ancestors_when_none_lower(engine: Any) -> None:
+    """possible_ancestors is omitted when no leaf is below the missing revs
+    (chttpd_db revs_diff; couch_db:possible_ancestors)."""
+    r1 = engine.put({"_id": "a"})["rev"]
+    engine.put({"_id": "a", "_rev": r1, "v": 2})
+    assert engine.revs_diff({"a": ["1-" + H["e"]]}) == {"a": {"missing": ["1-" + H["e"]]}}
+
+
+def test_revs_diff_possible_ancestors_in_winner_order(engine: Any) -> None:
+    """All leaves (deleted too) below the highest missing pos, in doc_info order."""
+    replicate(engine, "a", ["3-" + H["3"], "2-" + H["3"], "1-" + H["0"]], {})
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["0"]], deleted=True)
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {})
+    res = engine.revs_diff({"a": ["4-" + H["f"], "1-" + H["0"]]})
+    assert res == {
+        "a": {
+            "missing": ["4-" + H["f"]],
+            "possible_ancestors": ["3-" + H["3"], "2-" + H["1"], "2-" + H["2"]],
+        }
+    }
+
+
+def test_revs_diff_unknown_doc_all_missing(engine: Any) -> None:
+    """An unknown id: every rev missing, no possible_ancestors (fabric_rpc
+    get_missing_revs not_found -> {Id, Revs, []})."""
+    revs = ["1-" + H["a"], "2-" + H["b"]]
+    assert engine.revs_diff({"nope": revs}) == {"nope": {"missing": revs}}
+
+
+def test_revs_diff_knows_non_leaf_and_deleted_revs(engine: Any) -> None:
+    """Any node of the tree is known, leaf or not, deleted or not (couch_key_tree:find_missing)."""
+    r1 = engine.put({"_id": "a"})["rev"]
+    r2 = engine.delete("a", r1)["rev"]
+    assert engine.revs_diff({"a": [r1, r2]}) == {}
+    engine.compact()
+    assert engine.revs_diff({"a": [r1, r2]}) == {}
+
+
+# --------------------------------------------------------------------------- info
+
+
+def test_info_counts(engine: Any) -> None:
+    """doc_count counts live docs, doc_del_count deleted ones (api/database/common)."""
+    info0 = engine.info()
+    assert (info0["doc_count"], info0["doc_del_count"]) == (0, 0)
+    assert set(info0) >= {"doc_count", "doc_del_count", "update_seq", "sizes"}
+    assert set(info0["sizes"]) >= {"file", "active"}
+    revs = seeded(engine, ["a", "b", "c"])
+    engine.delete("a", revs["a"])
+    engine.put({"_id": "b", "_rev": revs["b"], "v": 2})
+    info = engine.info()
+    assert (info["doc_count"], info["doc_del_count"]) == (2, 1)
+    engine.put({"_id": "a", "v": "again"})
+    info = engine.info()
+    assert (info["doc_count"], info["doc_del_count"]) == (3, 0)
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def test_compact_preserves_every_read(engine: Any) -> None:
+    """Compaction keeps documents, leaves, sequences and counts
+    (api/database/compact; compact_test.exs)."""
+    revs = seeded(engine, ["a", "b", "c"])
+    engine.put({"_id": "a", "_rev": revs["a"], "v": 2})
+    engine.delete("b", revs["b"])
+    replicate(engine, "c", ["2-" + H["1"], revs["c"]], {"v": "loser?"})
+    replicate(engine, "c", ["2-" + H["f"], revs["c"]], {"v": "winner"})
+    before = snapshot(engine)
+    last = engine.changes()["last_seq"]
+    conflicted = engine.get("c", revs=True, conflicts=True)
+    engine.compact()
+    assert snapshot(engine) == before
+    assert engine.get("c", revs=True, conflicts=True) == conflicted
+    assert engine.changes(since=last)["results"] == []
+
+
+def test_compact_drops_non_leaf_bodies_only(engine: Any) -> None:
+    """After compaction only leaf revisions keep bodies: GET ?rev=<non-leaf> is
+    not_found missing (compact_test.exs; couch_bt_engine_compactor copies leaves)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    t1 = engine.put({"_id": "t", "v": 1})["rev"]
+    t2 = engine.delete("t", t1)["rev"]
+    replicate(engine, "a", ["2-" + H["0"], r1], {"v": "losing"})
+    engine.compact()
+    with pytest.raises(NotFound) as info:
+        engine.get("a", rev=r1)
+    assert info.value.reason == "missing"
+    assert engine.get("a", rev=r2)["v"] == 2
+    assert engine.get("a", rev="2-" + H["0"])["v"] == "losing"
+    assert engine.get("t", rev=t2) == {"_id": "t", "_rev": t2, "_deleted": True}
+    with pytest.raises(NotFound):
+        engine.get("t", rev=t1)
+    assert engine.get("a", revs=True)["_revisions"]["ids"][-1] == hash_of(r1)
+
+
+def test_writes_after_compaction(engine: Any) -> None:
+    """The database stays writable and consistent after compaction."""
+    revs = seeded(engine, ["a", "b"])
+    engine.compact()
+    r2 = engine.put({"_id": "a", "_rev": revs["a"], "v": 2})["rev"]
+    engine.put({"_id": "c"})
+    assert engine.get("a")["_rev"] == r2
+    assert rows_ids(engine.all_docs()) == ["a", "b", "c"]
+    engine.compact()
+    assert engine.get("a") == {"_id": "a", "_rev": r2, "v": 2}
+
+
+# --------------------------------------------------------------------------- persistence
+
+
+def test_reopen_keeps_everything(engine: Any, reopen: Any) -> None:
+    """Acknowledged writes survive close + open (SEMANTICS §14)."""
+    revs = seeded(engine, ["a", "b", "c"])
+    engine.delete("b", revs["b"])
+    r2 = engine.put({"_id": "a", "_rev": revs["a"], "v": 2})["rev"]
+    replicate(engine, "c", ["2-" + H["f"], revs["c"]], {"v": "x"})
+    before = snapshot(engine)
+    last = engine.changes()["last_seq"]
+    db = reopen(engine)
+    assert snapshot(db) == before
+    assert db.get("a", rev=revs["a"])["v"] == "a"
+    assert db.get("a", revs=True)["_revisions"]["ids"] == [hash_of(r2), hash_of(revs["a"])]
+    assert db.changes(since=last)["results"] == []
+    db.put({"_id": "d"})
+    assert ids_of(db.changes(since=last)) == ["d"]
+
+
+def test_reopen_after_compaction(engine: Any, reopen: Any) -> None:
+    """Compaction's result is durable (SEMANTICS §13, §14)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    engine.compact()
+    db = reopen(engine)
+    assert db.get("a") == {"_id": "a", "_rev": r2, "v": 2}
+    with pytest.raises(NotFound):
+        db.get("a", rev=r1)
+
+
+# --------------------------------------------------------------------------- stemming
+
+
+def test_revs_limit_stems_history(opener: Any) -> None:
+    """_revs_limit bounds the kept history per branch (api/database/misc
+    _revs_limit; couch_key_tree:stem)."""
+    db = opener.open(opener.path + "-stem", revs_limit=5)
+    revs = [db.put({"_id": "a", "v": 0})["rev"]]
+    for n in range(1, 10):
+        revs.append(db.put({"_id": "a", "_rev": revs[-1], "v": n})["rev"])
+    doc = db.get("a", revs=True)
+    assert doc["_revisions"] == {"start": 10, "ids": [hash_of(r) for r in revs[:4:-1]]}
+    with pytest.raises(NotFound) as info:
+        db.get("a", rev=revs[0])
+    assert info.value.reason == "missing"
+    assert db.revs_diff({"a": [revs[0], revs[9]]}) == {"a": {"missing": [revs[0]]}}
+    with pytest.raises(Conflict):
+        db.put({"_id": "a", "_rev": revs[2], "v": "old"})
+
+
+def test_revs_limit_applies_to_replicated_paths(opener: Any) -> None:
+    """new_edits=false paths are stemmed too (couch_db_updater stems every update)."""
+    db = opener.open(opener.path + "-stem", revs_limit=3)
+    path = [f"{n}-{H[format(n, 'x')]}" for n in range(6, 0, -1)]
+    replicate(db, "a", path, {"v": 6})
+    assert db.get("a", revs=True)["_revisions"] == {"start": 6, "ids": [H["6"], H["5"], H["4"]]}
+
+
+def test_lower_revs_limit_on_reopen_stems_next_write(opener: Any, reopen: Any) -> None:
+    """revs_limit is the session's; a doc written after reopening with a lower
+    limit is stemmed to it (couch_db_updater stems on update)."""
+    db = opener.open()
+    rev = db.put({"_id": "a", "v": 0})["rev"]
+    for n in range(1, 8):
+        rev = db.put({"_id": "a", "_rev": rev, "v": n})["rev"]
+    assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 8
+    db = reopen(db, revs_limit=3)
+    rev = db.put({"_id": "a", "_rev": rev, "v": 8})["rev"]
+    assert db.get("a", revs=True)["_revisions"]["start"] == 9
+    assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 3
+
+
+def test_default_revs_limit_keeps_long_history(engine: Any) -> None:
+    """Default _revs_limit is 1000 (api/database/misc), so 30 edits keep 30 ids."""
+    rev = engine.put({"_id": "a", "v": 0})["rev"]
+    for n in range(1, 30):
+        rev = engine.put({"_id": "a", "_rev": rev, "v": n})["rev"]
+    assert len(engine.get("a", revs=True)["_revisions"]["ids"]) == 30
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_closed_database_raises(engine: Any) -> None:
+    """Every call on a closed database raises SetteeError, never hangs (DESIGN.md)."""
+    rev = engine.put({"_id": "a"})["rev"]
+    engine.close()
+    calls = [
+        lambda: engine.put({"_id": "b"}),
+        lambda: engine.get("a"),
+        lambda: engine.delete("a", rev),
+        lambda: engine.bulk_docs([{"_id": "c"}]),
+        lambda: engine.all_docs(),
+        lambda: engine.changes(),
+        lambda: engine.revs_diff({"a": [rev]}),
+        lambda: engine.info(),
+        lambda: engine.compact(),
+    ]
+    for call in calls:
+        with pytest.raises(SetteeError) as info:
+            call()
+        assert not isinstance(info.value, (Conflict, NotFound, BadRequest))
+
+
+def test_close_is_idempotent(engine: Any, reopen: Any) -> None:
+    """close() twice is harmless and the data stays (SEMANTICS §1)."""
+    engine.put({"_id": "a"})
+    engine.close()
+    engine.close()
+    db = reopen(engine)
+    assert rows_ids(db.all_docs()) == ["a"]
+
+
+def test_context_manager_closes(opener: Any) -> None:
+    """with open(...) as db: closes on exit, also on error (SEMANTICS §1)."""
+    path = opener.path + "-ctx"
+    with opener.open(path) as db:
+        db.put({"_id": "a"})
+    with pytest.raises(SetteeError):
+        db.info()
+    with pytest.raises(RuntimeError), opener.open(path) as db2:
+        db2.put({"_id": "b"})
+        raise RuntimeError("boom")
+    with pytest.raises(SetteeError):
+        db2.get("a")
+    db3 = opener.open(path)
+    assert rows_ids(db3.all_docs()) == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- BadRequest cases
+
+LONE = "\ud800"
+
+BAD_DOCS = {
+    "not_a_dict": ["_id", "a"],
+    "no_id": {"v": 1},
+    "id_not_str": {"_id": 5},
+    "id_empty": {"_id": ""},
+    "id_underscore": {"_id": "_foo"},
+    "id_local": {"_id": "_local/x"},
+    "id_design_bare": {"_id": "_design/"},
+    "id_design_no_slash": {"_id": "_design"},
+    "id_lone_surrogate": {"_id": "a" + LONE},
+    "unknown_special_field": {"_id": "a", "_foo": 1},
+    "attachments": {"_id": "a", "_attachments": {}},
+    "deleted_not_bool": {"_id": "a", "_deleted": "yes"},
+    "rev_not_str": {"_id": "a", "_rev": 1},
+    "rev_no_dash": {"_id": "a", "_rev": "abc"},
+    "rev_pos_zero": {"_id": "a", "_rev": "0-abc"},
+    "rev_leading_zero": {"_id": "a", "_rev": "01-abc"},
+    "rev_empty_hash": {"_id": "a", "_rev": "1-"},
+    "rev_upper_hash": {"_id": "a", "_rev": "1-ABC"},
+    "rev_bad_pos": {"_id": "a", "_rev": "x-abc"},
+    "revisions_not_dict": {"_id": "a", "_revisions": ["1-abc"]},
+    "revisions_empty_ids": {"_id": "a", "_revisions": {"start": 1, "ids": []}},
+    "revisions_start_too_low": {"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}},
+    "revisions_disagree_with_rev": {
+        "_id": "a",
+        "_rev": "2-" + H["a"],
+        "_revisions": {"start": 2, "ids": [H["b"], H["a"]]},
+    },
+    "value_bytes": {"_id": "a", "v": b"raw"},
+    "value_set": {"_id": "a", "v": {1, 2}},
+    "value_object": {"_id": "a", "v": object()},
+    "value_nan": {"_id": "a", "v": float("nan")},
+    "value_inf": {"_id": "a", "v": float("inf")},
+    "value_int_too_big": {"_id": "a", "v": 2**64},
+    "value_int_too_small": {"_id": "a", "v": -(2**63) - 1},
+    "nested_non_str_key": {"_id": "a", "v": {"ok": {1: "x"}}},
+    "top_level_non_str_key": {"_id": "a", 1: "x"},
+    "value_lone_surrogate": {"_id": "a", "v": ["x" + LONE]},
+    "key_lone_surrogate": {"_id": "a", "k" + LONE: 1},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DOCS))
+def test_bad_documents_are_rejected_and_change_nothing(engine: Any, case: str) -> None:
+    """Invalid documents are 400 bad_request / doc_validation and write nothing
+    (couch_doc:validate_docid, transfer_fields; SEMANTICS §2.1, §15)."""
+    rev = engine.put({"_id": "a", "v": 1})["rev"]
+    before = snapshot(engine)
+    doc = BAD_DOCS[case]
+    with pytest.raises(BadRequest):
+        engine.put(doc)
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "fresh"}, doc])
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([doc], new_edits=False)
+    assert snapshot(engine) == before
+    assert engine.get("a")["_rev"] == rev
+
+
+def test_bad_request_beats_conflict(engine: Any) -> None:
+    """Validation happens before state checks (SEMANTICS §15)."""
+    engine.put({"_id": "a"})
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "a", "_bad": 1})
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "a", "_rev": "1-" + H["f"], "v": b"x"})
+
+
+def test_bulk_docs_bad_arguments(engine: Any) -> None:
+    """bulk_docs_test.exs: "`docs` parameter must be an array", "`new_edits`
+    parameter must be a boolean"; a new_edits=false doc must name its revision
+    (settee decision, SEMANTICS §7.2, spec/docs.py validate_doc)."""
+    with pytest.raises(BadRequest):
+        engine.bulk_docs({"_id": "a"})
+    with pytest.raises(BadRequest):
+        engine.bulk_docs("abc")
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "a"}], new_edits=0)
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "a"}], new_edits="false")
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "a", "v": 1}], new_edits=False)
+    assert engine.changes()["results"] == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"docid": 1},
+        {"docid": ""},
+        {"docid": "_foo"},
+        {"docid": "a" + LONE},
+        {"docid": "a", "rev": "bad"},
+        {"docid": "a", "rev": 2},
+        {"docid": "a", "revs": "yes"},
+        {"docid": "a", "conflicts": 1},
+    ],
+    ids=lambda kw: "-".join(f"{k}={v!r}" for k, v in kw.items()),
+)
+def test_get_bad_arguments(engine: Any, kwargs: dict[str, Any]) -> None:
+    """Malformed ids/revs/flags are bad_request (couch_doc:parse_rev; SEMANTICS §6)."""
+    engine.put({"_id": "a"})
+    kwargs = dict(kwargs)  # the parametrised dict is shared between engines
+    docid = kwargs.pop("docid")
+    with pytest.raises(BadRequest):
+        engine.get(docid, **kwargs)
+
+
+def test_delete_bad_arguments(engine: Any) -> None:
+    """DELETE with a malformed id or rev is bad_request, nothing written."""
+    rev = engine.put({"_id": "a"})["rev"]
+    for docid, bad_rev in [(1, rev), ("", rev), ("_x", rev), ("a", "bad"), ("a", 5)]:
+        with pytest.raises(BadRequest):
+            engine.delete(docid, bad_rev)
+    assert engine.get("a")["_rev"] == rev
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"startkey": 1},
+        {"endkey": b"x"},
+        {"startkey": "a" + LONE},
+        {"keys": "abc"},
+        {"keys": ["a", 1]},
+        {"keys": {"a": 1}},
+        {"limit": -1},
+        {"limit": 1.5},
+        {"limit": True},
+        {"skip": -1},
+        {"skip": None},
+        {"skip": True},
+        {"descending": "yes"},
+        {"inclusive_end": None},
+        {"include_docs": 1},
+        {"keys": ["a"], "startkey": "a"},
+        {"keys": ["a"], "endkey": "z"},
+    ],
+    ids=lambda kw: "-".join(f"{k}={v!r}" for k, v in kw.items()),
+)
+def test_all_docs_bad_arguments(engine: Any, kwargs: dict[str, Any]) -> None:
+    """couch_mrview_util:validate_args: limit/skip positive integers, booleans,
+    "`keys` is incompatible with `key`, `start_key` and `end_key`"."""
+    engine.put({"_id": "a"})
+    with pytest.raises(BadRequest):
+        engine.all_docs(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"since": -1},
+        {"since": "garbage"},
+        {"since": None},
+        {"since": True},
+        {"since": 1.5},
+        {"limit": -1},
+        {"limit": "1"},
+        {"limit": True},
+        {"include_docs": "yes"},
+    ],
+    ids=lambda kw: "-".join(f"{k}={v!r}" for k, v in kw.items()),
+)
+def test_changes_bad_arguments(engine: Any, kwargs: dict[str, Any]) -> None:
+    """Malformed since/limit/include_docs are bad_request (chttpd_db
+    parse_changes_query; SEMANTICS §9)."""
+    engine.put({"_id": "a"})
+    with pytest.raises(BadRequest):
+        engine.changes(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [["a"], {"a": "1-abc"}, {"a": ["bad"]}, {1: ["1-abc"]}, {"a": [1]}, {"a" + LONE: ["1-a"]}],
+    ids=repr,
+)
+def test_revs_diff_bad_arguments(engine: Any, arg: Any) -> None:
+    """revs_diff takes {docid: [rev, ...]}; malformed revs are bad_request
+    (couch_doc:parse_revs)."""
+    with pytest.raises(BadRequest):
+        engine.revs_diff(arg)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"no_such_option": 1},
+        {"revs_limit": 0},
+        {"revs_limit": "5"},
+        {"revs_limit": True},
+        {"shards": 0},
+        {"shards": 2.0},
+        {"read_mode": "fast"},
+        {"fsync": "yes"},
+        {"max_document_size": 0},
+    ],
+    ids=lambda o: "-".join(f"{k}={v!r}" for k, v in o.items()),
+)
+def test_open_bad_options(opener: Any, options: dict[str, Any]) -> None:
+    """Unknown options and bad values are BadRequest naming the option (contract;
+    DESIGN.md config)."""
+    with pytest.raises(BadRequest) as info:
+        opener.open(opener.path + "-opts", **options)
+    assert next(iter(options)) in str(info.value)
+
+
+def test_max_document_size(opener: Any) -> None:
+    """Documents above max_document_size are refused (CouchDB 413
+    document_too_large; settee BadRequest, SEMANTICS §2.1)."""
+    db = opener.open(opener.path + "-size", max_document_size=200)
+    db.put({"_id": "small", "v": "x" * 50})
+    with pytest.raises(BadRequest):
+        db.put({"_id": "big", "v": "x" * 300})
+    with pytest.raises(BadRequest):
+        db.bulk_docs([{"_id": "ok"}, {"_id": "big", "v": "x" * 300}])
+    assert rows_ids(db.all_docs()) == ["small"]
+
+
+def test_put_with_revisions_in_interactive_mode(engine: Any) -> None:
+    """With new_edits=true, _revisions names the parent path like _rev does
+    (couch_doc:transfer_fields takes revs from _revisions)."""
+    r1 = engine.put({"_id": "a", "v": 1})["rev"]
+    r2 = engine.put({"_id": "a", "_revisions": {"start": 1, "ids": [hash_of(r1)]}, "v": 2})["rev"]
+    assert pos(r2) == 2 and engine.get("a")["v"] == 2
+    with pytest.raises(Conflict):
+        engine.put({"_id": "a", "_revisions": {"start": 1, "ids": [hash_of(r1)]}, "v": 3})
