@@ -1,4 +1,6 @@
-"""Shared pytest configuration for tests/, stateful_tests/ and crash_tests/: Hypothesis profiles and the ``engine`` fixture.
+"""Shared pytest configuration for tests/, stateful_tests/ and crash_tests/.
+
+Hypothesis profiles and the ``engine`` fixture live here so every test folder shares them.
 
 Hypothesis profiles (chosen with ``SETTEE_HYPOTHESIS_PROFILE``, default ``ci``):
 
