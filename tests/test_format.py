@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError
 

@@ -21,6 +21,7 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from settee.file import READ_AHEAD, ShardFile, TornTailWarning
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
 from settee.spec import format as fmt

@@ -1,0 +1,648 @@
+"""Append-only copy-on-write B+tree, after CouchDB's ``couch_btree``.
+
+A tree is an immutable value: a root pointer into a node store plus the
+caller's reduce functions. ``modify`` applies a sorted batch of inserts and
+removes in one pass down the tree, appends every rewritten node to a batch
+(children before parents) and returns a new ``BTree``; subtrees the batch does
+not touch keep their positions, so old roots stay readable (MVCC for free).
+
+Nodes, as stored (msgpack):
+
+* leaf: ``["kv", [[key, value], ...]]``
+* inner: ``["kp", [[last_key, child_pos, child_reduction], ...]]`` where
+  ``last_key`` is the largest key in the child's subtree.
+
+Entries are sorted by key, strictly ascending. A node's encoded size stays at
+or under ``node_bytes`` unless it is a leaf of a single entry (an oversized
+entry sits alone) or an inner node of two entries (inner nodes keep a fan-out
+of at least 2, so that huge keys cannot make a tree grow without bound). Like
+CouchDB we never merge under-full nodes on removal; a child that becomes empty
+is dropped, and compaction rebuilds.
+
+A root is ``[pos, reduction]`` (or ``None`` for the empty tree); it is what
+shard headers store.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+import msgpack
+
+from settee.spec.errors import CorruptionError
+
+__all__ = [
+    "DEFAULT_CACHE_NODES",
+    "KP_NODE",
+    "KV_NODE",
+    "MAX_NODE_BYTES",
+    "BTree",
+    "Entry",
+    "Key",
+    "Node",
+    "NodeCache",
+    "NodeStore",
+    "TermBatch",
+    "decode_node",
+]
+
+KV_NODE = "kv"
+KP_NODE = "kp"
+# Upper bound on a node's msgpack-encoded size: one 4 KiB block, like CouchDB's
+# default btree_chunk_size. Not a format constant: readers never depend on it.
+MAX_NODE_BYTES = 4096
+DEFAULT_CACHE_NODES = 1024
+# fixarray(2) + fixstr "kv"/"kp" + the largest (array32) header of the entry list.
+_NODE_OVERHEAD = 1 + 3 + 5
+
+Key = str | int
+# Decoded node as kept in the cache: (is_kp, keys, entries). The separate key
+# list lets bisect run in C without a key function.
+Entry = list[Any]
+Node = tuple[bool, list[Any], list[Entry]]
+# What leaf iteration yields: a leaf's keys, its entries, and a start/stop index.
+_Leaf = tuple[list[Any], list[Entry], int]
+Reduce = Callable[[Sequence[Sequence[Any]]], Any]
+Rereduce = Callable[[list[Any]], Any]
+
+_REMOVE = object()
+# A node's encoding up to its entry list's array header: fixarray(2) + the kind.
+_NODE_PREFIX = {kind: b"\x92" + msgpack.packb(kind) for kind in (KV_NODE, KP_NODE)}
+
+
+class NodeStore(Protocol):
+    """Where nodes live: ``ShardFile`` fits, so does a list in tests."""
+
+    def read_term(self, pos: int) -> Any: ...
+
+
+class TermBatch(Protocol):
+    """Terms to append in one write; ``add`` returns the term's future position."""
+
+    def add(self, obj: Any) -> int: ...
+
+
+def decode_node(raw: Any, path: str, pos: int) -> Node:
+    """Turn a stored node term into ``(is_kp, keys, entries)``.
+
+    Raises CorruptionError when the term is not a node: a checksummed frame can
+    still hold the wrong thing if a pointer is wrong.
+    """
+    try:
+        kind, entries = raw
+        keys = [e[0] for e in entries]
+    except (TypeError, ValueError, IndexError, KeyError):
+        raise CorruptionError(path, pos, "term is not a btree node") from None
+    if kind == KV_NODE:
+        return False, keys, entries
+    if kind == KP_NODE:
+        return True, keys, entries
+    raise CorruptionError(path, pos, f"unknown btree node kind {kind!r}")
+
+
+class NodeCache:
+    """Bounded LRU of decoded nodes keyed by position, shared by readers.
+
+    One cache serves one store only (positions are per file). The lock guards
+    the dict operations alone; reads from the store happen outside it, so a
+    slow disk never blocks other readers' cache hits. Two readers missing the
+    same node both read it; the second insert is harmless.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_CACHE_NODES) -> None:
+        if capacity < 0:
+            raise ValueError(f"cache capacity must be >= 0, got {capacity}")
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        self._nodes: OrderedDict[int, Node] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, pos: int) -> Node | None:
+        """The cached node at ``pos``, or None."""
+        with self._lock:
+            node = self._nodes.get(pos)
+            if node is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._nodes.move_to_end(pos)
+            return node
+
+    def put(self, pos: int, node: Node) -> None:
+        """Remember ``node``; only ever call it for nodes already written."""
+        with self._lock:
+            self._nodes[pos] = node
+            self._nodes.move_to_end(pos)
+            while len(self._nodes) > self.capacity:
+                self._nodes.popitem(last=False)
+
+    def put_many(self, nodes: dict[int, Node]) -> None:
+        """Remember several nodes under one lock acquisition, in the dict's order."""
+        with self._lock:
+            for pos, node in nodes.items():
+                self._nodes[pos] = node
+                self._nodes.move_to_end(pos)
+            while len(self._nodes) > self.capacity:
+                self._nodes.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (e.g. after the file was replaced by compaction)."""
+        with self._lock:
+            self._nodes.clear()
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+def _check_root(root: Any) -> list[Any] | None:
+    if root is None:
+        return None
+    if not isinstance(root, list | tuple) or len(root) != 2 or type(root[0]) is not int:
+        raise ValueError(f"a btree root is [pos, reduction] or None, got {root!r}")
+    return [root[0], root[1]]
+
+
+class BTree:
+    """An immutable B+tree snapshot; ``modify`` returns a new one.
+
+    ``reduce(kvs)`` maps a list of ``[key, value]`` pairs to a reduction and
+    ``rereduce(reductions)`` combines reductions; both must be deterministic
+    and msgpack-able (they are stored in inner nodes). Values returned by
+    reads are shared with the node cache: treat them as read-only. Give values
+    and reductions in msgpack's decoded form (lists, not tuples): a read may
+    return the object given to ``modify`` or the one decoded from the store.
+    """
+
+    __slots__ = (
+        "_cache",
+        "_path",
+        "_pending",
+        "_reduce",
+        "_rereduce",
+        "_root",
+        "_store",
+        "node_bytes",
+    )
+
+    def __init__(
+        self,
+        store: NodeStore,
+        root: Any,
+        *,
+        reduce: Reduce,
+        rereduce: Rereduce,
+        cache: NodeCache | None = None,
+        node_bytes: int = MAX_NODE_BYTES,
+    ) -> None:
+        if node_bytes <= _NODE_OVERHEAD:
+            raise ValueError(f"node_bytes must exceed {_NODE_OVERHEAD}, got {node_bytes}")
+        self._store = store
+        self._root = _check_root(root)
+        self._reduce = reduce
+        self._rereduce = rereduce
+        self._cache = NodeCache() if cache is None else cache
+        # Nodes this tree's modify wrote, kept until the tree is first read; see node().
+        self._pending: dict[int, Node] | None = None
+        self._path = str(getattr(store, "path", "<memory>"))
+        self.node_bytes = node_bytes
+
+    # -- accessors -----------------------------------------------------------
+
+    @property
+    def root(self) -> list[Any] | None:
+        """``[pos, reduction]`` or None; what a header stores to reopen the tree."""
+        return None if self._root is None else list(self._root)
+
+    @property
+    def store(self) -> NodeStore:
+        """The node store this tree reads from."""
+        return self._store
+
+    @property
+    def cache(self) -> NodeCache:
+        """The node cache (shared with trees derived by ``modify``)."""
+        return self._cache
+
+    @property
+    def reduce_fun(self) -> Reduce:
+        """The caller's reduce over ``[key, value]`` lists."""
+        return self._reduce
+
+    @property
+    def rereduce_fun(self) -> Rereduce:
+        """The caller's rereduce over child reductions."""
+        return self._rereduce
+
+    def _derive(self, root: list[Any] | None, pending: dict[int, Node]) -> BTree:
+        tree = BTree(
+            self._store,
+            root,
+            reduce=self._reduce,
+            rereduce=self._rereduce,
+            cache=self._cache,
+            node_bytes=self.node_bytes,
+        )
+        tree._pending = pending or None
+        return tree
+
+    def node(self, pos: int) -> Node:
+        """The decoded node at ``pos`` (through the cache)."""
+        pending = self._pending
+        if pending is not None:
+            # Reading this tree means its batch was written (a tree whose batch is
+            # dropped must be dropped too), so the nodes it wrote may now enter the
+            # shared cache: the next batch usually touches the same paths. They stay
+            # out until then because a dropped batch's positions get reused.
+            self._pending = None
+            self._cache.put_many(pending)
+        node = self._cache.get(pos)
+        if node is None:
+            node = decode_node(self._store.read_term(pos), self._path, pos)
+            self._cache.put(pos, node)
+        return node
+
+    def depth(self) -> int:
+        """Levels from root to leaf (0 for the empty tree)."""
+        if self._root is None:
+            return 0
+        depth, pos = 1, self._root[0]
+        while True:
+            is_kp, _, entries = self.node(pos)
+            if not is_kp:
+                return depth
+            depth, pos = depth + 1, entries[0][1]
+
+    # -- point reads -----------------------------------------------------------
+
+    def get(self, key: Key) -> Any:
+        """The value stored under ``key``, or None. Reads at most depth nodes."""
+        if self._root is None:
+            return None
+        pos = self._root[0]
+        while True:
+            is_kp, keys, entries = self.node(pos)
+            i = bisect_left(keys, key)
+            if i == len(keys):
+                return None
+            if not is_kp:
+                return entries[i][1] if keys[i] == key else None
+            pos = entries[i][1]
+
+    def lookup(self, keys: Iterable[Key]) -> list[Any]:
+        """Values for ``keys`` (None where absent), in the order given.
+
+        Sorted input is cheapest; each node on the union of paths is read once.
+        """
+        wanted = list(keys)
+        found: dict[Key, Any] = {}
+        if self._root is not None and wanted:
+            ordered = sorted(set(wanted))
+            self._lookup(self._root[0], ordered, 0, len(ordered), found)
+        return [found.get(k) for k in wanted]
+
+    def _lookup(self, pos: int, sk: list[Key], lo: int, hi: int, found: dict[Key, Any]) -> None:
+        is_kp, keys, entries = self.node(pos)
+        n = len(keys)
+        if is_kp:
+            c = 0
+            while lo < hi:
+                c = bisect_left(keys, sk[lo], c)
+                if c == n:
+                    return
+                j = bisect_right(sk, keys[c], lo, hi)
+                self._lookup(entries[c][1], sk, lo, j, found)
+                lo, c = j, c + 1
+            return
+        p = 0
+        for i in range(lo, hi):
+            p = bisect_left(keys, sk[i], p)
+            if p < n and keys[p] == sk[i]:
+                found[sk[i]] = entries[p][1]
+
+    # -- range reads -----------------------------------------------------------
+
+    def fold(
+        self,
+        start: Key | None = None,
+        end: Key | None = None,
+        *,
+        descending: bool = False,
+        inclusive_end: bool = True,
+    ) -> Iterator[tuple[Key, Any]]:
+        """Iterate ``(key, value)`` pairs lazily, in CouchDB's convention.
+
+        Ascending: ``start <= key <= end`` (``< end`` without inclusive_end).
+        Descending: from ``start`` DOWN to ``end``, i.e. ``start >= key >= end``
+        (``> end`` without inclusive_end). None means unbounded.
+        """
+        if self._root is None:
+            return iter(())
+        if descending:
+            return self._fold_rev(start, end, inclusive_end)
+        return self._fold_fwd(start, end, inclusive_end)
+
+    def _fold_fwd(
+        self, start: Key | None, end: Key | None, incl: bool
+    ) -> Iterator[tuple[Key, Any]]:
+        assert self._root is not None  # fold() handles the empty tree
+        for keys, entries, i in self._leaves_fwd(self._root[0], start, end):
+            if end is None:
+                for e in entries[i:]:
+                    yield e[0], e[1]
+                continue
+            stop = bisect_right(keys, end) if incl else bisect_left(keys, end)
+            for e in entries[i:stop]:
+                yield e[0], e[1]
+            if stop < len(keys):
+                return
+
+    def _leaves_fwd(self, pos: int, start: Key | None, end: Key | None) -> Iterator[_Leaf]:
+        is_kp, keys, entries = self.node(pos)
+        i = 0 if start is None else bisect_left(keys, start)
+        if not is_kp:
+            yield keys, entries, i
+            return
+        for c in range(i, len(entries)):
+            # Later children only hold keys above this one's, so `start` no longer binds.
+            yield from self._leaves_fwd(entries[c][1], start if c == i else None, end)
+            if end is not None and keys[c] >= end:
+                return
+
+    def _fold_rev(
+        self, start: Key | None, end: Key | None, incl: bool
+    ) -> Iterator[tuple[Key, Any]]:
+        assert self._root is not None  # fold() handles the empty tree
+        for keys, entries, hi in self._leaves_rev(self._root[0], start, end, incl):
+            lo = 0
+            if end is not None:
+                lo = bisect_left(keys, end) if incl else bisect_right(keys, end)
+            for i in range(hi - 1, lo - 1, -1):
+                e = entries[i]
+                yield e[0], e[1]
+            if lo > 0:
+                return
+
+    def _leaves_rev(
+        self, pos: int, start: Key | None, end: Key | None, incl: bool
+    ) -> Iterator[_Leaf]:
+        is_kp, keys, entries = self.node(pos)
+        if not is_kp:
+            yield keys, entries, len(keys) if start is None else bisect_right(keys, start)
+            return
+        top = len(keys) - 1 if start is None else min(bisect_left(keys, start), len(keys) - 1)
+        for c in range(top, -1, -1):
+            yield from self._leaves_rev(entries[c][1], start if c == top else None, end, incl)
+            # Child c-1 holds keys <= keys[c-1]; stop once none of them can be in range.
+            if (
+                end is not None
+                and c > 0
+                and (keys[c - 1] < end or (not incl and keys[c - 1] == end))
+            ):
+                return
+
+    # -- reductions ----------------------------------------------------------
+
+    def full_reduce(self) -> Any:
+        """The reduction of the whole tree, read from the root pointer."""
+        if self._root is None:
+            return self._reduce([])
+        return self._root[1]
+
+    def reduce_lt(self, key: Key) -> Any:
+        """The reduction of all entries with a key below ``key``; O(depth) reads."""
+        return self._reduce_upto(key, inclusive=False)
+
+    def reduce_le(self, key: Key) -> Any:
+        """The reduction of all entries with a key at or below ``key``; O(depth) reads."""
+        return self._reduce_upto(key, inclusive=True)
+
+    def _reduce_upto(self, key: Key, *, inclusive: bool) -> Any:
+        if self._root is None:
+            return self._reduce([])
+        reds: list[Any] = []
+        pos = self._root[0]
+        while True:
+            is_kp, keys, entries = self.node(pos)
+            i = bisect_right(keys, key) if inclusive else bisect_left(keys, key)
+            if not is_kp:
+                reds.append(self._reduce(entries[:i]))
+                break
+            reds.extend(e[2] for e in entries[:i])
+            if i == len(entries):
+                break
+            pos = entries[i][1]
+        return reds[0] if len(reds) == 1 else self._rereduce(reds)
+
+    # -- writes ----------------------------------------------------------------
+
+    def modify(
+        self, batch: TermBatch, inserts: Iterable[tuple[Key, Any]], removes: Iterable[Key]
+    ) -> BTree:
+        """Apply inserts and removes in one pass; return the new tree.
+
+        Rewritten nodes go into ``batch``, children before parents; the caller
+        writes it. If the batch is not written (or modify raises), drop the
+        returned tree unread: reading it is the promise that its batch is in the
+        store, and lets the nodes it wrote into the shared cache.
+
+        A key both inserted and removed ends up inserted (CouchDB applies
+        removes first), and the last insert of a key wins. Removing an absent
+        key is a no-op; a batch that changes nothing returns ``self`` and adds
+        nothing. Raises TypeError for keys that are not all str or all int.
+        """
+        ops: dict[Key, Any] = dict.fromkeys(removes, _REMOVE)
+        ops.update(inserts)
+        if not ops:
+            return self
+        keys = sorted(ops)  # TypeError here means str and int keys were mixed
+        _check_key_types(keys)
+        change = _Modify(self, batch, keys, ops)
+        root = change.run()
+        return self if root is self._root else self._derive(root, change.written)
+
+
+def _check_key_types(sorted_keys: list[Any]) -> None:
+    # Sorting already rejected str/int mixes; bool sorts like int but msgpack
+    # stores it differently, and other types have no defined on-disk order.
+    first, last = sorted_keys[0], sorted_keys[-1]
+    kind = type(first)
+    if kind not in (str, int) or type(last) is not kind:
+        raise TypeError(f"btree keys must be all str or all int, got {first!r} .. {last!r}")
+    if kind is int and any(type(k) is not int for k in sorted_keys):
+        raise TypeError("btree int keys must be plain int (not bool or int subclasses)")
+
+
+class _Modify:
+    """State of one modify pass: sorted action keys, their ops, the batch."""
+
+    def __init__(self, tree: BTree, batch: TermBatch, keys: list[Key], ops: dict[Key, Any]) -> None:
+        self.tree = tree
+        self.batch = batch
+        self.keys = keys
+        self.ops = ops
+        self.limit = tree.node_bytes - _NODE_OVERHEAD
+        # One Packer per pass: Packer objects are not thread-safe, and writers of
+        # different shards run concurrently. Options match spec.format.encode_payload.
+        self.pack = msgpack.Packer(use_bin_type=True)
+        # Nodes added to the batch in this pass; the store cannot read them yet.
+        self.written: dict[int, Node] = {}
+
+    def node(self, pos: int) -> Node:
+        node = self.written.get(pos)
+        return self.tree.node(pos) if node is None else node
+
+    def run(self) -> list[Any] | None:
+        root = self.tree._root
+        if root is None:
+            is_kp, entries = False, self.modify_kv([], [], 0, len(self.keys))
+        else:
+            is_kp, old_keys, old_entries = self.node(root[0])
+            if is_kp:
+                entries = self.modify_kp(old_keys, old_entries, 0, len(self.keys))
+            else:
+                entries = self.modify_kv(old_keys, old_entries, 0, len(self.keys))
+            if entries is None:
+                return root
+        if not entries:
+            return None
+        if is_kp and len(entries) == 1:
+            return self.collapse(entries[0])
+        kps = self.write(is_kp, entries)
+        while len(kps) > 1:
+            kps = self.write(True, kps)
+        return [kps[0][1], kps[0][2]]
+
+    def collapse(self, kp: list[Any]) -> list[Any]:
+        """Drop root levels that have a single child (after removals)."""
+        pos, red = kp[1], kp[2]
+        while True:
+            is_kp, _, entries = self.node(pos)
+            if not is_kp or len(entries) != 1:
+                return [pos, red]
+            pos, red = entries[0][1], entries[0][2]
+
+    def modify_node(self, pos: int, lo: int, hi: int) -> list[list[Any]] | None:
+        """New kp entries replacing the subtree at ``pos``; None if unchanged."""
+        is_kp, keys, entries = self.node(pos)
+        if is_kp:
+            new = self.modify_kp(keys, entries, lo, hi)
+        else:
+            new = self.modify_kv(keys, entries, lo, hi)
+        if new is None:
+            return None
+        return self.write(is_kp, new) if new else []
+
+    def modify_kp(
+        self, keys: list[Any], entries: list[Entry], lo: int, hi: int
+    ) -> list[Entry] | None:
+        acts, last = self.keys, len(keys) - 1
+        out: list[list[Any]] = []
+        copied = 0  # entries[copied:c] are untouched children still to copy
+        c = 0
+        changed = False
+        while lo < hi:
+            c = min(bisect_left(keys, acts[lo], c), last)
+            # Keys above the last child's last_key also go to the last child.
+            mid = hi if c == last else bisect_right(acts, keys[c], lo, hi)
+            new = self.modify_node(entries[c][1], lo, mid)
+            if new is not None:
+                out.extend(entries[copied:c])
+                out.extend(new)
+                copied = c + 1
+                changed = True
+            lo, c = mid, c + 1
+        if not changed:
+            return None
+        out.extend(entries[copied:])
+        return out
+
+    def modify_kv(
+        self, keys: list[Any], entries: list[Entry], lo: int, hi: int
+    ) -> list[Entry] | None:
+        acts, ops, n = self.keys, self.ops, len(keys)
+        out: list[list[Any]] = []
+        copied = 0
+        changed = False
+        for i in range(lo, hi):
+            key = acts[i]
+            p = bisect_left(keys, key, copied)
+            present = p < n and keys[p] == key
+            value = ops[key]
+            if value is _REMOVE and not present:
+                continue
+            out.extend(entries[copied:p])
+            copied = p + 1 if present else p
+            if value is not _REMOVE:
+                out.append([key, value])
+            changed = True
+        if not changed:
+            return None
+        out.extend(entries[copied:])
+        return out
+
+    def write(self, is_kp: bool, entries: list[Entry]) -> list[Entry]:
+        """Append ``entries`` as one or more nodes; return their kp entries.
+
+        Nothing is encoded twice: a node that fits is encoded whole and that
+        payload is what the batch stores; when a split is needed, each entry is
+        encoded once and the node payloads are their concatenations (msgpack
+        composes), so the sizes that drive the split cost no extra encoding.
+        """
+        kind = KP_NODE if is_kp else KV_NODE
+        pack = self.pack
+        whole = pack.pack([kind, entries])
+        if len(whole) <= self.tree.node_bytes:
+            return [self.append(is_kp, kind, entries, whole)]
+        parts = [pack.pack(e) for e in entries]
+        bounds = _chunk_bounds([len(p) for p in parts], self.limit, 2 if is_kp else 1)
+        prefix = _NODE_PREFIX[kind]
+        return [
+            self.append(
+                is_kp,
+                kind,
+                entries[lo:hi],
+                prefix + pack.pack_array_header(hi - lo) + b"".join(parts[lo:hi]),
+            )
+            for lo, hi in bounds
+        ]
+
+    def append(self, is_kp: bool, kind: str, chunk: list[Entry], payload: bytes) -> Entry:
+        """Add one node to the batch; return its kp entry ``[last_key, pos, reduction]``."""
+        add_encoded = getattr(self.batch, "add_encoded", None)
+        pos = self.batch.add([kind, chunk]) if add_encoded is None else add_encoded(payload)
+        tree = self.tree
+        red = tree.rereduce_fun([e[2] for e in chunk]) if is_kp else tree.reduce_fun(chunk)
+        self.written[pos] = (is_kp, [e[0] for e in chunk], chunk)
+        return [chunk[-1][0], pos, red]
+
+
+def _chunk_bounds(sizes: list[int], limit: int, min_fanout: int) -> list[tuple[int, int]]:
+    """Split entries of encoded ``sizes`` into ``(lo, hi)`` runs of balanced size.
+
+    Like couch_btree's chunkify, the run count is the fewest that fit and runs
+    aim at equal sizes, so a split leaves no sliver behind. A run exceeds
+    ``limit`` only when its first ``min_fanout`` entries alone do: inner nodes
+    pass 2, so even huge keys halve the entries per level and building the root
+    terminates, while a leaf's oversized entry sits alone.
+    """
+    total = sum(sizes)
+    if total <= limit:
+        return [(0, len(sizes))]
+    target = total / -(-total // limit)
+    bounds, first, size = [], 0, 0
+    for i, s in enumerate(sizes):
+        # Close the run when this entry would cross the hard limit, or when most
+        # of it lies past the target.
+        if i - first >= min_fanout and (size + s > limit or size + s / 2 > target):
+            bounds.append((first, i))
+            first, size = i, 0
+        size += s
+    if bounds and size + sum(sizes[bounds[-1][0] : first]) <= limit:
+        first = bounds.pop()[0]  # the tail fits into the run before it
+    bounds.append((first, len(sizes)))
+    return bounds

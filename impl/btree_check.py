@@ -1,0 +1,148 @@
+"""The one B+tree checker: walks every node of a tree and reports problems.
+
+Used by the btree tests as a state-machine invariant and by ``settee check``.
+It reads straight from the store (never the node cache), so it sees what is
+on disk, and it recomputes every reduction with the tree's own functions.
+Problems come out as ``"path:pos: what"`` strings; an empty result means the
+tree is sound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from settee.btree import KP_NODE, KV_NODE, BTree
+from settee.spec.errors import SetteeError
+
+__all__ = ["MAX_CHECK_DEPTH", "check_tree"]
+
+# Far beyond any real tree (a 4 KiB fan-out of even 2 reaches 2**64 keys); a
+# deeper walk means a pointer loop or garbage.
+MAX_CHECK_DEPTH = 64
+
+
+@dataclass(slots=True)
+class _Walk:
+    tree: BTree
+    path: str
+    problems: list[str] = field(default_factory=list)
+    leaf_depths: set[int] = field(default_factory=set)
+    key_type: type | None = None
+    last_key: Any = None  # largest key seen so far, across nodes (in-order walk)
+
+    def problem(self, pos: Any, what: str) -> None:
+        self.problems.append(f"{self.path}:{pos}: {what}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Stored reductions went through msgpack (tuples became lists), so compare
+    # encodings when plain equality says no.
+    if a == b:
+        return True
+    try:
+        return bool(msgpack.packb(a) == msgpack.packb(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def check_tree(tree: BTree) -> Iterator[str]:
+    """Yield every problem found in ``tree`` as ``"path:pos: what"``.
+
+    Checks: node shape, key type, strict key order inside and across nodes,
+    each kp ``last_key`` equals its child's largest key, encoded node size
+    within ``tree.node_bytes`` (a leaf of one entry or an inner node of two
+    may exceed it), all leaves at one depth, child positions below their parent's
+    (append-only), and every stored reduction equal to a recount.
+    """
+    walk = _Walk(tree, str(getattr(tree.store, "path", "<memory>")))
+    root = tree.root
+    if root is not None:
+        red = _check_node(walk, root[0], None, 1, "root")
+        if red is not None and not _same(red[1], root[1]):
+            walk.problem(root[0], f"root reduction {root[1]!r} != recomputed {red[1]!r}")
+        if len(walk.leaf_depths) > 1:
+            walk.problem(root[0], f"leaves at different depths {sorted(walk.leaf_depths)}")
+    yield from walk.problems
+
+
+def _read(walk: _Walk, pos: Any, where: str) -> tuple[str, list[Any]] | None:
+    if type(pos) is not int:
+        walk.problem(pos, f"{where}: node pointer is not an int")
+        return None
+    try:
+        raw = walk.tree.store.read_term(pos)
+    except SetteeError as exc:
+        walk.problem(pos, f"{where}: unreadable node: {exc}")
+        return None
+    if not isinstance(raw, list | tuple) or len(raw) != 2:
+        walk.problem(pos, f"{where}: term is not a [kind, entries] node")
+        return None
+    kind, entries = raw
+    if kind not in (KV_NODE, KP_NODE) or not isinstance(entries, list | tuple):
+        walk.problem(pos, f"{where}: bad node kind {kind!r} or entry list")
+        return None
+    if not entries:
+        walk.problem(pos, f"{where}: empty node")
+        return None
+    width = 2 if kind == KV_NODE else 3
+    if any(not isinstance(e, list | tuple) or len(e) != width for e in entries):
+        walk.problem(pos, f"{where}: {kind} entries must be {width}-element lists")
+        return None
+    size = len(msgpack.packb(raw))
+    oversize_ok = len(entries) <= (2 if kind == KP_NODE else 1)
+    if size > walk.tree.node_bytes and not oversize_ok:
+        walk.problem(pos, f"{where}: node is {size} bytes > {walk.tree.node_bytes}")
+    return kind, list(entries)
+
+
+def _check_keys(walk: _Walk, pos: int, where: str, entries: list[Any]) -> bool:
+    for e in entries:
+        key = e[0]
+        if walk.key_type is None and type(key) in (str, int):
+            walk.key_type = type(key)
+        if type(key) is not walk.key_type:
+            walk.problem(pos, f"{where}: key {key!r} is not {walk.key_type}")
+            return False
+        if walk.last_key is not None and not walk.last_key < key:
+            walk.problem(pos, f"{where}: key {key!r} not above previous key {walk.last_key!r}")
+            return False
+        walk.last_key = key
+    return True
+
+
+def _check_node(walk: _Walk, pos: Any, parent: int | None, depth: int, where: str) -> Any:
+    """Check the subtree at ``pos``; return ``(max_key, reduction)`` or None."""
+    if depth > MAX_CHECK_DEPTH:
+        walk.problem(pos, f"{where}: deeper than {MAX_CHECK_DEPTH} levels")
+        return None
+    if parent is not None and type(pos) is int and pos >= parent:
+        # Children are appended before their parent; anything else is a loop or garbage.
+        walk.problem(pos, f"{where}: child position not below parent {parent}")
+        return None
+    node = _read(walk, pos, where)
+    if node is None:
+        return None
+    kind, entries = node
+    if kind == KV_NODE:
+        walk.leaf_depths.add(depth)
+        if not _check_keys(walk, pos, where, entries):
+            return None
+        return entries[-1][0], walk.tree.reduce_fun(entries)
+    reds: list[Any] | None = []
+    for i, (key, child, stored) in enumerate(entries):
+        sub = _check_node(walk, child, pos, depth + 1, f"{where}/{i}")
+        if sub is None:
+            reds = None  # keep checking siblings, but no recount is possible
+            continue
+        child_max, red = sub
+        if child_max != key:
+            walk.problem(pos, f"{where}/{i}: kp key {key!r} != child max key {child_max!r}")
+        if not _same(stored, red):
+            walk.problem(pos, f"{where}/{i}: stored reduction {stored!r} != recomputed {red!r}")
+        if reds is not None:
+            reds.append(red)
+    return None if reds is None else (entries[-1][0], walk.tree.rereduce_fun(reds))
