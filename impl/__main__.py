@@ -1,0 +1,5 @@
+import sys
+
+from settee.cli import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""Compaction: copy a shard's live data to a new file while writes go on.
+
+1. Copy every document of a pinned snapshot into ``<shard>.compact``: the
+   whole (stemmed) revision tree, but only leaf bodies; seqs are kept, so
+   change tokens stay valid.
+2. Catch up, outside the writer, on documents changed meanwhile, until few
+   remain.
+3. On the writer thread (so no commit can slip in between): catch up on the
+   rest, write the header, fsync, rename over the shard file, fsync the
+   directory, then switch the shard to the new file.
+
+A crash before the rename leaves the original file untouched (the leftover
+``.compact`` file is removed on the next open); a crash after it leaves the
+complete, fsynced new file. Readers on old snapshots keep their descriptor of
+the old file, which closes when the last of them lets go.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import TYPE_CHECKING, Any
+
+from settee.btree import NodeCache
+from settee.docinfo import DocInfo
+from settee.file import ShardFile
+from settee.layout import COMPACT_SUFFIX
+from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
+from settee.spec import revtree
+
+if TYPE_CHECKING:
+    from settee.shard import Shard
+
+__all__ = ["compact_shard"]
+
+#: Documents copied per appended batch.
+COPY_CHUNK = 500
+#: Stop catching up outside the writer once fewer changes than this remain.
+FINAL_CATCH_UP = 1000
+
+
+def compact_shard(shard: Shard, *, revs_limit: int) -> None:
+    """Compact one shard; returns once the shard runs on the new file."""
+    target = shard.path + COMPACT_SUFFIX
+    if shard.fs.exists(target):
+        shard.fs.remove(target)
+    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+    try:
+        copier.copy_all(shard.snapshot)
+        while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
+            copier.catch_up(shard.snapshot)
+        shard.call_in_writer(copier.finish)
+    except BaseException:
+        copier.file.close()
+        if shard.fs.exists(target):
+            shard.fs.remove(target)
+        raise
+
+
+class _Copier:
+    """Builds the compacted file; ``finish`` must run on the shard's writer."""
+
+    def __init__(self, shard: Shard, file: ShardFile, revs_limit: int) -> None:
+        self.shard = shard
+        self.file = file
+        self.revs_limit = revs_limit
+        cache = NodeCache(256)
+        self.by_id = by_id_tree(file, None, cache)
+        self.by_seq = by_seq_tree(file, None, cache)
+        self.seq = 0
+
+    def copy_all(self, snap: Snapshot) -> None:
+        docs = snap.fold_docs(None, None, descending=False, inclusive_end=True)
+        for chunk in _chunks(docs, COPY_CHUNK):
+            self._copy(snap, chunk, stale_seqs=[])
+        self.seq = snap.seq
+
+    def catch_up(self, snap: Snapshot) -> None:
+        """Copy the documents changed between ``self.seq`` and ``snap``."""
+        changed = (doc_id for _seq, doc_id, _rev, _deleted in snap.changes(self.seq))
+        for ids in _chunks(changed, COPY_CHUNK):
+            current = snap.doc_infos(ids)
+            previous = self.by_id.lookup(sorted(ids))
+            stale = [value[0] for value in previous if value is not None]
+            self._copy(snap, [current[i] for i in sorted(ids)], stale_seqs=stale)
+        self.seq = snap.seq
+
+    def _copy(self, snap: Snapshot, infos: list[DocInfo], stale_seqs: list[int]) -> None:
+        batch = self.file.new_batch()
+        copied = [self._copy_doc(snap, info, batch) for info in infos]
+        self.by_id = self.by_id.modify(batch, [(i.id, i.to_value()) for i in copied], [])
+        rows = [(i.seq, [i.id, i.winner, i.deleted]) for i in copied]
+        self.by_seq = self.by_seq.modify(batch, rows, stale_seqs)
+        self.file.write_batch(batch)
+
+    def _copy_doc(self, snap: Snapshot, info: DocInfo, batch: Any) -> DocInfo:
+        tree = revtree.stem(info.tree, self.revs_limit)
+        bodies = {}
+        for leaf in revtree.leaves(tree):
+            pointer = info.bodies.get(leaf)
+            if pointer is not None:
+                body = snap.body(info, leaf)
+                bodies[leaf] = [batch.add(body), pointer[1]]
+        active = sum(p[1] for p in bodies.values())
+        return DocInfo(info.id, info.seq, info.deleted, tree, bodies, active)
+
+    def finish(self) -> None:
+        """Final catch-up and the switch; runs on the writer, between commits."""
+        shard = self.shard
+        self.catch_up(shard.snapshot)
+        self.file.write_header(shard.header_payload(self.by_id.root, self.by_seq.root, self.seq))
+        # The new file must be durable before its name replaces the old one's.
+        self.file.sync()
+        shard.fs.rename(self.file.path, shard.path)
+        shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")
+        self.file.path = shard.path
+        shard.swap_file(self.file)
+
+
+def _chunks(items: Any, size: int) -> Any:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk

@@ -1,0 +1,297 @@
+"""The database facade: ``settee.open(path, ...)`` and the public API of DESIGN.md.
+
+A database is ``shards`` shard files. Each call validates its arguments first
+(nothing is written for bad input), routes documents with the spec's routing
+function, and fans reads out over the shards' published snapshots. Writes go
+to each shard's writer; a ``bulk_docs`` call submits to every shard it touches
+before waiting, so the shards commit in parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+from settee import views
+from settee.arguments import (
+    check_bool,
+    check_count,
+    check_key,
+    check_keys,
+    check_rev,
+    check_revs_diff,
+    validate_docid,
+)
+from settee.compaction import compact_shard
+from settee.io import FileSystem, OsFileSystem
+from settee.layout import (
+    COMPACT_SUFFIX,
+    acquire_lock,
+    open_layout,
+    release_lock,
+    shard_path,
+)
+from settee.shard import Shard, ShardIdentity
+from settee.spec import revtree
+from settee.spec.config import validate_options
+from settee.spec.docs import ValidDoc, render_doc, validate_doc
+from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
+from settee.spec.routing import shard_of
+from settee.tokens import encode_token
+
+__all__ = ["Database", "open"]
+
+#: Decoded B+tree nodes cached per shard file (about 4 KiB each when encoded).
+CACHE_NODES_PER_SHARD = 4096
+
+
+def open(path: str, **options: Any) -> Database:
+    """Open the database at ``path``, creating it if missing (see SEMANTICS.md §1)."""
+    return Database(path, **options)
+
+
+class Database:
+    """An open settee database. Thread-safe; also a context manager."""
+
+    def __init__(self, path: str, *, fs: FileSystem | None = None, **options: Any) -> None:
+        if not isinstance(path, str) or not path:
+            raise BadRequest(f"path must be a non-empty str, not {path!r}")
+        self.config = validate_options(**options)
+        self.path = path
+        self.fs = fs if fs is not None else OsFileSystem()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        layout = open_layout(
+            self.fs,
+            path,
+            self.config["shards"],
+            shards_explicit=options.get("shards") is not None,
+        )
+        self._lock_fd = acquire_lock(self.fs, path)
+        try:
+            self.shards = self._open_shards(layout.uuid, layout.shards)
+        except BaseException:
+            release_lock(self._lock_fd)
+            raise
+
+    def _open_shards(self, db_uuid: str, count: int) -> list[Shard]:
+        shards: list[Shard] = []
+        try:
+            for index in range(count):
+                path = shard_path(self.path, index)
+                if self.fs.exists(path + COMPACT_SUFFIX):
+                    # An unfinished compaction: the original file is intact and newer.
+                    self.fs.remove(path + COMPACT_SUFFIX)
+                shards.append(
+                    Shard(
+                        self.fs,
+                        path,
+                        ShardIdentity(db_uuid, index, count),
+                        fsync=self.config["fsync"],
+                        serialized=self.config["read_mode"] == "serialized",
+                        revs_limit=self.config["revs_limit"],
+                        cache_nodes=CACHE_NODES_PER_SHARD,
+                    )
+                )
+        except BaseException:
+            for shard in shards:
+                shard.close()
+            raise
+        return shards
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finish queued writes and release the files and the lock. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            for shard in self.shards:
+                shard.close()
+        finally:
+            release_lock(self._lock_fd)
+
+    def __enter__(self) -> Database:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SetteeError("database is closed; open it again with settee.open(path)")
+
+    def _shard(self, doc_id: str) -> Shard:
+        return self.shards[shard_of(doc_id, len(self.shards))]
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def put(self, doc: Any) -> dict[str, Any]:
+        """Create or update one document; raises Conflict, BadRequest."""
+        self._check_open()
+        valid = self._validate(doc, new_edits=True)
+        [result] = self._write([valid], new_edits=True)
+        if isinstance(result, BaseException):
+            raise result
+        return {"ok": True, "id": valid.id, "rev": result}
+
+    def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
+        """Leave a tombstone on top of ``rev``; raises NotFound, Conflict, BadRequest."""
+        self._check_open()
+        validate_docid(doc_id)
+        check_rev(rev)
+        with self._shard(doc_id).reading() as snap:
+            info = snap.doc_info(doc_id)
+        if info is None:
+            raise NotFound("missing")
+        if info.deleted:
+            raise NotFound("deleted")
+        if rev is None:
+            raise Conflict()
+        return self.put({"_id": doc_id, "_rev": rev, "_deleted": True})
+
+    def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
+        """Write many documents; one result per doc (only errors with new_edits=False)."""
+        self._check_open()
+        if not isinstance(docs, list | tuple):
+            raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
+        check_bool("new_edits", new_edits)
+        valid = [self._validate(doc, new_edits=new_edits) for doc in docs]
+        results = self._write(valid, new_edits=new_edits)
+        out = []
+        for doc, result in zip(valid, results, strict=True):
+            if isinstance(result, Conflict):
+                out.append({"id": doc.id, "error": "conflict", "reason": result.reason})
+            elif isinstance(result, BaseException):
+                raise result
+            elif new_edits:
+                out.append({"ok": True, "id": doc.id, "rev": result})
+        return out
+
+    def _validate(self, doc: Any, *, new_edits: bool) -> ValidDoc:
+        return validate_doc(
+            doc, new_edits=new_edits, max_document_size=self.config["max_document_size"]
+        )
+
+    def _write(self, docs: list[ValidDoc], *, new_edits: bool) -> list[Any]:
+        """Submit to every shard first, then wait: the shards commit in parallel."""
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for i, doc in enumerate(docs):
+            by_shard[shard_of(doc.id, len(self.shards))].append(i)
+        futures = [
+            (indexes, self.shards[s].submit([docs[i] for i in indexes], new_edits=new_edits))
+            for s, indexes in by_shard.items()
+        ]
+        results: list[Any] = [None] * len(docs)
+        for indexes, future in futures:
+            for i, result in zip(indexes, future.result(), strict=True):
+                results[i] = result
+        return results
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get(
+        self, doc_id: Any, rev: Any = None, revs: Any = False, conflicts: Any = False
+    ) -> dict[str, Any]:
+        """The winning (or the given) revision of a document; raises NotFound."""
+        self._check_open()
+        validate_docid(doc_id)
+        check_rev(rev)
+        check_bool("revs", revs)
+        check_bool("conflicts", conflicts)
+        with self._shard(doc_id).reading() as snap:
+            info = snap.doc_info(doc_id)
+            if info is None:
+                raise NotFound("missing")
+            if rev is None and info.deleted:
+                raise NotFound("deleted")
+            wanted = info.winner if rev is None else rev
+            body = snap.body(info, wanted) if wanted in info.tree else None
+        if body is None:
+            raise NotFound("missing")
+        return render_doc(
+            doc_id,
+            wanted,
+            info.tree[wanted][1],
+            body,
+            revisions=revtree.revisions(info.tree, wanted) if revs else None,
+            conflicts=revtree.conflicts(info.tree) if conflicts and rev is None else None,
+        )
+
+    def all_docs(
+        self,
+        startkey: Any = None,
+        endkey: Any = None,
+        keys: Any = None,
+        include_docs: Any = False,
+        limit: Any = None,
+        skip: Any = 0,
+        descending: Any = False,
+        inclusive_end: Any = True,
+    ) -> dict[str, Any]:
+        """CouchDB's ``_all_docs``: rows in raw code-point id order (SEMANTICS.md §8)."""
+        self._check_open()
+        query = views.AllDocsQuery(
+            startkey=check_key("startkey", startkey),
+            endkey=check_key("endkey", endkey),
+            keys=check_keys(keys),
+            include_docs=check_bool("include_docs", include_docs),
+            limit=check_count("limit", limit, optional=True),
+            skip=check_count("skip", skip, optional=False) or 0,
+            descending=check_bool("descending", descending),
+            inclusive_end=check_bool("inclusive_end", inclusive_end),
+        )
+        if query.keys and (query.startkey is not None or query.endkey is not None):
+            raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
+        snaps = [shard.snapshot for shard in self.shards]
+        return views.all_docs(snaps, query)
+
+    def changes(
+        self, since: Any = 0, limit: Any = None, include_docs: Any = False
+    ) -> dict[str, Any]:
+        """Each changed document once, at its latest change (SEMANTICS.md §9)."""
+        self._check_open()
+        check_count("limit", limit, optional=True)
+        check_bool("include_docs", include_docs)
+        if isinstance(since, bool) or (isinstance(since, int) and since != 0):
+            raise BadRequest(f"since must be 0, 'now' or a token from this database, not {since!r}")
+        snaps = [shard.snapshot for shard in self.shards]
+        return views.changes(snaps, since, limit, include_docs)
+
+    def revs_diff(self, request: Any) -> dict[str, Any]:
+        """Which of the given revisions this database lacks (SEMANTICS.md §10)."""
+        self._check_open()
+        checked = check_revs_diff(request)
+        out: dict[str, Any] = {}
+        for doc_id, revs in checked.items():
+            with self._shard(doc_id).reading() as snap:
+                info = snap.doc_info(doc_id)
+            entry = views.revs_diff_entry(info.tree if info else None, revs)
+            if entry is not None:
+                out[doc_id] = entry
+        return out
+
+    def info(self) -> dict[str, Any]:
+        """Counts, the current update seq token and sizes."""
+        self._check_open()
+        snaps = [shard.snapshot for shard in self.shards]
+        counts = [snap.counts() for snap in snaps]
+        return {
+            "doc_count": sum(c[0] for c in counts),
+            "doc_del_count": sum(c[1] for c in counts),
+            "update_seq": encode_token([snap.seq for snap in snaps]),
+            "sizes": {
+                "file": sum(snap.file.size() for snap in snaps),
+                "active": sum(c[2] for c in counts),
+            },
+        }
+
+    def compact(self) -> None:
+        """Rewrite every shard file with only live data; readers and writers go on."""
+        self._check_open()
+        for shard in self.shards:
+            compact_shard(shard, revs_limit=self.config["revs_limit"])

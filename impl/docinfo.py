@@ -1,0 +1,132 @@
+"""A document's stored summary and the edit rules the shard writer applies.
+
+A ``DocInfo`` is the value of a document in a shard's ``by_id`` tree (CouchDB's
+``#full_doc_info{}``): the revision tree, where each revision's body lives in
+the file, the document's latest update seq and whether its winner is a
+tombstone. Applying an edit is pure: it takes the current ``DocInfo`` (or
+``None``) and a validated document and returns the new ``DocInfo`` or raises
+``Conflict``. The writer then stores the body and commits; readers only decode.
+
+This module is deliberately independent of ``settee.reference``: the proof
+compares two implementations of the same rules, so they must not share code
+beyond the pure spec functions (revision ids, tree merge, winner, stemming).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from settee.spec import revtree
+from settee.spec.docs import ValidDoc
+from settee.spec.errors import Conflict
+from settee.spec.revs import new_rev
+
+__all__ = ["NO_BODY", "DocInfo", "Edit", "apply_edit"]
+
+#: Body pointer of a revision whose body is not stored (an ancestor received
+#: through ``new_edits=False``, or dropped by compaction).
+NO_BODY = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DocInfo:
+    """Everything ``by_id`` keeps about one document.
+
+    ``tree`` maps rev -> [parent rev or None, deleted]; ``bodies`` maps rev ->
+    file position of its body term (only revisions whose body is stored);
+    ``active`` is the encoded size of the leaf bodies, summed into
+    ``info()["sizes"]["active"]``.
+    """
+
+    id: str
+    seq: int
+    deleted: bool
+    tree: dict[str, list[Any]]
+    bodies: dict[str, int]
+    active: int
+
+    @property
+    def winner(self) -> str:
+        return revtree.winner(self.tree)
+
+    def to_value(self) -> list[Any]:
+        """The msgpack-able ``by_id`` value (FORMAT.md "by_id values")."""
+        return [self.seq, self.deleted, self.tree, self.bodies, self.active]
+
+    @classmethod
+    def from_value(cls, doc_id: str, value: list[Any]) -> DocInfo:
+        seq, deleted, tree, bodies, active = value
+        return cls(doc_id, seq, deleted, tree, bodies, active)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """An accepted edit: the revision to store a body for (None when the
+    edit only merged revisions the shard already had) and the tree after it."""
+
+    rev: str | None
+    tree: dict[str, list[Any]]
+
+
+def apply_edit(
+    info: DocInfo | None,
+    doc: ValidDoc,
+    *,
+    new_edits: bool,
+    revs_limit: int,
+    before: DocInfo | None,
+) -> Edit:
+    """Decide one edit as CouchDB does; raise ``Conflict`` when it must be refused.
+
+    ``info`` is the document's state now, ``before`` its state when the call
+    carrying the edit began (they differ when an earlier entry of the same
+    ``bulk_docs`` call changed the document). CouchDB checks an interactive
+    edit twice: against the state before the call
+    (``couch_db:prep_and_validate_updates``) and, in order, against the state
+    the earlier entries left (``couch_db_updater:merge_rev_tree``).
+    """
+    tree = dict(info.tree) if info is not None else {}
+    if new_edits:
+        _check_against_call_start(before, doc)
+        parent = _parent_for_merge(info, doc)
+        rev = new_rev(parent, doc.deleted, doc.body)
+        tree[rev] = [parent, doc.deleted]
+    else:
+        tree, added = revtree.merge_path(tree, list(doc.revisions), doc.deleted)
+        rev = doc.revisions[0] if added else None
+    if revs_limit:
+        tree = revtree.stem(tree, revs_limit)
+    return Edit(rev, tree)
+
+
+def _check_against_call_start(before: DocInfo | None, doc: ValidDoc) -> None:
+    """``prep_and_validate_update``: a named ``_rev`` must be a leaf before the
+    call; no ``_rev`` creates a missing document or recreates a deleted one."""
+    if doc.rev is not None:
+        if before is None or not revtree.is_leaf(before.tree, doc.rev):
+            raise Conflict()
+    elif before is not None and not (before.deleted and not doc.deleted):
+        raise Conflict()
+
+
+def _parent_for_merge(info: DocInfo | None, doc: ValidDoc) -> str | None:
+    """``merge_rev_tree``: the revision the edit extends in the current tree.
+
+    A deleted document accepts only a recreation: no ``_rev``, not itself a
+    tombstone, stored on top of the winning tombstone; naming any revision
+    conflicts. Otherwise the edit must extend a current leaf (a losing
+    branch's leaf too: that is how conflicts are resolved); a second create
+    of an existing document would start a new branch, which conflicts.
+    """
+    if info is None:
+        if doc.rev is not None:
+            raise Conflict()
+        return None
+    if info.deleted:
+        if doc.rev is not None or doc.deleted:
+            raise Conflict()
+        return info.winner
+    if doc.rev is None or not revtree.is_leaf(info.tree, doc.rev):
+        raise Conflict()
+    return doc.rev

@@ -1,0 +1,426 @@
+"""One shard: its file, its published snapshot and its single writer thread.
+
+Writes are requests on a queue. The writer thread drains whatever is queued
+and group-commits it in the order CouchDB's ``couch_db_updater`` and
+``couch_file:write_header`` use:
+
+1. decide every edit against the latest state (so conflicts are decided by
+   the writer, never by racing callers), append bodies and tree nodes in one
+   write;
+2. fsync, so the data a header points to is durable before the header;
+3. append the header, fsync, so the commit is durable;
+4. publish the new immutable snapshot, then acknowledge every caller.
+
+Readers never wait for any of this: they read the published snapshot with
+``pread``. In ``read_mode="serialized"`` one lock per shard wraps every file
+operation and is held by the writer from step 1 to step 3, emulating the
+single ``couch_file`` process CouchDB used before 3.5.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from settee.btree import NodeCache
+from settee.docinfo import DocInfo, apply_edit
+from settee.file import ShardFile
+from settee.io import FileSystem, FileSystemWrapper
+from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
+from settee.spec import revtree
+from settee.spec.docs import ValidDoc
+from settee.spec.errors import Conflict, CorruptionError, SetteeError
+from settee.spec.format import encode_payload
+
+__all__ = ["STEPS", "Shard", "ShardIdentity"]
+
+#: Group-commit bounds: one commit takes at most this many documents or body bytes,
+#: so one huge burst cannot delay every acknowledgement behind it indefinitely.
+MAX_COMMIT_DOCS = 2000
+MAX_COMMIT_BYTES = 64 * 1024 * 1024
+
+#: Every named step of a write, in order, reported to ``Shard.step_hook`` (when set)
+#: on the thread that takes the step: crash tests name the step they crash at,
+#: the interleaving scheduler pauses threads there. "enqueue" runs on the caller's
+#: thread, the rest on the shard's writer.
+STEPS = (
+    "enqueue",
+    "dequeue",
+    "before_data_write",
+    "before_data_fsync",
+    "before_header_write",
+    "before_header_fsync",
+    "after_header_fsync",
+    "publish",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardIdentity:
+    """What every header of a shard file repeats, checked on open."""
+
+    db_uuid: str
+    index: int
+    shards: int
+
+
+class SerializedFileSystem(FileSystemWrapper):
+    """Routes every file operation of one shard through one lock (pre-3.5 CouchDB)."""
+
+    def __init__(self, inner: FileSystem, lock: threading.RLock) -> None:
+        super().__init__(inner)
+        self.lock = lock
+
+    def intercept(self, op: str, path: str, call: Callable[[], Any]) -> Any:
+        with self.lock:
+            return call()
+
+
+@dataclass(slots=True)
+class _Write:
+    docs: list[ValidDoc]
+    #: Each doc's body as stored (encoded by the caller's thread, not the writer's).
+    encoded: list[bytes]
+    new_edits: bool
+    future: Future[list[Any]]
+
+    @property
+    def weight(self) -> int:
+        return sum(map(len, self.encoded))
+
+
+@dataclass(slots=True)
+class _Call:
+    """Run ``fn`` on the writer thread between commits (compaction's final swap)."""
+
+    fn: Callable[[], Any]
+    future: Future[Any]
+
+
+_STOP = object()
+
+
+class Shard:
+    """A shard of a database. Thread-safe: any thread may read or submit writes."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        path: str,
+        identity: ShardIdentity,
+        *,
+        fsync: bool,
+        serialized: bool,
+        revs_limit: int,
+        cache_nodes: int,
+    ) -> None:
+        self.path = path
+        self.identity = identity
+        self._lock = threading.RLock()
+        self.fs: FileSystem = SerializedFileSystem(fs, self._lock) if serialized else fs
+        self._serialized = serialized
+        self._fsync = fsync
+        self._revs_limit = revs_limit
+        self._cache_nodes = cache_nodes
+        self.step_hook: Callable[[str], None] | None = None
+        self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=True))
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._submit_lock = threading.Lock()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._writer = threading.Thread(
+            target=self._run, name=f"settee-writer-{identity.index}", daemon=True
+        )
+        self._writer.start()
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def _open_snapshot(self, file: ShardFile) -> Snapshot:
+        """The snapshot of ``file``'s newest header; writes the first header of a new file."""
+        try:
+            if file.header is None:
+                self._write_header(file, None, None, 0)
+                return self._snapshot_of(file)
+            self._check_identity(file)
+            return self._snapshot_of(file)
+        except BaseException:
+            file.close()
+            raise
+
+    def _snapshot_of(self, file: ShardFile) -> Snapshot:
+        header = file.header
+        cache = NodeCache(self._cache_nodes)
+        # The OS descriptor must outlive every snapshot that reads this file (a
+        # compaction retires it while old readers still hold snapshots), so it is
+        # closed when the last reference to the ShardFile goes, or by close().
+        self._close_file = weakref.finalize(file, _close_handle, file._handle)
+        return Snapshot(
+            file,
+            by_id_tree(file, header["by_id"], cache),
+            by_seq_tree(file, header["by_seq"], cache),
+            header["seq"],
+        )
+
+    def _check_identity(self, file: ShardFile) -> None:
+        header = file.header
+        expected = self.identity
+        if not isinstance(header, dict) or not {"db", "shard", "shards", "seq"} <= header.keys():
+            raise CorruptionError(file.path, file.header_offset or 0, "header lacks shard fields")
+        found = (header["db"], header["shard"], header["shards"])
+        if found != (expected.db_uuid, expected.index, expected.shards):
+            raise SetteeError(
+                f"{file.path}: belongs to database {found[0]} shard {found[1]} of {found[2]}, "
+                f"expected {expected.db_uuid} shard {expected.index} of {expected.shards}; "
+                "shard files cannot be moved between databases"
+            )
+
+    def header_payload(self, by_id: Any, by_seq: Any, seq: int) -> dict[str, Any]:
+        """The payload of a shard header (FORMAT.md "Shard header payload")."""
+        ident = self.identity
+        return {
+            "db": ident.db_uuid,
+            "shard": ident.index,
+            "shards": ident.shards,
+            "seq": seq,
+            "by_id": by_id,
+            "by_seq": by_seq,
+        }
+
+    def _write_header(self, file: ShardFile, by_id: Any, by_seq: Any, seq: int) -> None:
+        file.write_header(self.header_payload(by_id, by_seq, seq))
+        file.sync()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Snapshot]:
+        """The snapshot to read. Never waits for the writer: in serialized mode the
+        file operations themselves queue on the shard lock, as reads queued on
+        the ``couch_file`` process before CouchDB 3.5."""
+        if self._closed:
+            raise SetteeError("database is closed; open it again with settee.open(path)")
+        yield self.snapshot
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def submit(self, docs: list[ValidDoc], *, new_edits: bool) -> Future[list[Any]]:
+        """Queue an update; the future resolves, after the commit is durable, to one
+        result per doc: the new rev, None (nothing new to store) or an exception."""
+        future: Future[list[Any]] = Future()
+        encoded = [encode_payload(doc.body) for doc in docs]
+        self._enqueue(_Write(docs, encoded, new_edits, future))
+        return future
+
+    def call_in_writer(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the writer thread, between commits, and return its result."""
+        future: Future[Any] = Future()
+        self._enqueue(_Call(fn, future))
+        return future.result()
+
+    def _enqueue(self, item: Any) -> None:
+        self._step("enqueue")
+        with self._submit_lock:
+            if self._closed:
+                raise SetteeError("database is closed; open it again with settee.open(path)")
+            if self._failure is not None:
+                raise SetteeError(
+                    f"{self.path}: an earlier write failed ({self._failure!r}); "
+                    "close and reopen the database to recover from the last durable commit"
+                )
+            self._queue.put(item)
+
+    def close(self) -> None:
+        """Finish every queued write, stop the writer, close the file. Idempotent."""
+        with self._submit_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)
+        self._writer.join()
+        self._close_file()
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        try:
+            while not stopping:
+                writes, control = self._take_group()
+                self._step("dequeue")
+                if writes:
+                    self._commit_group(writes)
+                if control is _STOP:
+                    stopping = True
+                elif control is not None:
+                    _run_call(control)
+        finally:
+            self._fail_queued()
+
+    def _take_group(self) -> tuple[list[_Write], Any]:
+        """Block for one request, then take what else is queued, up to a control
+        request (which runs after the writes before it) or the commit bounds."""
+        writes: list[_Write] = []
+        docs = weight = 0
+        item = self._queue.get()
+        while True:
+            if not isinstance(item, _Write):
+                return writes, item
+            writes.append(item)
+            docs += len(item.docs)
+            weight += item.weight
+            if docs >= MAX_COMMIT_DOCS or weight >= MAX_COMMIT_BYTES:
+                return writes, None
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return writes, None
+
+    def _fail_queued(self) -> None:
+        error = SetteeError("database is closed; the write was not applied")
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Write | _Call):
+                item.future.set_exception(error)
+
+    def _commit_group(self, writes: list[_Write]) -> None:
+        try:
+            group = _Group(self.snapshot, self._revs_limit)
+            results = [group.apply(w.docs, w.encoded, w.new_edits) for w in writes]
+            if group.changed:
+                self.snapshot = self._commit(group)
+                self._step("publish")
+        except BaseException as exc:  # every caller must hear of it, or it would wait forever
+            self._failure = exc
+            for w in writes:
+                w.future.set_exception(exc)
+            return
+        for w, result in zip(writes, results, strict=True):
+            w.future.set_result(result)
+
+    def _commit(self, group: _Group) -> Snapshot:
+        snap = self.snapshot
+        file = snap.file
+        with self._lock if self._serialized else contextlib.nullcontext():
+            batch = file.new_batch()
+            by_id, by_seq = group.write_trees(batch)
+            self._step("before_data_write")
+            file.write_batch(batch)
+            if self._fsync:
+                # The header must not reach disk before the data it points to.
+                self._step("before_data_fsync")
+                file.sync()
+            self._step("before_header_write")
+            file.write_header(self.header_payload(by_id.root, by_seq.root, group.seq))
+            if self._fsync:
+                self._step("before_header_fsync")
+                file.sync()
+            self._step("after_header_fsync")
+        return Snapshot(file, by_id, by_seq, group.seq)
+
+    def _step(self, name: str) -> None:
+        if self.step_hook is not None:
+            self.step_hook(name)
+
+    # -- compaction support -------------------------------------------------------------------
+
+    def swap_file(self, file: ShardFile) -> None:
+        """Make ``file`` (a finished compaction target already renamed over this
+        shard's path) the shard's file. Runs on the writer thread."""
+        self.snapshot = self._snapshot_of(file)
+
+
+class _Group:
+    """The state of one group commit while the writer decides its edits."""
+
+    def __init__(self, base: Snapshot, revs_limit: int) -> None:
+        self.base = base
+        self.revs_limit = revs_limit
+        self.seq = base.seq
+        self.pending: dict[str, DocInfo] = {}
+        self.stale_seqs: list[int] = []
+        self.bodies: dict[tuple[str, str], bytes] = {}
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.pending)
+
+    def apply(self, docs: list[ValidDoc], encoded: list[bytes], new_edits: bool) -> list[Any]:
+        """Apply one call's edits; each is judged against the state before the call too."""
+        before: dict[str, DocInfo | None] = {}
+        return [
+            self._apply_one(d, e, new_edits, before) for d, e in zip(docs, encoded, strict=True)
+        ]
+
+    def _current(self, doc_id: str) -> DocInfo | None:
+        if doc_id in self.pending:
+            return self.pending[doc_id]
+        return self.base.doc_info(doc_id)
+
+    def _apply_one(
+        self, doc: ValidDoc, encoded: bytes, new_edits: bool, before: dict[str, DocInfo | None]
+    ) -> Any:
+        try:
+            info = self._current(doc.id)
+            first = before.setdefault(doc.id, info)
+            edit = apply_edit(
+                info, doc, new_edits=new_edits, revs_limit=self.revs_limit, before=first
+            )
+        except (Conflict, CorruptionError) as exc:
+            return exc
+        if edit.rev is None:
+            return None
+        if info is not None and doc.id not in self.pending:
+            self.stale_seqs.append(info.seq)  # by_seq keeps one row per doc: its latest
+        self.seq += 1
+        self.bodies[(doc.id, edit.rev)] = encoded
+        self.pending[doc.id] = _next_info(doc.id, info, edit.tree, edit.rev, self.seq, len(encoded))
+        return edit.rev
+
+    def write_trees(self, batch: Any) -> tuple[Any, Any]:
+        """Append bodies, then the rewritten tree paths; return the new trees."""
+        infos = []
+        for doc_id in sorted(self.pending):
+            info = self.pending[doc_id]
+            bodies = dict(info.bodies)
+            for rev, placeholder in info.bodies.items():
+                if placeholder[0] is None:
+                    bodies[rev] = [batch.add_encoded(self.bodies[(doc_id, rev)]), placeholder[1]]
+            infos.append(DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active))
+        by_id = self.base.by_id.modify(batch, [(i.id, i.to_value()) for i in infos], [])
+        seq_rows = [(i.seq, [i.id, i.winner, i.deleted]) for i in infos]
+        by_seq = self.base.by_seq.modify(batch, seq_rows, self.stale_seqs)
+        return by_id, by_seq
+
+
+def _next_info(
+    doc_id: str, old: DocInfo | None, tree: dict[str, list[Any]], rev: str, seq: int, size: int
+) -> DocInfo:
+    """The DocInfo after an edit; the new body's position is filled in at write time
+    (a ``None`` placeholder), bodies of revisions that stemming dropped are forgotten."""
+    bodies = {r: p for r, p in (old.bodies if old else {}).items() if r in tree}
+    bodies[rev] = [None, size]
+    winner = revtree.winner(tree)
+    leaves = set(revtree.leaves(tree))
+    active = sum(p[1] for r, p in bodies.items() if r in leaves)
+    return DocInfo(doc_id, seq, tree[winner][1], tree, bodies, active)
+
+
+def _run_call(call: _Call) -> None:
+    try:
+        call.future.set_result(call.fn())
+    except BaseException as exc:
+        call.future.set_exception(exc)
+
+
+def _close_handle(handle: Any) -> None:
+    with contextlib.suppress(OSError):
+        handle.close()

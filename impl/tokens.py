@@ -1,0 +1,61 @@
+"""Opaque ``changes`` tokens: one update seq per shard.
+
+A token looks like CouchDB's clustered seqs, ``"<sum>-<base64 payload>"``:
+the sum makes tokens roughly comparable by eye, the payload carries the exact
+vector. Callers must treat tokens as opaque; the facade only promises that
+resuming from any token it returned never misses a later change.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import msgpack
+
+from settee.spec.errors import BadRequest
+
+__all__ = ["decode_token", "encode_token"]
+
+
+def encode_token(seqs: list[int]) -> str:
+    """The token for a vector of per-shard seqs."""
+    payload = base64.urlsafe_b64encode(msgpack.packb(seqs)).rstrip(b"=").decode("ascii")
+    return f"{sum(seqs)}-{payload}"
+
+
+def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
+    """The per-shard seqs a ``since`` value names.
+
+    ``0`` (or ``"0"``) is the beginning and ``"now"`` is ``current``; anything
+    else must be a token this database returned.
+    """
+    if token in (0, "0") and not isinstance(token, bool):
+        return [0] * shards
+    if token == "now":
+        return list(current)
+    if not isinstance(token, str) or "-" not in token:
+        raise _bad(token)
+    _, _, payload = token.partition("-")
+    try:
+        seqs = msgpack.unpackb(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, binascii.Error, msgpack.UnpackException):
+        raise _bad(token) from None
+    if not _is_seq_vector(seqs, shards):
+        raise _bad(token)
+    return seqs
+
+
+def _is_seq_vector(seqs: object, shards: int) -> bool:
+    return (
+        isinstance(seqs, list)
+        and len(seqs) == shards
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seqs)
+    )
+
+
+def _bad(token: object) -> BadRequest:
+    return BadRequest(
+        f"invalid since value {token!r}: pass 0, 'now', or a seq/last_seq/update_seq token "
+        "returned by this database"
+    )

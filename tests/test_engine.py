@@ -1,0 +1,376 @@
+"""Engine-only behaviour: what the shared semantic suite cannot see.
+
+Group commit and its durability order, readers that never wait for the
+writer, MVCC snapshots, concurrency, large documents, configuration, the
+process lock, lifecycle and compaction under load.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import settee
+from settee.io import FileSystemWrapper, OsFileSystem
+
+
+class RecordingFileSystem(FileSystemWrapper):
+    """Records every operation as (op, basename) and can block one kind of op."""
+
+    def __init__(self) -> None:
+        super().__init__(OsFileSystem())
+        self.log: list[tuple[str, str]] = []
+        self.block_op: str | None = None
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+
+    def intercept(self, op: str, path: str, call: Callable[[], Any]) -> Any:
+        self.log.append((op, os.path.basename(path)))
+        if op == self.block_op and not self.release.is_set():
+            self.blocked.set()
+            assert self.release.wait(10), "test never released the blocked operation"
+        return call()
+
+
+def _open(path: Any, **options: Any) -> settee.Database:
+    return settee.open(str(path), **options)
+
+
+# -- commit order -------------------------------------------------------------------------------
+
+
+def test_commit_order_is_data_fsync_header_fsync(tmp_path: Any) -> None:
+    """couch_file:write_header order: the header reaches disk only after its data."""
+    fs = RecordingFileSystem()
+    db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1)
+    fs.log.clear()
+    db.put({"_id": "a", "x": 1})
+    writes = [op for op, name in fs.log if op in ("append", "fsync") and name.endswith(".settee")]
+    assert writes == ["append", "fsync", "append", "fsync"]
+    db.close()
+
+
+def test_fsync_false_never_fsyncs_commits(tmp_path: Any) -> None:
+    fs = RecordingFileSystem()
+    db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1, fsync=False)
+    fs.log.clear()
+    db.put({"_id": "a"})
+    assert [op for op, _ in fs.log if op == "fsync"] == []
+    db.close()
+
+
+def test_large_document_is_one_append_per_commit(tmp_path: Any) -> None:
+    """A 40 MB body is written with one append (plus one for the header), not in pieces."""
+    fs = RecordingFileSystem()
+    db = settee.Database(str(tmp_path / "db"), fs=fs, shards=2)
+    payload = os.urandom(20 * 1024 * 1024).hex()  # 40 MB of text
+    fs.log.clear()
+    rev = db.put({"_id": "big", "data": payload})["rev"]
+    assert [op for op, _ in fs.log].count("append") == 2
+    assert db.get("big")["data"] == payload
+    db.close()
+    with _open(tmp_path / "db") as again:
+        assert again.get("big", rev=rev)["data"] == payload
+
+
+def test_document_above_limit_is_bad_request_and_writes_nothing(tmp_path: Any) -> None:
+    with _open(tmp_path / "db", max_document_size=1000) as db:
+        with pytest.raises(settee.BadRequest, match="max_document_size"):
+            db.put({"_id": "a", "data": "x" * 2000})
+        assert db.info()["doc_count"] == 0
+        assert db.put({"_id": "a", "data": "x" * 100})["ok"]
+
+
+# -- readers never wait for the writer -------------------------------------------------------
+
+
+@pytest.mark.parametrize("read_mode", ["parallel", "serialized"])
+def test_reader_during_writer_fsync(tmp_path: Any, read_mode: str) -> None:
+    """While the writer sits in fsync, a parallel reader answers from the last
+    snapshot; a serialized reader queues behind the writer (pre-3.5 CouchDB)."""
+    fs = RecordingFileSystem()
+    db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1, read_mode=read_mode)
+    rev = db.put({"_id": "a", "x": 1})["rev"]
+    db.shards[0].snapshot.by_id.cache.clear()  # force the reader to pread
+    fs.block_op = "fsync"
+    writer = threading.Thread(target=db.put, args=({"_id": "a", "_rev": rev, "x": 2},))
+    writer.start()
+    assert fs.blocked.wait(10)
+    answers: list[Any] = []
+    reader = threading.Thread(target=lambda: answers.append(db.get("a")))
+    reader.start()
+    reader.join(0.5)
+    if read_mode == "parallel":
+        assert answers and answers[0]["x"] == 1  # the old snapshot, not a partial state
+    else:
+        assert not answers  # queued on the shard lock the writer holds
+    fs.release.set()
+    writer.join(10)
+    reader.join(10)
+    assert answers
+    assert db.get("a")["x"] == 2
+    db.close()
+
+
+def test_reader_never_sees_part_of_a_batch(tmp_path: Any) -> None:
+    """MVCC: every bulk of 10 new docs becomes visible at once."""
+    db = _open(tmp_path / "db", shards=1)
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.append(db.all_docs()["total_rows"])
+            seen.append(len(db.all_docs()["rows"]))
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    for batch in range(40):
+        db.bulk_docs([{"_id": f"{batch:03d}-{i}"} for i in range(10)])
+    stop.set()
+    for t in readers:
+        t.join()
+    assert seen and all(n % 10 == 0 for n in seen), sorted(set(seen))
+    db.close()
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+def test_two_updates_from_one_rev_give_one_success(tmp_path: Any) -> None:
+    db = _open(tmp_path / "db", shards=2)
+    rev = db.put({"_id": "a"})["rev"]
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def update(n: int) -> None:
+        barrier.wait()
+        try:
+            db.put({"_id": "a", "_rev": rev, "n": n})
+            outcomes.append("ok")
+        except settee.Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=update, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 7 + ["ok"]
+    assert db.get("a")["_rev"].startswith("2-")
+    db.close()
+
+
+def test_writers_and_readers_stress(tmp_path: Any) -> None:
+    """8 writers with conflicting updates and 8 readers; then: every acknowledged
+    write survives reopen, every Conflict was legitimate, nothing else raised."""
+    path = tmp_path / "db"
+    db = _open(path, shards=4)
+    ids = [f"doc{i}" for i in range(12)]
+    acked: list[tuple[str, str | None, str]] = []  # (id, parent rev, new rev)
+    conflicts: list[tuple[str, str | None]] = []
+    errors: list[BaseException] = []
+    deadline = threading.Event()
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        while not deadline.is_set():
+            doc_id = rng.choice(ids)
+            try:
+                parent = db.get(doc_id)["_rev"]
+            except settee.NotFound:
+                parent = None
+            doc = {"_id": doc_id, "w": seed} | ({"_rev": parent} if parent else {})
+            try:
+                acked.append((doc_id, parent, db.put(doc)["rev"]))
+            except settee.Conflict:
+                conflicts.append((doc_id, parent))
+            except BaseException as exc:
+                errors.append(exc)
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        last: dict[str, int] = {}
+        while not deadline.is_set():
+            doc_id = rng.choice(ids)
+            try:
+                pos = int(db.get(doc_id)["_rev"].split("-")[0])
+            except settee.NotFound:
+                continue
+            except BaseException as exc:
+                errors.append(exc)
+                continue
+            if pos < last.get(doc_id, 0):
+                errors.append(AssertionError(f"{doc_id} went back from {last[doc_id]} to {pos}"))
+            last[doc_id] = pos
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(8)]
+    threads += [threading.Thread(target=reader, args=(100 + s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    deadline.wait(3)
+    deadline.set()
+    for t in threads:
+        t.join()
+    db.close()
+    assert not errors, errors[:3]
+    assert acked and conflicts
+    winners_by_parent: dict[tuple[str, str | None], int] = {}
+    for doc_id, parent, _rev in acked:
+        winners_by_parent[(doc_id, parent)] = winners_by_parent.get((doc_id, parent), 0) + 1
+    # No lost update: one success per (doc, parent) ...
+    assert max(winners_by_parent.values()) == 1
+    # ... and a conflict only when another writer had extended that parent.
+    assert all(key in winners_by_parent for key in conflicts)
+    with _open(path) as again:
+        for doc_id, _parent, rev in acked:
+            assert again.get(doc_id, rev=rev)["_rev"] == rev
+        for doc_id in ids:
+            chain = [a for a in acked if a[0] == doc_id]
+            if chain:
+                assert (
+                    again.get(doc_id)["_rev"]
+                    == max(chain, key=lambda a: int(a[2][0 : a[2].index("-")]))[2]
+                )
+
+
+def test_close_while_writing_never_hangs_and_keeps_acknowledged(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    db = _open(path, shards=2)
+    acked: list[str] = []
+    refused: list[BaseException] = []
+
+    def write(n: int) -> None:
+        for i in range(200):
+            try:
+                db.put({"_id": f"w{n}-{i}"})
+                acked.append(f"w{n}-{i}")
+            except settee.SetteeError as exc:
+                refused.append(exc)
+                return
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    while len(acked) < 50:
+        threading.Event().wait(0.001)
+    db.close()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive()
+    assert refused and all("closed" in str(e) for e in refused)
+    with _open(path) as again:
+        assert {r["id"] for r in again.all_docs(keys=acked)["rows"] if "error" not in r} == set(
+            acked
+        )
+
+
+# -- lifecycle and configuration --------------------------------------------------------------
+
+
+def test_closed_database_raises_and_close_is_idempotent(tmp_path: Any) -> None:
+    db = _open(tmp_path / "db")
+    db.close()
+    db.close()
+    for call in (lambda: db.put({"_id": "a"}), lambda: db.get("a"), db.info, db.changes):
+        with pytest.raises(settee.SetteeError, match="closed"):
+            call()
+
+
+def test_second_open_in_process_is_refused(tmp_path: Any) -> None:
+    with _open(tmp_path / "db"), pytest.raises(settee.SetteeError, match="another process"):
+        _open(tmp_path / "db")
+    _open(tmp_path / "db").close()  # the lock is released by close
+
+
+def test_second_process_is_refused(tmp_path: Any) -> None:
+    path = str(tmp_path / "db")
+    code = (
+        "import settee, sys\n"
+        "try:\n    settee.open(sys.argv[1])\nexcept settee.SetteeError as e:\n"
+        "    print('refused:', e); sys.exit(3)\n"
+    )
+    with _open(path):
+        result = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "another process" in result.stdout
+
+
+def test_shard_count_is_fixed_at_creation(tmp_path: Any) -> None:
+    _open(tmp_path / "db", shards=3).close()
+    with pytest.raises(settee.BadRequest, match="shards=3"):
+        _open(tmp_path / "db", shards=4)
+    with _open(tmp_path / "db") as db:  # absent option: use what is stored
+        assert len(db.shards) == 3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"shard": 2}, {"shards": 0}, {"shards": True}, {"read_mode": "fast"}, {"fsync": 1}],
+)
+def test_bad_options_are_bad_requests_naming_the_option(tmp_path: Any, options: dict) -> None:
+    with pytest.raises(settee.BadRequest, match=next(iter(options))):
+        _open(tmp_path / "db", **options)
+    assert not (tmp_path / "db").exists()  # validated before anything touches disk
+
+
+def test_none_option_means_default(tmp_path: Any) -> None:
+    with _open(tmp_path / "db", shards=None, revs_limit=None) as db:
+        assert len(db.shards) == 4 and db.config["revs_limit"] == 1000
+
+
+# -- compaction ------------------------------------------------------------------------------
+
+
+def test_compaction_while_writing_and_reading_old_snapshot(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    db = _open(path, shards=2)
+    for i in range(300):
+        db.put({"_id": f"d{i:03d}", "v": 0})
+    old = [shard.snapshot for shard in db.shards]
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            db.put({"_id": f"new{i:05d}"})
+            acked.append(f"new{i:05d}")
+            i += 1
+
+    t = threading.Thread(target=write)
+    t.start()
+    size_before = db.info()["sizes"]["file"]
+    db.compact()
+    stop.set()
+    t.join()
+    # Readers on snapshots taken before the compaction still read the old file.
+    assert sum(s.counts()[0] for s in old) == 300
+    info = next(s.doc_info("d000") for s in old if s.doc_info("d000"))
+    assert old[0].file is not db.shards[0].snapshot.file
+    assert info.winner.startswith("1-")
+    db.close()
+    with _open(path) as again:
+        assert again.info()["doc_count"] == 300 + len(acked)
+        assert again.info()["sizes"]["file"] < size_before + 4096 * 50
+        rows = again.all_docs(keys=acked)["rows"]
+        assert all("error" not in r for r in rows)
+    assert not any(name.endswith(".compact") for name in os.listdir(path))
+
+
+def test_leftover_compaction_file_is_removed_and_original_kept(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    with _open(path, shards=1) as db:
+        db.put({"_id": "a", "x": 1})
+    (path / "shard-000.settee.compact").write_bytes(b"half a compaction")
+    with _open(path) as db:
+        assert db.get("a")["x"] == 1
+    assert not (path / "shard-000.settee.compact").exists()
