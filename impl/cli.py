@@ -27,6 +27,53 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return run_smoke(tmp, out=sys.stdout, shards=args.shards)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Verify a database's files; print OK or each problem."""
+    from settee.check import check_database
+
+    problems = 0
+    for problem in check_database(args.path):
+        print(problem)
+        problems += 1
+    if problems:
+        print(f"{problems} problem(s) found in {args.path}", file=sys.stderr)
+        return 1
+    print("OK")
+    return 0
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    from settee.transfer import dump
+
+    with settee.open(args.path) as db:
+        count = dump(db, sys.stdout)
+    print(f"dumped {count} revisions", file=sys.stderr)
+    return 0
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    from settee.transfer import load
+
+    with settee.open(args.path) as db:
+        count = load(db, sys.stdin)
+    print(f"loaded {count} revisions into {args.path}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """Run bench/ from the source tree (benchmarks are not installed with the package)."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(os.path.join(root, "bench")):
+        print("settee bench needs a source checkout (bench/ beside impl/)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, root)
+    from bench.runner import main as bench_main
+
+    return int(bench_main(args.bench_args))
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="settee",
@@ -42,6 +89,24 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--shards", type=int, default=4, help="shards of the temporary database")
     verify.set_defaults(func=_cmd_verify)
+    check = sub.add_parser(
+        "check",
+        help="verify a database's files without changing them",
+        description="Check every block marker, frame checksum and header, the B+tree "
+        "invariants and by_id/by_seq agreement. Prints OK, or each problem as "
+        "file:offset: what (exit 1). Repair is not offered: restore from a dump or backup.",
+    )
+    check.add_argument("path", help="database directory")
+    check.set_defaults(func=_cmd_check)
+    dump = sub.add_parser("dump", help="write every document revision as JSON lines to stdout")
+    dump.add_argument("path", help="database directory")
+    dump.set_defaults(func=_cmd_dump)
+    load = sub.add_parser("load", help="read JSON lines (from settee dump) from stdin")
+    load.add_argument("path", help="database directory (created if missing)")
+    load.set_defaults(func=_cmd_load)
+    bench = sub.add_parser("bench", help="run the benchmark suite (see bench/README.md)")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="options for the runner")
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -52,7 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except settee.SetteeError as exc:
+        print(f"settee {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,7 +31,16 @@ from settee.spec.format import (
     encode_payload,
 )
 
-__all__ = ["COMPACT_SUFFIX", "Layout", "acquire_lock", "open_layout", "release_lock", "shard_path"]
+__all__ = [
+    "COMPACT_SUFFIX",
+    "META_NAME",
+    "Layout",
+    "acquire_lock",
+    "open_layout",
+    "read_layout",
+    "release_lock",
+    "shard_path",
+]
 
 META_NAME = "settee.meta"
 LOCK_NAME = "LOCK"
@@ -71,6 +80,14 @@ def open_layout(fs: FileSystem, path: str, shards: int, *, shards_explicit: bool
                 )
         return layout
     return _create(fs, path, shards)
+
+
+def read_layout(fs: FileSystem, path: str) -> Layout:
+    """The metadata of an existing database; SetteeError if ``path`` holds none."""
+    meta = os.path.join(path, META_NAME)
+    if not fs.exists(meta):
+        raise SetteeError(f"{path} is not a settee database (no {META_NAME}); check the path")
+    return _read_meta(fs, path, meta)
 
 
 def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:

@@ -18,6 +18,7 @@ from typing import Any
 from settee.btree import BTree, NodeCache
 from settee.docinfo import DocInfo
 from settee.file import ShardFile
+from settee.spec.errors import CorruptionError
 
 __all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
 
@@ -92,7 +93,7 @@ class Snapshot:
             return None
         body = self.file.read_term(pointer[0])
         if not isinstance(body, dict):
-            raise self.file.corruption(pointer[0], "document body is not a map")
+            raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
 
     # -- ranges -----------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""The command line: --version/--help, ``settee check``, ``settee dump``/``load``."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import settee
+from settee.check import check_database
+from settee.cli import main
+from settee.io import MemoryFileSystem
+from settee.transfer import dump, load
+
+
+def _populate(db: settee.Database) -> None:
+    """Live, updated, deleted, conflicted and recreated documents."""
+    docs = db.bulk_docs([{"_id": f"d{i:02d}", "i": i} for i in range(40)])
+    rev = db.put({"_id": "d00", "_rev": docs[0]["rev"], "i": 100})["rev"]
+    db.delete("d01", docs[1]["rev"])
+    db.put({"_id": "d01", "again": True})
+    db.delete("d02", docs[2]["rev"])
+    db.bulk_docs(
+        [{"_id": "d00", "_rev": "2-aaaa", "_revisions": {"start": 2, "ids": ["aaaa", rev[2:]]}}],
+        new_edits=False,
+    )
+    branch = {"start": 2, "ids": ["bbbb", docs[3]["rev"][2:]]}
+    db.bulk_docs([{"_id": "d03", "_rev": "2-bbbb", "_revisions": branch}], new_edits=False)
+
+
+def test_version_and_help(capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert settee.__version__ in capsys.readouterr().out
+    assert main([]) == 0
+    assert "verify" in capsys.readouterr().out
+
+
+def test_console_script_runs_verify_smoke(tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "settee", "verify", "--shards", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "agreed on every answer" in result.stdout
+
+
+def test_check_reports_ok_on_a_healthy_database(tmp_path: Any, capsys: Any) -> None:
+    path = str(tmp_path / "db")
+    with settee.open(path, shards=3) as db:
+        _populate(db)
+        db.compact()
+        db.put({"_id": "after-compaction"})
+    assert main(["check", path]) == 0
+    assert capsys.readouterr().out.strip() == "OK"
+
+
+def test_check_on_a_missing_database_is_a_problem(tmp_path: Any, capsys: Any) -> None:
+    assert main(["check", str(tmp_path / "nothing")]) == 1
+    assert "not a settee database" in capsys.readouterr().out
+
+
+def test_check_pinpoints_every_flipped_bit_in_committed_data() -> None:
+    """Flip one bit at sampled offsets of the committed part of a shard file:
+    check reports that file, at an offset at or before the flip (the damaged
+    frame's start; one past a damaged block marker), every time."""
+    fs = MemoryFileSystem()
+    with settee.Database("/db", fs=fs, shards=1) as db:
+        _populate(db)
+    shard = "/db/shard-000.settee"
+    pristine = fs.contents(shard)
+    assert list(check_database("/db", fs)) == []
+    header_start = len(pristine) - len(pristine) % 4096 or len(pristine) - 4096
+    tried = 0
+    for offset in range(0, header_start, 11):
+        damaged = bytearray(pristine)
+        damaged[offset] ^= 1 << (offset % 8)
+        fs.set_contents(shard, bytes(damaged))
+        problems = list(check_database("/db", fs))
+        assert problems, f"flip at {offset} went unnoticed"
+        where = [int(p.split(":")[1]) for p in problems if p.startswith(shard + ":")]
+        assert where and min(where) <= offset + (offset % 4096 == 0), (offset, problems)
+        tried += 1
+    fs.set_contents(shard, pristine)
+    assert tried > 100
+
+
+def test_dump_then_load_reproduces_winners_conflicts_and_tombstones(tmp_path: Any) -> None:
+    with settee.open(str(tmp_path / "a"), shards=2) as source:
+        _populate(source)
+        out = io.StringIO()
+        count = dump(source, out)
+        with settee.open(str(tmp_path / "b"), shards=3) as target:
+            assert load(target, io.StringIO(out.getvalue())) == count
+            for query in ({}, {"include_docs": True}, {"keys": ["d00", "d01", "d02", "nope"]}):
+                assert target.all_docs(**query) == source.all_docs(**query)
+            for doc_id in ("d00", "d01", "d03"):
+                want = source.get(doc_id, revs=True, conflicts=True)
+                assert target.get(doc_id, revs=True, conflicts=True) == want
+            assert target.get("d02", rev=source.all_docs(keys=["d02"])["rows"][0]["value"]["rev"])
+            for key in ("doc_count", "doc_del_count"):
+                assert target.info()[key] == source.info()[key]
+
+
+def test_load_rejects_garbage_and_writes_nothing(tmp_path: Any) -> None:
+    with settee.open(str(tmp_path / "db")) as db:
+        with pytest.raises(settee.BadRequest, match="line 2"):
+            load(db, io.StringIO('{"_id": "a", "_rev": "1-a"}\nnot json\n'))
+        assert db.info()["doc_count"] == 0
