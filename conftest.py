@@ -54,6 +54,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("SETTEE_HYPOTHESIS_PROFILE", "ci"))
 
+# Strict mode: the engine runs the shared checker after every commit (impl/shard.py).
+# Set before settee is imported by any test module; SETTEE_STRICT=0 turns it off.
+os.environ.setdefault("SETTEE_STRICT", "1")
+
 REFERENCE = "settee.reference:open"
 DEFAULT_ENGINE = "settee:open"
 SHARDS = (1, 2, 4)
@@ -165,6 +169,7 @@ class Opener:
         self.path = str(tmp_path / "db")
         self._factory = param.factory()
         self._opened: list[Any] = []
+        self._opened_all: list[Any] = []
         self._options: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def open(self, path: str | None = None, **options: Any) -> Any:
@@ -174,6 +179,7 @@ class Opener:
         merged = {**self.param.options, **options}
         db = self._factory(path, **merged)
         self._opened.append(db)
+        self._opened_all.append(db)
         self._options[id(db)] = (path, dict(options))
         return db
 
@@ -202,6 +208,19 @@ def opener(engine_param: EngineParam, tmp_path: Path) -> Iterator[Opener]:
     op = Opener(engine_param, tmp_path)
     yield op
     op.close_all()
+    check_files(op)
+
+
+def check_files(op: Opener) -> None:
+    """Teardown: the shared checker finds nothing wrong in any database the
+    engine left on disk (only settee's own engine has files it can read)."""
+    from settee.check import check_database
+    from settee.database import Database
+
+    paths = {op._options[id(db)][0] for db in op._opened_all if isinstance(db, Database)}
+    for path in sorted(paths):
+        problems = list(check_database(path))
+        assert not problems, f"settee check found problems in {path}: {problems}"
 
 
 @pytest.fixture

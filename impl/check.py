@@ -41,7 +41,7 @@ from settee.spec.format import (
     term_position,
 )
 
-__all__ = ["check_database", "check_shard"]
+__all__ = ["check_database", "check_shard", "check_snapshot"]
 
 
 def check_database(path: str, fs: FileSystem | None = None) -> Iterator[str]:
@@ -75,13 +75,21 @@ def check_shard(fs: FileSystem, path: str, db_uuid: str, index: int, shards: int
             by_seq_tree(file, file.header.get("by_seq"), cache),
             file.header.get("seq", 0),
         )
+        yield from check_snapshot(snap)
+    except CorruptionError as exc:
+        yield f"{exc.path}:{exc.offset}: {exc.detail}"
+    finally:
+        file.close()
+
+
+def check_snapshot(snap: Snapshot) -> Iterator[str]:
+    """Tree invariants and by_id/by_seq agreement of one committed shard state."""
+    try:
         yield from check_tree(snap.by_id)
         yield from check_tree(snap.by_seq)
         yield from _check_agreement(snap)
     except CorruptionError as exc:
         yield f"{exc.path}:{exc.offset}: {exc.detail}"
-    finally:
-        file.close()
 
 
 def _check_identity(file: ShardFile, db_uuid: str, index: int, shards: int) -> Iterator[str]:

@@ -20,6 +20,7 @@ single ``couch_file`` process CouchDB used before 3.5.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import weakref
@@ -104,6 +105,22 @@ class _Call:
 
 
 _STOP = object()
+
+#: Strict mode (``SETTEE_STRICT=1``, on in the test suite): run the shared checker
+#: on every committed snapshot of a shard holding up to STRICT_MAX_DOCS documents,
+#: so an engine bug fails the write that caused it rather than a later read.
+STRICT = os.environ.get("SETTEE_STRICT", "") not in ("", "0")
+STRICT_MAX_DOCS = 2000
+
+
+def _strict_check(snap: Snapshot) -> None:
+    from settee.check import check_snapshot
+
+    if sum(snap.counts()[:2]) > STRICT_MAX_DOCS:
+        return
+    problems = list(check_snapshot(snap))
+    if problems:
+        raise SetteeError("strict mode: commit left an inconsistent shard: " + "; ".join(problems))
 
 
 class Shard:
@@ -298,6 +315,8 @@ class Shard:
             if group.changed:
                 self.snapshot = self._commit(group)
                 self._step("publish")
+                if STRICT:
+                    _strict_check(self.snapshot)
         except BaseException as exc:  # every caller must hear of it, or it would wait forever
             self._failure = exc
             for w in writes:

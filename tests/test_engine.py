@@ -374,3 +374,28 @@ def test_leftover_compaction_file_is_removed_and_original_kept(tmp_path: Any) ->
     with _open(path) as db:
         assert db.get("a")["x"] == 1
     assert not (path / "shard-000.settee.compact").exists()
+
+
+# -- strict mode ------------------------------------------------------------------------------
+
+
+def test_strict_mode_is_on_in_the_suite() -> None:
+    assert settee.shard.STRICT, "conftest.py sets SETTEE_STRICT=1 before settee is imported"
+
+
+def test_strict_mode_fails_the_commit_that_breaks_an_invariant(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that forgets the by_seq row is caught by the checker at commit time."""
+    db = _open(tmp_path / "db", shards=1)
+    db.put({"_id": "fine"})
+    original = settee.shard._Group.write_trees
+
+    def forgetful(self: Any, batch: Any) -> Any:
+        by_id, _by_seq = original(self, batch)
+        return by_id, self.base.by_seq
+
+    monkeypatch.setattr(settee.shard._Group, "write_trees", forgetful)
+    with pytest.raises(settee.SetteeError, match="strict mode"):
+        db.put({"_id": "broken"})
+    db.close()
