@@ -85,7 +85,9 @@ def _live_docs(snap: Snapshot, query: AllDocsQuery) -> Iterator[tuple[Snapshot, 
 
 
 def _key_rows(snaps: list[Snapshot], query: AllDocsQuery) -> list[dict[str, Any]]:
-    keys = list(reversed(query.keys)) if query.descending else list(query.keys or [])
+    keys = list(query.keys or [])
+    if query.descending:
+        keys.reverse()
     stop = None if query.limit is None else query.skip + query.limit
     keys = keys[query.skip : stop]
     wanted: dict[int, list[str]] = {}
