@@ -43,7 +43,7 @@ from settee.tokens import encode_token
 __all__ = ["Database", "open"]
 
 #: Decoded B+tree nodes cached per shard file (about 4 KiB each when encoded).
-CACHE_NODES_PER_SHARD = 4096
+CACHE_NODES_PER_SHARD = 1024
 
 
 def open(path: str, **options: Any) -> Database:
@@ -62,14 +62,17 @@ class Database:
         self.fs = fs if fs is not None else OsFileSystem()
         self._closed = False
         self._close_lock = threading.Lock()
-        layout = open_layout(
-            self.fs,
-            path,
-            self.config["shards"],
-            shards_explicit=options.get("shards") is not None,
-        )
+        # Lock before reading or creating anything, so two processes can never
+        # both create the same database or open it for writing at once.
+        self.fs.makedirs(path)
         self._lock_fd = acquire_lock(self.fs, path)
         try:
+            layout = open_layout(
+                self.fs,
+                path,
+                self.config["shards"],
+                shards_explicit=options.get("shards") is not None,
+            )
             self.shards = self._open_shards(layout.uuid, layout.shards)
         except BaseException:
             release_lock(self._lock_fd)

@@ -115,7 +115,9 @@ def _create(fs: FileSystem, path: str, shards: int) -> Layout:
     for name in fs.listdir(path):
         # Left by a creation that crashed before its metadata file was durable:
         # such a database never acknowledged a write, so nothing is lost.
-        if name.startswith("shard-") or name == META_NAME + ".tmp":
+        if (
+            name.startswith("shard-") and name.endswith((".settee", ".compact"))
+        ) or name == META_NAME + ".tmp":
             fs.remove(os.path.join(path, name))
     layout = Layout(path, shards, db_uuid, created=True)
     for index in range(shards):
