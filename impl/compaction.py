@@ -41,20 +41,23 @@ FINAL_CATCH_UP = 1000
 
 def compact_shard(shard: Shard, *, revs_limit: int) -> None:
     """Compact one shard; returns once the shard runs on the new file."""
-    target = shard.path + COMPACT_SUFFIX
-    if shard.fs.exists(target):
-        shard.fs.remove(target)
-    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
-    try:
-        copier.copy_all(shard.snapshot)
-        while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
-            copier.catch_up(shard.snapshot)
-        shard.call_in_writer(copier.finish)
-    except BaseException:
-        copier.file.close()
+    # One compaction per shard at a time: two would share the target file and the
+    # second would delete the first's, so the first could install a file with no name.
+    with shard.compaction_lock:
+        target = shard.path + COMPACT_SUFFIX
         if shard.fs.exists(target):
             shard.fs.remove(target)
-        raise
+        copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+        try:
+            copier.copy_all(shard.snapshot)
+            while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
+                copier.catch_up(shard.snapshot)
+            shard.call_in_writer(copier.finish)
+        except BaseException:
+            copier.file.close()
+            if shard.fs.exists(target):
+                shard.fs.remove(target)
+            raise
 
 
 class _Copier:

@@ -109,6 +109,7 @@ def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
 
 def _create(fs: FileSystem, path: str, shards: int) -> Layout:
     from settee.file import ShardFile
+    from settee.shard import ShardIdentity, header_payload
 
     fs.makedirs(path)
     db_uuid = uuid.uuid4().hex
@@ -121,7 +122,11 @@ def _create(fs: FileSystem, path: str, shards: int) -> Layout:
             fs.remove(os.path.join(path, name))
     layout = Layout(path, shards, db_uuid, created=True)
     for index in range(shards):
-        ShardFile.open(fs, shard_path(path, index), create=True).close()
+        # Each shard's first header is durable before the metadata file can be,
+        # so a database whose metadata exists always has openable shards.
+        with ShardFile.open(fs, shard_path(path, index), create=True) as file:
+            file.write_header(header_payload(ShardIdentity(db_uuid, index, shards), None, None, 0))
+            file.sync()
     tmp = os.path.join(path, META_NAME + ".tmp")
     handle = fs.open(tmp, create=True)
     try:
@@ -135,6 +140,13 @@ def _create(fs: FileSystem, path: str, shards: int) -> Layout:
         handle.close()
     fs.rename(tmp, os.path.join(path, META_NAME))
     fs.fsync_dir(path)
+    # The database directory's own entry must be durable too, or a crash could
+    # lose the directory with every acknowledged write in it.
+    fs.fsync_dir(
+        os.path.dirname(os.path.abspath(path))
+        if isinstance(fs, OsFileSystem)
+        else os.path.dirname(path) or "."
+    )
     return layout
 
 

@@ -39,7 +39,7 @@ from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, SetteeError
 from settee.spec.format import encode_payload
 
-__all__ = ["STEPS", "Shard", "ShardIdentity"]
+__all__ = ["STEPS", "Shard", "ShardIdentity", "header_payload"]
 
 #: Group-commit bounds: one commit takes at most this many documents or body bytes,
 #: so one huge burst cannot delay every acknowledgement behind it indefinitely.
@@ -69,6 +69,18 @@ class ShardIdentity:
     db_uuid: str
     index: int
     shards: int
+
+
+def header_payload(identity: ShardIdentity, by_id: Any, by_seq: Any, seq: int) -> dict[str, Any]:
+    """The payload of a shard header (FORMAT.md "Shard header payload")."""
+    return {
+        "db": identity.db_uuid,
+        "shard": identity.index,
+        "shards": identity.shards,
+        "seq": seq,
+        "by_id": by_id,
+        "by_seq": by_seq,
+    }
 
 
 class SerializedFileSystem(FileSystemWrapper):
@@ -149,6 +161,7 @@ class Shard:
         self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=True))
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._submit_lock = threading.Lock()
+        self.compaction_lock = threading.Lock()
         self._closed = False
         self._failure: BaseException | None = None
         self._writer = threading.Thread(
@@ -199,15 +212,7 @@ class Shard:
 
     def header_payload(self, by_id: Any, by_seq: Any, seq: int) -> dict[str, Any]:
         """The payload of a shard header (FORMAT.md "Shard header payload")."""
-        ident = self.identity
-        return {
-            "db": ident.db_uuid,
-            "shard": ident.index,
-            "shards": ident.shards,
-            "seq": seq,
-            "by_id": by_id,
-            "by_seq": by_seq,
-        }
+        return header_payload(self.identity, by_id, by_seq, seq)
 
     def _write_header(self, file: ShardFile, by_id: Any, by_seq: Any, seq: int) -> None:
         file.write_header(self.header_payload(by_id, by_seq, seq))
@@ -246,11 +251,14 @@ class Shard:
             if self._closed:
                 raise SetteeError("database is closed; open it again with settee.open(path)")
             if self._failure is not None:
-                raise SetteeError(
-                    f"{self.path}: an earlier write failed ({self._failure!r}); "
-                    "close and reopen the database to recover from the last durable commit"
-                )
+                raise self._refusal()
             self._queue.put(item)
+
+    def _refusal(self) -> SetteeError:
+        return SetteeError(
+            f"{self.path}: an earlier write failed ({self._failure!r}); nothing after it was "
+            "acknowledged; close and reopen the database to recover from the last durable commit"
+        )
 
     def close(self) -> None:
         """Finish every queued write, stop the writer, close the file. Idempotent."""
@@ -309,6 +317,12 @@ class Shard:
                 item.future.set_exception(error)
 
     def _commit_group(self, writes: list[_Write]) -> None:
+        if self._failure is not None:
+            # After a failed write or fsync the file's state is unknown (the page
+            # cache cannot be trusted after an fsync error): commit nothing more.
+            for w in writes:
+                w.future.set_exception(self._refusal())
+            return
         try:
             group = _Group(self.snapshot, self._revs_limit)
             results = [group.apply(w.docs, w.encoded, w.new_edits) for w in writes]
@@ -319,8 +333,9 @@ class Shard:
                     _strict_check(self.snapshot)
         except BaseException as exc:  # every caller must hear of it, or it would wait forever
             self._failure = exc
+            error = exc if isinstance(exc, SetteeError) else _write_failed(self.path, exc)
             for w in writes:
-                w.future.set_exception(exc)
+                w.future.set_exception(error)
             return
         for w, result in zip(writes, results, strict=True):
             w.future.set_result(result)
@@ -431,6 +446,15 @@ def _next_info(
     leaves = set(revtree.leaves(tree))
     active = sum(p[1] for r, p in bodies.items() if r in leaves)
     return DocInfo(doc_id, seq, tree[winner][1], tree, bodies, active)
+
+
+def _write_failed(path: str, exc: BaseException) -> SetteeError:
+    error = SetteeError(
+        f"{path}: write failed ({exc!r}); it was not acknowledged and the shard refuses "
+        "further writes until the database is reopened"
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _run_call(call: _Call) -> None:

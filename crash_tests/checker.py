@@ -1,0 +1,642 @@
+"""The crash checker: record a concurrent workload, crash it anywhere, check recovery.
+
+How one workload is checked (ALICE's record-then-replay method):
+
+1. ``record`` runs a seeded workload (puts, bulk batches, deletes,
+   ``new_edits=False`` replication, compaction) from several client threads
+   against the engine on a ``SimFS``. It records every io op in order (the
+   trace), when each call was acknowledged (``acked_at``: how many ops were
+   done when the client saw the answer) and, per shard, the order in which
+   calls were submitted to the shard's writer queue (``queues``) — that is the
+   order the writer commits them in, whatever the threads raced to do.
+2. The per-shard reference replay (``Oracle``) feeds each shard's calls, in
+   queue order, to its own ``settee.reference`` store and checks every engine
+   answer against it; the view of the shard after each prefix of its queue is
+   kept. Shards are independent (a call's documents are split by shard
+   routing), so any combination of per-shard prefixes is a legal state.
+3. ``check_point`` rebuilds the disk as it was before op ``step`` (``SimFS.replay``),
+   crashes it into a ``CrashState``, reopens the engine and checks: it opens;
+   every shard's view equals the view after *some* prefix of its queue that
+   includes every call acknowledged before ``step`` (so no acknowledged write is
+   lost and no partial call is visible); every read succeeds; new writes work
+   and survive a second crash.
+
+A crash at step ``N`` means ops ``0..N-1`` happened and op ``N`` did not; the
+acknowledgements that happened before op ``N`` in the recorded run are exactly
+what clients would have seen before such a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import settee
+import settee.reference
+from crash_tests.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
+from settee.spec.routing import shard_of
+
+__all__ = [
+    "DB_PATH",
+    "Call",
+    "Oracle",
+    "Recording",
+    "Workload",
+    "check_point",
+    "default_factory",
+    "make_workload",
+    "record",
+]
+
+DB_PATH = "/db"
+#: Options every crash-test database is opened with unless the workload says otherwise.
+BASE_OPTIONS: dict[str, Any] = {"fsync": True}
+
+EngineFactory = Callable[..., Any]
+
+
+def default_factory(path: str, **options: Any) -> Any:
+    """``settee.Database`` (the factory must accept ``fs=``)."""
+    return settee.Database(path, **options)
+
+
+# -- workloads --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What each client thread does, drawn from a seed; revisions are filled in at run time."""
+
+    seed: int
+    shards: int
+    clients: tuple[tuple[tuple[Any, ...], ...], ...]
+    ids: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.clients))
+
+
+def _hash(rng: random.Random) -> str:
+    return f"{rng.getrandbits(128):032x}"
+
+
+def _body(rng: random.Random, client: int, n: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"c": client, "n": n}
+    roll = rng.random()
+    if roll < 0.15:
+        # Bodies that span several 4 KiB blocks exercise the block markers inside frames.
+        body["big"] = "x" * rng.choice([3000, 5000, 9000])
+    elif roll < 0.3:
+        body["nested"] = {"list": [n, None, True, 1.5], "s": "é😀"}
+    return body
+
+
+def make_workload(
+    seed: int, *, ops: int = 30, clients: int = 3, shards: int = 2, compactions: int = 1
+) -> Workload:
+    """A seeded workload of about ``ops`` calls over a small, contended id pool."""
+    rng = random.Random(seed)
+    ids = tuple(f"doc{i}" for i in range(max(4, ops // 3)))
+    plans: list[list[tuple[Any, ...]]] = [[] for _ in range(clients)]
+    for n in range(ops - compactions):
+        client = rng.randrange(clients)
+        roll = rng.random()
+        doc_id = rng.choice(ids)
+        mode = rng.choices(["auto", "none", "stale"], [6, 2, 1])[0]
+        if roll < 0.4:
+            op: tuple[Any, ...] = ("put", doc_id, _body(rng, client, n), mode)
+        elif roll < 0.65:
+            entries = [
+                (rng.choice(ids), _body(rng, client, n), rng.choice(["auto", "auto", "none"]))
+                for _ in range(rng.randint(2, 5))
+            ]
+            op = ("bulk", tuple(entries))
+        elif roll < 0.8:
+            op = ("delete", doc_id)
+        else:
+            depth = rng.randint(1, 3)
+            op = (
+                "replicate",
+                doc_id,
+                tuple(_hash(rng) for _ in range(depth)),
+                rng.random() < 0.2,
+                _body(rng, client, n),
+                rng.random() < 0.5,
+            )
+        plans[client].append(op)
+    # One client runs every compaction: concurrent compact() calls on one database
+    # lose data (test_crash.py::test_concurrent_compactions_keep_data, an engine bug).
+    for _ in range(compactions):
+        plans[0].insert(rng.randint(0, len(plans[0])), ("compact",))
+    return Workload(seed, shards, tuple(tuple(p) for p in plans), ids)
+
+
+# -- recording --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Call:
+    """One public call a client made, what it answered and when."""
+
+    index: int
+    client: int
+    kind: str
+    #: Documents exactly as passed (put: one; delete: the tombstone it submits).
+    docs: list[dict[str, Any]]
+    new_edits: bool = True
+    result: Any = None
+    error: str | None = None
+    #: Ops done when the client saw the answer; None if it never did (a live crash).
+    acked_at: int | None = None
+
+
+@dataclass(slots=True)
+class Recording:
+    """Everything one run of a workload left behind."""
+
+    workload: Workload
+    options: dict[str, Any]
+    base: Image
+    ops: list[Op]
+    calls: list[Call]
+    #: Per shard, the indexes of the calls submitted to its writer, in queue order.
+    queues: list[list[int]]
+    strict_mkdir: bool = False
+    #: A call whose client saw an exception that is not a SetteeError (an engine bug).
+    unexpected: list[str] = field(default_factory=list)
+
+    def acked_before(self, step: int) -> set[int]:
+        """Calls answered before op ``step``: their outcome must be durable."""
+        return {c.index for c in self.calls if c.acked_at is not None and c.acked_at <= step}
+
+
+class _Recorder:
+    """Numbers calls, remembers each shard's queue order, labels ops."""
+
+    def __init__(self, fs: SimFS, shards: int) -> None:
+        self.fs = fs
+        self.lock = threading.Lock()
+        self.calls: list[Call] = []
+        self.queues: list[list[int]] = [[] for _ in range(shards)]
+        self.local = threading.local()
+        self.known: dict[str, list[str]] = {}
+        self.unexpected: list[str] = []
+        fs.labeler = self.label
+
+    def label(self) -> str:
+        call = getattr(self.local, "call", None)
+        doing = f"{call.kind}#{call.index}/" if call is not None else ""
+        return f"{threading.current_thread().name}:{doing}{getattr(self.local, 'step', 'open')}"
+
+    def install(self, db: Any) -> None:
+        """Wrap each shard's ``submit`` to learn the queue order, and name its steps."""
+        for index, shard in enumerate(db.shards):
+            original = shard.submit
+
+            def submit(docs: Any, *, new_edits: bool, _orig: Any = original, _i: int = index):
+                # Holding our lock across the enqueue makes our list order the queue order.
+                with self.lock:
+                    future = _orig(docs, new_edits=new_edits)
+                    self.queues[_i].append(self.local.call.index)
+                return future
+
+            shard.submit = submit
+            shard.step_hook = self._step
+
+    def _step(self, name: str) -> None:
+        self.local.step = name
+
+    @contextmanager
+    def calling(self, call: Call) -> Iterator[None]:
+        with self.lock:
+            call.index = len(self.calls)
+            self.calls.append(call)
+        self.local.call = call
+        self.local.step = call.kind
+        yield
+
+    def learn(self, doc_id: str, rev: str) -> None:
+        with self.lock:
+            self.known.setdefault(doc_id, []).append(rev)
+
+    def rev_for(self, doc_id: str, mode: str) -> str | None:
+        with self.lock:
+            revs = self.known.get(doc_id, [])
+            if not revs or mode == "none":
+                return None
+            return revs[0] if mode == "stale" else revs[-1]
+
+
+def _doc(rec: _Recorder, doc_id: str, body: dict[str, Any], mode: str) -> dict[str, Any]:
+    doc = {"_id": doc_id, **body}
+    rev = rec.rev_for(doc_id, mode)
+    if rev is not None:
+        doc["_rev"] = rev
+    return doc
+
+
+def _replicated(rec: _Recorder, op: tuple[Any, ...]) -> dict[str, Any]:
+    _, doc_id, hashes, deleted, body, extend = op
+    base = rec.rev_for(doc_id, "auto") if extend else None
+    if base is not None:
+        pos, parent = base.split("-", 1)
+        revisions = {"start": int(pos) + len(hashes), "ids": [*hashes, parent]}
+    else:
+        revisions = {"start": len(hashes), "ids": list(hashes)}
+    doc = {"_id": doc_id, "_revisions": revisions, **body}
+    if deleted:
+        doc["_deleted"] = True
+    return doc
+
+
+def _run_op(db: Any, rec: _Recorder, client: int, op: tuple[Any, ...]) -> None:
+    kind = op[0]
+    if kind == "put":
+        call = Call(-1, client, "put", [_doc(rec, op[1], op[2], op[3])])
+    elif kind == "bulk":
+        call = Call(-1, client, "bulk", [_doc(rec, i, b, m) for i, b, m in op[1]])
+    elif kind == "delete":
+        rev = rec.rev_for(op[1], "auto")
+        call = Call(-1, client, "delete", [{"_id": op[1], "_rev": rev, "_deleted": True}])
+    elif kind == "replicate":
+        call = Call(-1, client, "replicate", [_replicated(rec, op)], new_edits=False)
+    else:
+        call = Call(-1, client, "compact", [])
+    with rec.calling(call):
+        try:
+            call.result = _invoke(db, call)
+        except (settee.Conflict, settee.NotFound) as exc:
+            call.error = type(exc).__name__
+        except settee.SetteeError as exc:
+            # Not an answer about the data (e.g. "an earlier write failed"): nothing to hold.
+            call.error = type(exc).__name__
+            return
+        if rec.fs.crashed:
+            return  # a real power loss leaves no process to hear this answer
+        call.acked_at = rec.fs.op_count
+    for doc, result in _results(call):
+        if result is not None:
+            rec.learn(doc["_id"], result)
+            _read_own_write(db, rec, call, doc["_id"], result)
+
+
+def _read_own_write(db: Any, rec: _Recorder, call: Call, doc_id: str, rev: str) -> None:
+    """Jepsen's "read your writes": an acknowledged revision is readable at once."""
+    try:
+        got = db.get(doc_id, rev=rev)
+    except settee.NotFound as exc:
+        # A concurrent edit plus compaction may drop a non-leaf body; the rev stays known.
+        got = rev if not db.revs_diff({doc_id: [rev]}) else exc
+    except settee.SetteeError as exc:
+        got = exc
+    if got != rev and (not isinstance(got, dict) or got.get("_rev") != rev):
+        rec.unexpected.append(f"call #{call.index}: wrote {doc_id} {rev}, read back {got!r}")
+
+
+def _invoke(db: Any, call: Call) -> Any:
+    if call.kind == "put":
+        return db.put(call.docs[0])["rev"]
+    if call.kind == "bulk":
+        return db.bulk_docs(call.docs)
+    if call.kind == "delete":
+        doc = call.docs[0]
+        return db.delete(doc["_id"], doc["_rev"])["rev"]
+    if call.kind == "replicate":
+        return db.bulk_docs(call.docs, new_edits=False)
+    db.compact()
+    return None
+
+
+def _results(call: Call) -> list[tuple[dict[str, Any], str | None]]:
+    """(doc, new rev or None) for each document of a finished call."""
+    if call.error is not None or call.kind in ("compact", "replicate"):
+        return [(d, None) for d in call.docs]
+    if call.kind == "bulk":
+        return [(d, r.get("rev")) for d, r in zip(call.docs, call.result, strict=True)]
+    return [(call.docs[0], call.result)]
+
+
+def _client(db: Any, rec: _Recorder, client: int, plan: tuple[tuple[Any, ...], ...]) -> None:
+    try:
+        for op in plan:
+            _run_op(db, rec, client, op)
+    except SimulatedCrash:
+        return  # the machine is down: this client stops, its call is unacknowledged
+    except BaseException:  # an engine bug: report it, never hang the run
+        rec.unexpected.append(traceback.format_exc())
+
+
+def record(
+    workload: Workload,
+    *,
+    factory: EngineFactory = default_factory,
+    options: dict[str, Any] | None = None,
+    crash_at: int | None = None,
+    strict_mkdir: bool = False,
+    base: Image | None = None,
+) -> Recording:
+    """Run ``workload`` on a fresh ``SimFS`` (crashing live at op ``crash_at`` if given)."""
+    opts = {**BASE_OPTIONS, "shards": workload.shards, **(options or {})}
+    fs = SimFS(base, crash_at=crash_at, strict_mkdir=strict_mkdir)
+    rec = _Recorder(fs, workload.shards)
+    db = None
+    try:
+        db = factory(DB_PATH, fs=fs, **opts)
+        rec.install(db)
+        threads = [
+            threading.Thread(target=_client, args=(db, rec, i, plan), name=f"client-{i}")
+            for i, plan in enumerate(workload.clients)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except SimulatedCrash:
+        pass  # crashed while opening: nothing was acknowledged
+    finally:
+        fs.halt()
+        if db is not None:
+            db.close()
+    return Recording(
+        workload,
+        opts,
+        fs.base,
+        list(fs.trace),
+        rec.calls,
+        rec.queues,
+        strict_mkdir,
+        rec.unexpected,
+    )
+
+
+# -- the oracle -------------------------------------------------------------------------------
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def doc_views(db: Any, ids: list[str]) -> dict[str, Any]:
+    """Every document's observable state: winner row, get, and every leaf with its body."""
+    rows = db.all_docs(keys=ids, include_docs=True)["rows"]
+    leaves = db.revs_diff({i: ["999999-f"] for i in ids})
+    out: dict[str, Any] = {}
+    for doc_id, row in zip(ids, rows, strict=True):
+        if "error" in row:
+            out[doc_id] = None
+            continue
+        try:
+            current: Any = db.get(doc_id, revs=True, conflicts=True)
+        except settee.NotFound as exc:
+            current = ["not_found", exc.reason]
+        revs = leaves.get(doc_id, {}).get("possible_ancestors", [])
+        out[doc_id] = {
+            "row": row,
+            "get": current,
+            "leaves": {r: db.get(doc_id, rev=r, revs=True) for r in revs},
+        }
+    return out
+
+
+def shard_view(db: Any, ids: list[str]) -> tuple[str, str]:
+    """(documents, changes) of the documents ``ids`` (one shard's), canonically encoded."""
+    wanted = set(ids)
+    changes = [
+        [r["id"], r["changes"], r.get("deleted", False)]
+        for r in db.changes()["results"]
+        if r["id"] in wanted
+    ]
+    return _canon(doc_views(db, ids)), _canon(changes)
+
+
+class Oracle:
+    """Each shard's reference states, after every prefix of its writer queue."""
+
+    def __init__(self, rec: Recording) -> None:
+        self.rec = rec
+        shards = rec.workload.shards
+        self.ids = [
+            sorted(i for i in _all_ids(rec) if shard_of(i, shards) == s) for s in range(shards)
+        ]
+        #: Per shard: canonical view -> the prefix lengths that produce it.
+        self.views: list[dict[tuple[str, str], list[int]]] = []
+        #: Problems found while replaying (engine answers that no serial order explains).
+        self.problems: list[str] = list(rec.unexpected)
+        for s in range(shards):
+            self.views.append(self._replay_shard(s))
+
+    def _replay_shard(self, s: int) -> dict[tuple[str, str], list[int]]:
+        ref = settee.reference.open(None, revs_limit=self.rec.options.get("revs_limit", 1000))
+        views: dict[tuple[str, str], list[int]] = {}
+        views.setdefault(shard_view(ref, self.ids[s]), []).append(0)
+        for j, index in enumerate(self.rec.queues[s], start=1):
+            call = self.rec.calls[index]
+            self._replay_call(ref, s, call)
+            views.setdefault(shard_view(ref, self.ids[s]), []).append(j)
+        ref.close()
+        return views
+
+    def _replay_call(self, ref: Any, s: int, call: Call) -> None:
+        shards = self.rec.workload.shards
+        part = [(k, d) for k, d in enumerate(call.docs) if shard_of(d["_id"], shards) == s]
+        docs = [d for _, d in part]
+        if call.kind in ("put", "delete"):
+            try:
+                got: Any = ref.put(docs[0])["rev"]
+                error = None
+            except settee.SetteeError as exc:
+                got, error = None, type(exc).__name__
+            if call.acked_at is not None and (got, error) != (call.result, call.error):
+                self.problems.append(
+                    f"call #{call.index} {call.kind} {docs[0]['_id']}: engine answered "
+                    f"{call.error or call.result}, the reference in queue order {error or got}"
+                )
+            return
+        results = ref.bulk_docs(docs, new_edits=call.new_edits)
+        if call.acked_at is None or call.error is not None:
+            return
+        if call.new_edits:
+            engine = [call.result[k] for k, _ in part]
+            if engine != results:
+                self.problems.append(
+                    f"call #{call.index} bulk_docs on shard {s}: engine {engine}, "
+                    f"reference in queue order {results}"
+                )
+        else:
+            engine = [r for r in call.result if shard_of(r["id"], shards) == s]
+            if engine != results:
+                self.problems.append(
+                    f"call #{call.index} new_edits=False on shard {s}: engine {engine}, "
+                    f"reference {results}"
+                )
+
+    def need(self, step: int) -> list[int]:
+        """Per shard, the shortest queue prefix holding every call acknowledged before ``step``."""
+        acked = self.rec.acked_before(step)
+        return [
+            max((j + 1 for j, index in enumerate(queue) if index in acked), default=0)
+            for queue in self.rec.queues
+        ]
+
+
+def _all_ids(rec: Recording) -> set[str]:
+    ids = set(rec.workload.ids)
+    for call in rec.calls:
+        ids.update(d["_id"] for d in call.docs)
+    return ids
+
+
+# -- checking one crash point -----------------------------------------------------------------
+
+
+def _open(factory: EngineFactory, fs: SimFS, options: dict[str, Any]) -> Any:
+    with warnings.catch_warnings():
+        # A torn tail is expected after a crash; opening reports it with a warning.
+        warnings.simplefilter("ignore")
+        return factory(DB_PATH, fs=fs, **options)
+
+
+def check_point(
+    oracle: Oracle,
+    step: int,
+    state: CrashState,
+    *,
+    image: Image | None = None,
+    factory: EngineFactory = default_factory,
+    second_seed: int = 0,
+) -> list[str]:
+    """Problems after crashing the recorded run at op ``step`` into ``state`` ([] = ok)."""
+    rec = oracle.rec
+    if image is None:
+        disk = SimFS.replay(rec.base, rec.ops[:step], strict_mkdir=rec.strict_mkdir)
+        image = disk.image(state)
+    fs = SimFS(image, strict_mkdir=rec.strict_mkdir)
+    try:
+        db = _open(factory, fs, rec.options)
+    except Exception as exc:
+        return [f"reopen raised {type(exc).__name__}: {exc}"]
+    try:
+        problems, docs = _check_recovered(oracle, db, oracle.need(step))
+        if not problems:
+            problems = _check_second_crash(oracle, db, fs, docs, factory, second_seed)
+        return problems
+    except Exception:
+        return [f"unexpected exception after recovery:\n{traceback.format_exc()}"]
+    finally:
+        fs.halt()
+        db.close()
+
+
+def _check_recovered(oracle: Oracle, db: Any, need: list[int]) -> tuple[list[str], dict[str, Any]]:
+    problems: list[str] = []
+    docs: dict[str, Any] = {}
+    for s, ids in enumerate(oracle.ids):
+        view = shard_view(db, ids)
+        docs.update(json.loads(view[0]))
+        prefixes = oracle.views[s].get(view)
+        if prefixes is None:
+            problems.append(
+                f"shard {s}: recovered contents equal no prefix of its commits "
+                f"(need at least {need[s]} of {len(oracle.rec.queues[s])}); "
+                f"{_diff(oracle, s, view, need[s])}"
+            )
+        elif max(prefixes) < need[s]:
+            lost = oracle.rec.queues[s][max(prefixes) : need[s]]
+            problems.append(
+                f"shard {s}: acknowledged write lost: recovered the state after "
+                f"{max(prefixes)} commits, but calls {lost} were acknowledged "
+                f"(need {need[s]})"
+            )
+    live = sorted(
+        i
+        for i, d in docs.items()
+        if d is not None and "row" in d and "deleted" not in d["row"]["value"]
+    )
+    rows = [r["id"] for r in db.all_docs()["rows"]]
+    if rows != live:
+        problems.append(f"all_docs lists {rows}, the shards hold live documents {live}")
+    if db.info()["doc_count"] != len(live):
+        problems.append(f"info doc_count {db.info()['doc_count']} != {len(live)} live documents")
+    ids = [r["id"] for r in db.changes()["results"]]
+    if len(ids) != len(set(ids)):
+        problems.append(f"changes lists a document twice: {ids}")
+    return problems, docs
+
+
+def _diff(oracle: Oracle, s: int, view: tuple[str, str], need: int) -> str:
+    """Which documents differ from the closest legal state (for the report)."""
+    got = json.loads(view[0])
+    best = None
+    for (docs, _changes), prefixes in oracle.views[s].items():
+        if max(prefixes) < need:
+            continue
+        expected = json.loads(docs)
+        differing = sorted(i for i in got if got[i] != expected.get(i))
+        if best is None or len(differing) < len(best[1]):
+            best = (max(prefixes), differing, expected)
+    if best is None:
+        return "no legal state"
+    j, differing, expected = best
+    if not differing:
+        return f"documents match prefix {j} but changes differ: {view[1]}"
+    first = differing[0]
+    return (
+        f"closest prefix {j} differs in {differing}; "
+        f"{first}: got {got[first]} expected {expected[first]}"
+    )
+
+
+def _check_second_crash(
+    oracle: Oracle,
+    db: Any,
+    fs: SimFS,
+    docs: dict[str, Any],
+    factory: EngineFactory,
+    seed: int,
+) -> list[str]:
+    """New writes after recovery must work and survive another crash of any kind."""
+    rng = random.Random(seed)
+    shards = oracle.rec.workload.shards
+    written: dict[str, str] = {}
+    for s in range(shards):
+        doc_id = next(f"after-{n}" for n in range(10_000) if shard_of(f"after-{n}", shards) == s)
+        written[doc_id] = db.put({"_id": doc_id, "s": s})["rev"]
+    live = [i for i, d in sorted(docs.items()) if d is not None and isinstance(d["get"], dict)]
+    if live:
+        target = rng.choice(live)
+        written[target] = db.put({**docs[target]["get"], "after": True})["rev"]
+    kind = rng.choice(KINDS)
+    state = fs.random_state(kind, rng)
+    fs2 = fs.crash(state)
+    try:
+        db2 = _open(factory, fs2, oracle.rec.options)
+    except Exception as exc:
+        return [f"second crash ({state.describe()}): reopen raised {type(exc).__name__}: {exc}"]
+    try:
+        problems = []
+        for doc_id, rev in written.items():
+            try:
+                got = db2.get(doc_id)["_rev"]
+            except settee.NotFound as exc:
+                got = f"not_found ({exc.reason})"
+            if got != rev:
+                problems.append(
+                    f"second crash ({state.describe()}): {doc_id} at {got}, acked {rev}"
+                )
+        others = sorted(i for i in docs if i not in written)
+        again = doc_views(db2, others)
+        for doc_id in others:
+            if _canon(again[doc_id]) != _canon(docs[doc_id]):
+                problems.append(f"second crash ({state.describe()}): {doc_id} changed")
+        return problems
+    finally:
+        fs2.halt()
+        db2.close()

@@ -1,0 +1,168 @@
+"""Damage durable bytes of a real database and check what reads do.
+
+``terms`` maps a shard file into its headers and frames (bodies and tree nodes)
+using only ``settee.spec.format``. ``Damage.check`` copies a database directory,
+damages one file, opens it on the real OS file system and checks the promise of
+FORMAT.md: a read either returns exactly what was written or raises
+``CorruptionError``; reads that do not touch the damaged bytes are unaffected;
+when the newest header of a shard is damaged, the shard falls back to an
+older commit. Every check runs under a watchdog, so a hang fails instead of
+blocking the suite.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import settee
+from settee.io import FileSystemWrapper, OsFileSystem
+from settee.spec.errors import CorruptionError
+from settee.spec.format import (
+    BLOCK_HEADER,
+    BLOCK_SIZE,
+    FRAME_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    decode_frame,
+    decode_payload,
+    frame_size,
+    header_size,
+    laid_out_size,
+    strip_markers,
+)
+
+__all__ = ["Term", "TracingFileSystem", "read_pieces", "run_with_watchdog", "terms"]
+
+WATCHDOG_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A stored item: ``kind`` is ``header``, ``node`` or ``body``; bytes ``[start, end)``."""
+
+    kind: str
+    start: int
+    end: int
+
+
+def _frame_at(data: bytes, pos: int) -> Term | None:
+    prefix_end = pos + laid_out_size(pos, FRAME_SIZE)
+    if prefix_end > len(data):
+        return None
+    span = laid_out_size(pos, frame_size(strip_markers(data[pos:prefix_end], pos)[0]))
+    if pos + span > len(data):
+        return None
+    try:
+        payload = decode_frame(strip_markers(data[pos : pos + span], pos)[0])
+        obj = decode_payload(payload)
+    except Exception:
+        return None
+    is_node = isinstance(obj, list) and len(obj) == 2 and obj[0] in ("kv", "kp")
+    return Term("node" if is_node else "body", pos, pos + span)
+
+
+def _header_at(data: bytes, pos: int) -> Term | None:
+    if data[pos + 1 : pos + 1 + len(MAGIC)] != MAGIC or pos + 1 + HEADER_SIZE > len(data):
+        return None
+    span = 1 + laid_out_size(pos + 1, header_size(data[pos + 1 : pos + 1 + HEADER_SIZE]))
+    return Term("header", pos, pos + span) if pos + span <= len(data) else None
+
+
+def terms(data: bytes) -> list[Term]:
+    """Every header and valid frame of a shard file, in file order (padding is skipped)."""
+    out: list[Term] = []
+    pos = 0
+    while pos < len(data):
+        if pos % BLOCK_SIZE == 0:
+            header = _header_at(data, pos) if data[pos] == BLOCK_HEADER else None
+            if header is not None:
+                out.append(header)
+                pos = header.end
+                continue
+            pos += 1  # the data marker of this block
+            continue
+        frame = _frame_at(data, pos)
+        if frame is None:
+            pos = (pos // BLOCK_SIZE + 1) * BLOCK_SIZE  # padding up to the next block
+            continue
+        out.append(frame)
+        pos = frame.end
+    return out
+
+
+class TracingFileSystem(FileSystemWrapper):
+    """Remembers the offset of every pread, per file: which terms a read touched."""
+
+    def __init__(self) -> None:
+        super().__init__(OsFileSystem())
+        self.preads: list[tuple[str, int]] = []
+
+    def open(self, path: str, *, create: bool) -> Any:
+        handle = super().open(path, create=create)
+        inner_pread = handle.pread
+
+        def pread(offset: int, size: int) -> bytes:
+            self.preads.append((path, offset))
+            return inner_pread(offset, size)
+
+        handle.pread = pread  # type: ignore[method-assign]  # a per-handle spy
+        return handle
+
+
+def read_pieces(db: Any, doc_id: str) -> dict[str, Any]:
+    """Every read of one document, each as its result or the name of its exception."""
+    out: dict[str, Any] = {}
+
+    def attempt(name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            out[name] = fn()
+        except settee.NotFound as exc:
+            out[name] = ["not_found", exc.reason]
+        except Exception as exc:
+            out[name] = ["raised", type(exc).__name__, str(exc)]
+        return out[name]
+
+    attempt("get", lambda: db.get(doc_id, revs=True, conflicts=True))
+    diff = attempt("leaves", lambda: db.revs_diff({doc_id: ["999999-f"]}))
+    if isinstance(diff, dict):
+        for rev in diff.get(doc_id, {}).get("possible_ancestors", []):
+            attempt(f"rev {rev}", lambda rev=rev: db.get(doc_id, rev=rev, revs=True))
+    return out
+
+
+def run_with_watchdog(fn: Callable[[], Any], seconds: float = WATCHDOG_SECONDS) -> Any:
+    """``fn()``, or an AssertionError if it runs longer than ``seconds`` (a hang)."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn).result(timeout=seconds)
+    except concurrent.futures.TimeoutError:
+        raise AssertionError(f"hang: the check ran longer than {seconds} s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+def copy_damaged(src: str, dst: str, name: str, damage: Callable[[bytearray], None]) -> None:
+    """Copy database directory ``src`` to ``dst`` and apply ``damage`` to file ``name``."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("LOCK"))
+    path = os.path.join(dst, name)
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    damage(data)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def open_quietly(path: str, **options: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return settee.open(path, **options)
+
+
+def is_corruption(piece: Any) -> bool:
+    return isinstance(piece, list) and piece[:2] == ["raised", CorruptionError.__name__]
