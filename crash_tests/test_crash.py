@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import settee
 from crash_tests.campaign import Summary, check_recording, run_campaign
 from crash_tests.checker import DB_PATH, Oracle, Workload, check_point, make_workload, record
-from crash_tests.simfs import KINDS, CrashState, SimFS
+from crash_tests.simfs import KINDS, SimFS
 from settee.io import FileSystemWrapper
 
 #: The small workloads checked exhaustively: about 30 calls from 3 clients on 2 shards.
