@@ -1,0 +1,160 @@
+"""The benchmark harness runs end to end and writes a well-formed report.
+
+This checks the harness, never the speed: ``settee bench --smoke`` runs every
+scenario at minimal sizes into a temporary directory, and the tests read what
+it wrote. No assertion here looks at a measured number beyond its type.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    # bench/ is not an installed package; `settee bench` puts the root on sys.path too.
+    sys.path.insert(0, str(ROOT))
+
+from bench import runner  # noqa: E402
+
+SIDE_KEYS = {"label", "median", "min", "max", "spread_pct", "samples"}
+PAIR_KEYS = {
+    "id",
+    "group",
+    "title",
+    "unit",
+    "higher_is_better",
+    "params",
+    "a",
+    "b",
+    "ratio",
+    "within_noise",
+    "verdict",
+    "meaning",
+    "target",
+    "profile",
+}
+#: Every scenario group's pair ids start with one of these.
+EXPECTED_PREFIXES = [
+    "readmode.os.seq.",
+    "readmode.os.concurrent.",
+    "readmode.os.mixed.",
+    "readmode.os.paced.",
+    "readmode.latency.seq.",
+    "readmode.latency.concurrent.",
+    "readmode.latency.mixed.",
+    "readmode.latency.paced.",
+    "peers.insert.",
+    "peers.multiget.",
+    "peers.multiget_docs.",
+    "peers.range.",
+    "peers.range_docs.",
+    "shards.",
+    "large.put.",
+    "large.get.",
+    "reopen",
+    "scaling.",
+]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("bench-out")
+    work = tmp_path_factory.mktemp("bench-work")
+    status = runner.main(
+        ["--smoke", "--out", str(out), "--workdir", str(work), "--no-progress"], prog="test"
+    )
+    assert status == 0
+    doc = json.loads((out / "latest.json").read_text(encoding="utf-8"))
+    return out, doc
+
+
+def test_json_has_the_documented_top_level_fields(smoke_run: tuple[Path, dict]) -> None:
+    _, doc = smoke_run
+    assert doc["schema"] == "settee-bench/1"
+    assert doc["mode"] == "smoke"
+    for key in ("command", "started", "duration_s", "machine", "config", "pairs", "curves"):
+        assert key in doc, key
+    machine = doc["machine"]
+    for key in ("nproc", "python", "platform", "settee", "sqlite", "loadavg_start"):
+        assert key in machine, key
+
+
+def test_every_pair_has_both_sides_and_a_ratio(smoke_run: tuple[Path, dict]) -> None:
+    _, doc = smoke_run
+    assert doc["pairs"], "the smoke run measured nothing"
+    ids = [p["id"] for p in doc["pairs"]]
+    assert len(ids) == len(set(ids)), "pair ids must be unique"
+    for pair in doc["pairs"]:
+        assert pair.keys() >= PAIR_KEYS, pair["id"]
+        for side in ("a", "b"):
+            assert pair[side].keys() >= SIDE_KEYS, (pair["id"], side)
+            assert pair[side]["samples"], pair["id"]
+            if pair["group"] != "scaling":  # scaling's insert samples are its batches
+                assert len(pair[side]["samples"]) == doc["config"]["repeats"], pair["id"]
+            assert all(isinstance(x, float | int) for x in pair[side]["samples"])
+        assert pair["a"]["label"] != pair["b"]["label"], pair["id"]
+        assert isinstance(pair["ratio"], float) and math.isfinite(pair["ratio"]), pair["id"]
+        assert pair["meaning"], pair["id"]
+
+
+def test_every_scenario_ran(smoke_run: tuple[Path, dict]) -> None:
+    _, doc = smoke_run
+    ids = [p["id"] for p in doc["pairs"]]
+    skipped = [s["id"] for s in doc["skipped"]]
+    for prefix in EXPECTED_PREFIXES:
+        ran = any(i.startswith(prefix) for i in ids)
+        if prefix.startswith("peers.") and not ran:
+            continue  # checked per peer below
+        assert ran, f"no pair for {prefix}"
+    for peer in ("sqlite3", "lmdb", "reference"):
+        ran = any(i.startswith("peers.") and i.endswith("." + peer) for i in ids)
+        assert ran or any(peer in s for s in skipped), f"peer {peer} neither ran nor was skipped"
+
+
+def test_markdown_lists_every_pair(smoke_run: tuple[Path, dict]) -> None:
+    out, doc = smoke_run
+    text = (out / "latest.md").read_text(encoding="utf-8")
+    for pair in doc["pairs"]:
+        assert f"`{pair['id']}`" in text, pair["id"]
+    for skipped in doc["skipped"]:
+        assert skipped["id"] in text
+    assert "GIL" in text
+    assert "| id | scenario |" in text
+    assert (out / "performance.md").read_text(encoding="utf-8").startswith("## Performance")
+
+
+def test_plots_are_written_when_matplotlib_is_there(smoke_run: tuple[Path, dict]) -> None:
+    out, doc = smoke_run
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert any(s["id"] == "plots" for s in doc["skipped"])
+        return
+    assert doc["plots"]
+    for name in doc["plots"]:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_python_dash_m_bench_prints_its_usage() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--out" in done.stdout
+
+
+def test_unknown_group_is_refused() -> None:
+    with pytest.raises(SystemExit, match="unknown group"):
+        runner.main(["--smoke", "--only", "nope"])
