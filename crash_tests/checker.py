@@ -201,10 +201,10 @@ class _Recorder:
         for index, shard in enumerate(db.shards):
             original = shard.submit
 
-            def submit(docs: Any, *, new_edits: bool, _orig: Any = original, _i: int = index):
+            def submit(docs: Any, *, _orig: Any = original, _i: int = index, **kwargs: Any):
                 # Holding our lock across the enqueue makes our list order the queue order.
                 with self.lock:
-                    future = _orig(docs, new_edits=new_edits)
+                    future = _orig(docs, **kwargs)
                     self.queues[_i].append(self.local.call.index)
                 return future
 
@@ -449,8 +449,12 @@ class Oracle:
         part = [(k, d) for k, d in enumerate(call.docs) if shard_of(d["_id"], shards) == s]
         docs = [d for _, d in part]
         if call.kind in ("put", "delete"):
+            doc = docs[0]
             try:
-                got: Any = ref.put(docs[0])["rev"]
+                if call.kind == "delete":
+                    got: Any = ref.delete(doc["_id"], doc.get("_rev"))["rev"]
+                else:
+                    got = ref.put(doc)["rev"]
                 error = None
             except settee.SetteeError as exc:
                 got, error = None, type(exc).__name__

@@ -147,15 +147,12 @@ class Database:
         self._check_open()
         validate_docid(doc_id)
         check_rev(rev)
-        with self._shard(doc_id).reading() as snap:
-            info = snap.doc_info(doc_id)
-        if info is None:
-            raise NotFound("missing")
-        if info.deleted:
-            raise NotFound("deleted")
-        if rev is None:
-            raise Conflict()
-        return self.put({"_id": doc_id, "_rev": rev, "_deleted": True})
+        tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
+        valid = self._validate(tombstone, new_edits=True)
+        [result] = self._write([valid], new_edits=True, deleting=True)
+        if isinstance(result, BaseException):
+            raise result
+        return {"ok": True, "id": doc_id, "rev": result}
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """Write many documents; one result per doc (only errors with new_edits=False)."""
@@ -180,13 +177,18 @@ class Database:
             doc, new_edits=new_edits, max_document_size=self.config["max_document_size"]
         )
 
-    def _write(self, docs: list[ValidDoc], *, new_edits: bool) -> list[Any]:
+    def _write(self, docs: list[ValidDoc], *, new_edits: bool, deleting: bool = False) -> list[Any]:
         """Submit to every shard first, then wait: the shards commit in parallel."""
         by_shard: dict[int, list[int]] = defaultdict(list)
         for i, doc in enumerate(docs):
             by_shard[shard_of(doc.id, len(self.shards))].append(i)
         futures = [
-            (indexes, self.shards[s].submit([docs[i] for i in indexes], new_edits=new_edits))
+            (
+                indexes,
+                self.shards[s].submit(
+                    [docs[i] for i in indexes], new_edits=new_edits, deleting=deleting
+                ),
+            )
             for s, indexes in by_shard.items()
         ]
         results: list[Any] = [None] * len(docs)

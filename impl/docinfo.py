@@ -19,7 +19,7 @@ from typing import Any
 
 from settee.spec import revtree
 from settee.spec.docs import ValidDoc
-from settee.spec.errors import Conflict
+from settee.spec.errors import Conflict, NotFound
 from settee.spec.revs import new_rev
 
 __all__ = ["NO_BODY", "DocInfo", "Edit", "apply_edit"]
@@ -76,6 +76,7 @@ def apply_edit(
     new_edits: bool,
     revs_limit: int,
     before: DocInfo | None,
+    deleting: bool = False,
 ) -> Edit:
     """Decide one edit as CouchDB does; raise ``Conflict`` when it must be refused.
 
@@ -87,17 +88,35 @@ def apply_edit(
     the earlier entries left (``couch_db_updater:merge_rev_tree``).
     """
     tree = dict(info.tree) if info is not None else {}
+    if deleting:
+        _check_exists(info)
     if new_edits:
         _check_against_call_start(before, doc)
         parent = _parent_for_merge(info, doc)
         rev = new_rev(parent, doc.deleted, doc.body)
         tree[rev] = [parent, doc.deleted]
+    elif doc.revisions[0] in tree:
+        # couch_db:prep_and_validate_replicated_updates: a revision the tree
+        # already holds is ignored but counts as a success; its body and the
+        # tree stay as they are (the sender's ancestors are not merged either).
+        return Edit(None, tree)
     else:
         tree, added = revtree.merge_path(tree, list(doc.revisions), doc.deleted)
         rev = doc.revisions[0] if added else None
     if revs_limit:
         tree = revtree.stem(tree, revs_limit)
     return Edit(rev, tree)
+
+
+def _check_exists(info: DocInfo | None) -> None:
+    """``delete`` answers NotFound for a missing or already deleted document, as
+    CouchDB's DELETE handler does; the writer decides it, so that the answer
+    belongs to the same state as the edit (two racing deletes: one succeeds,
+    the other finds the tombstone)."""
+    if info is None:
+        raise NotFound("missing")
+    if info.deleted:
+        raise NotFound("deleted")
 
 
 def _check_against_call_start(before: DocInfo | None, doc: ValidDoc) -> None:

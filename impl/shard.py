@@ -36,7 +36,7 @@ from settee.io import FileSystem, FileSystemWrapper
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
 from settee.spec.docs import ValidDoc
-from settee.spec.errors import Conflict, CorruptionError, SetteeError
+from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.format import encode_payload
 
 __all__ = ["STEPS", "Shard", "ShardIdentity", "header_payload"]
@@ -102,6 +102,8 @@ class _Write:
     encoded: list[bytes]
     new_edits: bool
     future: Future[list[Any]]
+    #: A ``delete`` call: the writer answers NotFound for missing/deleted docs.
+    deleting: bool = False
 
     @property
     def weight(self) -> int:
@@ -231,12 +233,14 @@ class Shard:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def submit(self, docs: list[ValidDoc], *, new_edits: bool) -> Future[list[Any]]:
+    def submit(
+        self, docs: list[ValidDoc], *, new_edits: bool, deleting: bool = False
+    ) -> Future[list[Any]]:
         """Queue an update; the future resolves, after the commit is durable, to one
         result per doc: the new rev, None (nothing new to store) or an exception."""
         future: Future[list[Any]] = Future()
         encoded = [encode_payload(doc.body) for doc in docs]
-        self._enqueue(_Write(docs, encoded, new_edits, future))
+        self._enqueue(_Write(docs, encoded, new_edits, future, deleting))
         return future
 
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
@@ -325,7 +329,7 @@ class Shard:
             return
         try:
             group = _Group(self.snapshot, self._revs_limit)
-            results = [group.apply(w.docs, w.encoded, w.new_edits) for w in writes]
+            results = [group.apply(w.docs, w.encoded, w.new_edits, w.deleting) for w in writes]
             if group.changed:
                 self.snapshot = self._commit(group)
                 self._step("publish")
@@ -387,11 +391,14 @@ class _Group:
     def changed(self) -> bool:
         return bool(self.pending)
 
-    def apply(self, docs: list[ValidDoc], encoded: list[bytes], new_edits: bool) -> list[Any]:
+    def apply(
+        self, docs: list[ValidDoc], encoded: list[bytes], new_edits: bool, deleting: bool
+    ) -> list[Any]:
         """Apply one call's edits; each is judged against the state before the call too."""
         before: dict[str, DocInfo | None] = {}
         return [
-            self._apply_one(d, e, new_edits, before) for d, e in zip(docs, encoded, strict=True)
+            self._apply_one(d, e, new_edits, before, deleting)
+            for d, e in zip(docs, encoded, strict=True)
         ]
 
     def _current(self, doc_id: str) -> DocInfo | None:
@@ -400,15 +407,25 @@ class _Group:
         return self.base.doc_info(doc_id)
 
     def _apply_one(
-        self, doc: ValidDoc, encoded: bytes, new_edits: bool, before: dict[str, DocInfo | None]
+        self,
+        doc: ValidDoc,
+        encoded: bytes,
+        new_edits: bool,
+        before: dict[str, DocInfo | None],
+        deleting: bool,
     ) -> Any:
         try:
             info = self._current(doc.id)
             first = before.setdefault(doc.id, info)
             edit = apply_edit(
-                info, doc, new_edits=new_edits, revs_limit=self.revs_limit, before=first
+                info,
+                doc,
+                new_edits=new_edits,
+                revs_limit=self.revs_limit,
+                before=first,
+                deleting=deleting,
             )
-        except (Conflict, CorruptionError) as exc:
+        except (Conflict, NotFound, CorruptionError) as exc:
             return exc
         if edit.rev is None:
             return None

@@ -1,0 +1,263 @@
+"""The public entry points of the proof, for ``settee verify`` and for tests.
+
+Every function runs one campaign against an engine spec (``"MODULE:CALLABLE"``)
+and returns a :class:`Summary`: what it ran, and on failure the shrunk
+reproducer Hypothesis printed plus a ``replay`` string that
+:func:`replay` runs again::
+
+    from stateful_tests.campaigns import run_equivalence, run_interleavings
+    s = run_equivalence("settee:open", max_examples=500, seed=1)
+    print(s.text())
+    if s.failures:
+        replay(s.replay)            # the same failing example, deterministically
+
+``run_mutants`` runs the machines against every mutant of ``mutants.py``
+and reports which machine caught each and after how many steps.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import Phase, given, reproduce_failure, settings
+from hypothesis import seed as use_seed
+from hypothesis import strategies as st
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from stateful_tests import equivalence
+from stateful_tests.budget import equivalence_settings, interleaving_settings
+from stateful_tests.history import Scenario, random_scenario, scenarios
+from stateful_tests.interleavings import run_scheduled, run_threads
+
+__all__ = [
+    "MutantResult",
+    "Summary",
+    "interleaving_test",
+    "replay",
+    "run_equivalence",
+    "run_interleavings",
+    "run_mutants",
+    "run_stress",
+]
+
+_BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+
+
+@dataclass(slots=True)
+class Summary:
+    """One campaign's counts; ``failures`` > 0 comes with ``reproducer`` and ``replay``."""
+
+    machine: str
+    engine: str
+    examples: int = 0
+    steps: int = 0
+    histories: int = 0
+    interleaving_steps: int = 0
+    failures: int = 0
+    reproducer: str = ""
+    replay: str = ""
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        head = (
+            f"{self.machine} vs {self.engine}: {self.examples} examples, {self.steps} operations, "
+            f"{self.histories} histories checked, {self.interleaving_steps} scheduled steps, "
+            f"{self.failures} failures in {self.seconds:.1f} s"
+        )
+        if self.failures:
+            head += f"\n{self.reproducer}\nreplay: {self.replay}"
+        return head
+
+
+def _capture(summary: Summary, body: Callable[[], None]) -> None:
+    """Run ``body`` (a Hypothesis test); on failure fill in the reproducer."""
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        with with_reporter(lines.append):
+            body()
+    except Exception as exc:
+        summary.failures += 1
+        notes = list(getattr(exc, "__notes__", []))
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                notes += [str(sub), *getattr(sub, "__notes__", [])]
+        text = "\n".join([*lines, f"{type(exc).__name__}: {exc}", *notes])
+        summary.reproducer = text
+        found = _BLOB.search(text)
+        if found:
+            summary.replay = f"{summary.machine}|{summary.engine}|{found[1]}|{found[2]}"
+    finally:
+        summary.seconds = time.monotonic() - started
+
+
+def _base(max_examples: int | None, shrink: bool, maker: Callable[[int | None], settings]) -> Any:
+    phases = list(Phase) if shrink else [Phase.explicit, Phase.generate]
+    return settings(maker(max_examples), phases=phases, database=None)
+
+
+def run_equivalence(
+    engine: str = "settee:open",
+    max_examples: int | None = None,
+    seed: int | None = None,
+    *,
+    shrink: bool = True,
+) -> Summary:
+    """The sequential machine (engine vs reference)."""
+    summary = Summary("equivalence", engine)
+    machine = equivalence.equivalence_machine(engine)
+    if seed is not None:
+        machine = use_seed(seed)(machine)
+    before = Counter(equivalence.STATS)
+    chosen = _base(max_examples, shrink, equivalence_settings)
+    _capture(summary, lambda: run_state_machine_as_test(machine, settings=chosen))
+    delta = Counter(equivalence.STATS)
+    delta.subtract(before)
+    summary.examples = delta.pop("examples", 0)
+    summary.steps = sum(delta.values())
+    return summary
+
+
+def interleaving_test(engine: str, stats: Counter[str]) -> Callable[..., None]:
+    """The Hypothesis test body of the scheduled interleavings (not yet decorated)."""
+
+    def run(scenario: Scenario, data: Any) -> None:
+        def choose(labels: list[str]) -> int:
+            return data.draw(st.integers(0, len(labels) - 1)) if len(labels) > 1 else 0
+
+        result = run_scheduled(engine, scenario, choose)
+        stats["examples"] += 1
+        stats["histories"] += 1
+        stats["steps"] += result.operations
+        stats["interleaving_steps"] += len(result.schedule)
+        assert not result.problems, result.report()
+
+    return run
+
+
+def run_interleavings(
+    engine: str = "settee:open",
+    max_examples: int | None = None,
+    seed: int | None = None,
+    *,
+    shrink: bool = True,
+) -> Summary:
+    """Scheduled interleavings of concurrent clients, each history checked."""
+    summary = Summary("interleavings", engine)
+    stats: Counter[str] = Counter()
+    test = given(scenario=scenarios(), data=st.data())(interleaving_test(engine, stats))
+    test = _base(max_examples, shrink, interleaving_settings)(test)
+    if seed is not None:
+        test = use_seed(seed)(test)
+    _capture(summary, test)
+    _fill(summary, stats)
+    return summary
+
+
+def run_stress(
+    engine: str = "settee:open",
+    runs: int = 25,
+    seed: int | None = 0,
+    read_modes: tuple[str, ...] = ("parallel", "serialized"),
+) -> Summary:
+    """Real OS threads, seeded scenarios, each history checked (no Hypothesis)."""
+    summary = Summary("stress", engine)
+    rng = random.Random(seed)
+    started = time.monotonic()
+    for n in range(runs):
+        scenario = random_scenario(rng, read_mode=read_modes[n % len(read_modes)])
+        result = run_threads(engine, scenario)
+        summary.examples += 1
+        summary.histories += 1
+        summary.steps += result.operations
+        if result.problems:
+            summary.failures += 1
+            summary.reproducer = result.report()
+            summary.replay = f"stress|{engine}|{seed}|{n}"
+            break
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _fill(summary: Summary, stats: Counter[str]) -> None:
+    summary.examples = stats["examples"]
+    summary.histories = stats["histories"]
+    summary.steps = stats["steps"]
+    summary.interleaving_steps = stats["interleaving_steps"]
+
+
+def replay(token: str) -> Summary:
+    """Run a failure's ``replay`` string again (the shrunk example, deterministically)."""
+    machine, engine, version, blob = token.split("|")
+    if machine == "stress":
+        return run_stress(engine, runs=int(blob) + 1, seed=int(version))
+    summary = Summary(machine, engine)
+    pin = reproduce_failure(version, blob.encode())
+    if machine == "equivalence":
+        cls = pin(equivalence.equivalence_machine(engine))
+        chosen = equivalence_settings()
+        _capture(summary, lambda: run_state_machine_as_test(cls, settings=chosen))
+    else:
+        stats: Counter[str] = Counter()
+        test = given(scenario=scenarios(), data=st.data())(interleaving_test(engine, stats))
+        test = pin(settings(interleaving_settings(), database=None)(test))
+        _capture(summary, test)
+        _fill(summary, stats)
+    return summary
+
+
+# -- mutants -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MutantResult:
+    """Which machine caught a mutant (``caught_by`` empty: it escaped) and how fast."""
+
+    name: str
+    description: str
+    caught_by: str = ""
+    steps: int = 0
+    seconds: float = 0.0
+    summaries: list[Summary] = field(default_factory=list)
+
+    def text(self) -> str:
+        verdict = f"caught by {self.caught_by}" if self.caught_by else "ESCAPED"
+        return (
+            f"{self.name:22} {verdict:28} after {self.steps:5} operations, "
+            f"{self.seconds:5.1f} s  ({self.description})"
+        )
+
+
+def run_mutants(
+    names: list[str] | None = None, max_examples: int = 100, seed: int = 0
+) -> list[MutantResult]:
+    """Each mutant against the machines in turn (equivalence, interleavings,
+    stress) until one catches it; no shrinking, so a catch costs little."""
+    from stateful_tests.mutants import MUTANTS
+
+    results = []
+    for name in names or list(MUTANTS):
+        spec = f"stateful_tests.mutants:{name}"
+        result = MutantResult(name, MUTANTS[name][1])
+        campaigns: list[Callable[[], Summary]] = [
+            lambda spec=spec: run_equivalence(spec, max_examples, seed, shrink=False),
+            lambda spec=spec: run_interleavings(spec, max_examples, seed, shrink=False),
+            lambda spec=spec: run_stress(spec, runs=max_examples // 4, seed=seed),
+        ]
+        for campaign in campaigns:
+            summary = campaign()
+            result.summaries.append(summary)
+            result.steps += summary.steps
+            result.seconds += summary.seconds
+            if summary.failures:
+                result.caught_by = summary.machine
+                break
+        results.append(result)
+    return results

@@ -1,0 +1,239 @@
+"""Deterministic interleavings: one controlled thread runs at a time.
+
+Controlled threads are the clients (started here) and every thread the
+engine starts while the database opens (its shard writers). Each of them
+*parks* at every scheduling point:
+
+* every io-layer data call (``pread``, ``append``, ``pwrite``, ``fsync``,
+  ``truncate``), through :class:`SchedulerFileSystem`, a
+  ``settee.io.FileSystemWrapper``;
+* every named write step (``settee.shard.STEPS``: "enqueue" on the caller,
+  "dequeue" ... "publish" on the writer) through each shard's ``step_hook``;
+* the start of each client call.
+
+The scheduler waits until the system is *settled* — every controlled thread
+parked, finished, or blocked — then asks ``choose`` which parked thread to
+release (Hypothesis draws it), and repeats. So one run is one schedule,
+reproducible from the choices alone, and shrinking moves towards "release
+the first parked thread".
+
+Blocked is known exactly, not guessed from time: a profile hook on the
+controlled threads notes when one enters a C call that can block
+(``lock.acquire``, ``SimpleQueue.get``, ...) and on which object; the thread
+is blocked while that object is unavailable (a locked lock, an empty queue).
+When every thread is parked or blocked, nothing can change that. Locks
+taken by ``with`` are invisible to the hook, which is why only
+``read_mode="parallel"`` is scheduled (serialized mode holds its shard lock
+across io calls; the stress run covers it).
+
+Nothing here may hang a test: a run that does not settle within ``stall``
+seconds, or where every thread is blocked (a deadlock), fails with the
+schedule so far and every thread's stack, after releasing everyone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from settee.io import FileSystem, FileSystemWrapper
+
+__all__ = ["STEP_OPS", "ScheduleStuck", "Scheduler", "SchedulerFileSystem"]
+
+T = TypeVar("T")
+
+#: io-layer calls that are scheduling points.
+STEP_OPS = frozenset({"pread", "append", "pwrite", "fsync", "truncate"})
+
+
+class ScheduleStuck(AssertionError):
+    """The controlled threads stopped making progress (a deadlock or a stall)."""
+
+
+@dataclass(slots=True)
+class _Thread:
+    name: str
+    parked_at: str | None = None
+    go: bool = False
+    finished: bool = False
+    blocking_on: Any = None
+
+
+class Scheduler:
+    """Runs controlled threads one step at a time; see the module docstring."""
+
+    def __init__(self, choose: Callable[[list[str]], int], *, stall: float = 10.0) -> None:
+        self.choose = choose
+        self.stall = stall
+        self.active = False
+        self.schedule: list[str] = []
+        self._cond = threading.Condition()
+        self._threads: dict[int, _Thread] = {}
+        self._failure: str | None = None
+
+    # -- controlled threads ---------------------------------------------------------------------
+
+    def adopt_new_threads(self) -> Any:
+        """A context manager: threads started inside it (the engine's writers) are controlled."""
+        scheduler = self
+
+        class _Adopt:
+            def __enter__(self) -> None:
+                threading.setprofile(scheduler._first_event)
+
+            def __exit__(self, *exc: object) -> None:
+                threading.setprofile(None)  # type: ignore[arg-type]
+
+        return _Adopt()
+
+    def _first_event(self, frame: Any, event: str, arg: Any) -> None:
+        self._register(threading.current_thread().name)
+
+    def _register(self, name: str) -> None:
+        state = _Thread(name)
+        with self._cond:
+            self._threads[threading.get_ident()] = state
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "c_call":
+                if getattr(arg, "__name__", "") in _BLOCKING:
+                    state.blocking_on = getattr(arg, "__self__", None)
+            elif event in ("c_return", "c_exception"):
+                state.blocking_on = None
+
+        sys.setprofile(profile)
+
+    def controlled(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        """``body`` wrapped to run as a controlled thread called ``name``."""
+
+        def run() -> None:
+            self._register(name)
+            try:
+                body()
+            finally:
+                sys.setprofile(None)
+                with self._cond:
+                    self._threads[threading.get_ident()].finished = True
+                    self._cond.notify_all()
+
+        return run
+
+    def point(self, label: str) -> None:
+        """A scheduling point: park until released (no-op for other threads)."""
+        if not self.active:
+            return
+        state = self._threads.get(threading.get_ident())
+        if state is None or state.finished:
+            return
+        with self._cond:
+            state.parked_at, state.go = label, False
+            self._cond.notify_all()
+            while not state.go and self.active:
+                self._cond.wait(self.stall * 2)
+
+    # -- the controlling thread ---------------------------------------------------------------
+
+    def run(self, clients: list[threading.Thread]) -> None:
+        """Release one parked thread at a time until every client finished."""
+        self.active = True
+        for t in clients:
+            t.start()
+        try:
+            while True:
+                parked = self._settle()
+                if not parked:
+                    if all(not t.is_alive() for t in clients):
+                        return
+                    self._fail("every controlled thread is blocked: deadlock")
+                labels = [f"{s.name}@{s.parked_at}" for s in parked]
+                chosen = parked[self.choose(labels)]
+                self.schedule.append(f"{chosen.name}@{chosen.parked_at}")
+                with self._cond:
+                    chosen.parked_at, chosen.go = None, True
+                    self._cond.notify_all()
+        finally:
+            self.release_all()
+            for t in clients:
+                t.join(self.stall)
+
+    def release_all(self) -> None:
+        """Stop scheduling; every parked thread runs freely from now on."""
+        with self._cond:
+            self.active = False
+            for state in self._threads.values():
+                state.parked_at, state.go = None, True
+            self._cond.notify_all()
+
+    def _settle(self) -> list[_Thread]:
+        """Wait until settled; the parked threads in a canonical order."""
+        with self._cond:
+            waited = 0.0
+            while not self._settled():
+                self._cond.wait(0.0005)
+                waited += 0.0005
+                if waited > self.stall:
+                    self._fail(f"no progress for {self.stall} s")
+            parked = [s for s in self._threads.values() if s.parked_at is not None]
+        return sorted(parked, key=lambda s: (s.name, s.parked_at))
+
+    def _settled(self) -> bool:
+        for state in self._threads.values():
+            if state.finished or state.parked_at is not None:
+                continue
+            if not _unavailable(state.blocking_on):
+                return False
+        return True
+
+    def _fail(self, why: str) -> None:
+        frames = sys._current_frames()
+        stacks = []
+        for ident, state in self._threads.items():
+            if ident in frames and not state.finished:
+                stack = "".join(traceback.format_stack(frames[ident], limit=6))
+                stacks.append(f"--- {state.name} (parked at {state.parked_at}):\n{stack}")
+        raise ScheduleStuck(
+            f"{why}\nschedule so far ({len(self.schedule)} steps): {self.schedule}\n"
+            + "\n".join(stacks)
+        )
+
+    def watch(self, db: Any) -> None:
+        """Make every shard's write steps scheduling points (engines with ``shards``)."""
+        for shard in getattr(db, "shards", ()) or ():
+            if hasattr(shard, "step_hook"):
+                shard.step_hook = self.point
+
+
+_BLOCKING = frozenset({"acquire", "__enter__", "get", "wait", "join", "acquire_lock"})
+
+
+def _unavailable(obj: Any) -> bool:
+    """Whether a thread blocked in a C call on ``obj`` must wait for another thread."""
+    if obj is None:
+        return False
+    locked = getattr(obj, "locked", None)
+    if callable(locked):
+        return bool(locked())
+    if type(obj).__name__ == "RLock":  # no locked() before 3.14; its repr says
+        return repr(obj).startswith("<locked")
+    empty = getattr(obj, "empty", None)
+    if callable(empty):
+        return bool(empty())
+    return False
+
+
+class SchedulerFileSystem(FileSystemWrapper):
+    """Every data call of the io layer is a scheduling point of ``scheduler``."""
+
+    def __init__(self, inner: FileSystem, scheduler: Scheduler) -> None:
+        super().__init__(inner)
+        self.scheduler = scheduler
+
+    def intercept(self, op: str, path: str, call: Callable[[], T]) -> T:
+        if op in STEP_OPS:
+            self.scheduler.point(f"{op} {os.path.basename(path)}")
+        return call()

@@ -1,0 +1,63 @@
+"""Minimal reproductions of disagreements the machines found, one per bug.
+
+While a bug is open its test is a strict xfail and ``known_bugs.STEER_AROUND``
+keeps the machines away from it (so they can find others meanwhile); once
+fixed, the xfail marker and the steering entry go and the test stays as a
+regression test named after what broke.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import settee
+import settee.reference
+from stateful_tests.history import Scenario
+from stateful_tests.interleavings import run_scheduled
+
+KNOWN_LEAF_PATH = [
+    {"_id": "a", "_rev": "2-b", "v": 1},
+    {"_id": "a", "_revisions": {"start": 2, "ids": ["b", "a"]}, "v": 2},
+]
+
+
+@pytest.mark.parametrize("open_db", [settee.reference.open, settee.open], ids=["ref", "engine"])
+def test_replicated_known_revision_is_ignored(tmp_path: Path, open_db: Any) -> None:
+    """couch_db:prep_and_validate_replicated_updates ignores a new_edits=False doc
+    whose revision the tree already holds: no ancestors merged, body kept. (The
+    machines first reported the reference's skip as a bug; CouchDB's source
+    sides with the reference, and the engine was fixed to match.)"""
+    with open_db(str(tmp_path / "db")) as db:
+        db.bulk_docs(KNOWN_LEAF_PATH[:1], new_edits=False)
+        db.bulk_docs(KNOWN_LEAF_PATH[1:], new_edits=False)
+        assert db.get("a", revs=True)["_revisions"] == {"start": 2, "ids": ["b"]}
+        assert db.revs_diff({"a": ["1-a"]}) == {"a": {"missing": ["1-a"]}}
+        assert db.changes()["results"][0]["changes"] == [{"rev": "2-b"}]
+
+
+def test_engine_replicated_known_leaf_keeps_its_body(tmp_path: Path) -> None:
+    """Regression: the engine stored the re-sent body over the existing leaf."""
+    with settee.open(str(tmp_path / "engine"), shards=1) as db:
+        db.bulk_docs(KNOWN_LEAF_PATH[:1], new_edits=False)
+        db.bulk_docs(KNOWN_LEAF_PATH[1:], new_edits=False)
+        assert db.get("a")["v"] == 1
+
+
+def test_engine_concurrent_deletes_are_linearizable() -> None:
+    """Regression: delete checked existence on a snapshot, then the writer refused
+    the stale rev with Conflict; the writer now decides existence too."""
+    scenario = Scenario(
+        {"shards": 1, "read_mode": "parallel"},
+        ((("real_delete", "a"),), (("real_delete", "a"),)),
+        0,
+    )
+
+    def hold_first_delete(labels: list[str]) -> int:
+        """Let client 0 pass its existence check, then run client 1 to the end."""
+        return next((i for i, lab in enumerate(labels) if lab != "client-0@enqueue"), 0)
+
+    result = run_scheduled("settee:open", scenario, hold_first_delete)
+    assert not result.problems, result.report()
