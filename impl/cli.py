@@ -107,6 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the benchmark suite (see bench/README.md)")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="options for the runner")
     bench.set_defaults(func=_cmd_bench)
+    from settee.serve import add_parser as add_serve_parser  # aiohttp loads only when serving
+
+    add_serve_parser(sub)
     return parser
 
 

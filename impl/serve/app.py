@@ -1,0 +1,82 @@
+"""The request router: the raw URL path to a handler, and errors to CouchDB bodies.
+
+Routing uses the *raw* path, split on ``/`` before percent-decoding, because a
+CouchDB document id may hold a slash (sent as ``%2F``) and a database name
+too: ``/a%2Fb/c%2Fd`` is document ``c/d`` in database ``a/b``.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from settee.serve import changes, dbs, docs
+from settee.serve.protocol import HTTPError, error_reply, respond
+from settee.serve.state import State
+
+__all__ = ["dispatch"]
+
+log = logging.getLogger("settee.serve")
+
+_SERVER_ROUTES = {
+    "": dbs.handle_root,
+    "_all_dbs": dbs.handle_all_dbs,
+    "_uuids": dbs.handle_uuids,
+    "_up": dbs.handle_up,
+}
+
+_DB_ROUTES = {
+    "_all_docs": dbs.handle_all_docs,
+    "_bulk_docs": dbs.handle_bulk_docs,
+    "_bulk_get": dbs.handle_bulk_get,
+    "_revs_diff": dbs.handle_revs_diff,
+    "_compact": dbs.handle_compact,
+    "_ensure_full_commit": dbs.handle_ensure_full_commit,
+    "_changes": changes.handle_changes,
+}
+
+_COMMON_HEADERS = {"Cache-Control": "must-revalidate", "Server": "settee"}
+
+
+async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    """Answer one request; every failure becomes CouchDB's JSON error response."""
+    try:
+        response = await _route(state, request)
+    except Exception as exc:  # every error a client can cause has a CouchDB body
+        if not isinstance(exc, HTTPError) and not hasattr(exc, "reason"):
+            log.exception("%s %s failed", request.method, request.rel_url)
+        response = respond(error_reply(exc))
+    if not response.prepared:
+        response.headers.update(_COMMON_HEADERS)
+    return response
+
+
+async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    raw = request.rel_url.raw_path
+    parts = [unquote(p) for p in raw.split("/")[1:]]
+    if parts and parts[-1] == "" and len(parts) > 1:
+        parts.pop()  # "/db/" is "/db"
+    first = parts[0] if parts else ""
+    if len(parts) <= 1 and first in _SERVER_ROUTES:
+        return await _SERVER_ROUTES[first](state, request)
+    if first.startswith("_"):
+        raise HTTPError(400, "illegal_database_name", f"Name: '{first}'. Unknown endpoint.")
+    rest = parts[1:]
+    if not rest:
+        return await dbs.handle_db(state, request, first)
+    entry = await state.entry(first)
+    head = rest[0]
+    if len(rest) == 1 and head in _DB_ROUTES:
+        return await _DB_ROUTES[head](state, request, entry)
+    if head == "_local" or head.startswith("_local/"):
+        name = "/".join(rest[1:]) if head == "_local" else head[len("_local/") :]
+        if head == "_local" and len(rest) > 2:
+            raise HTTPError(400, "bad_request", "_local documents do not accept attachments.")
+        return await docs.handle_local(state, request, entry, name)
+    if head == "_design" and len(rest) == 2:
+        return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
+    if len(rest) == 1:
+        return await docs.handle_doc(state, request, entry, head)
+    raise HTTPError(404, "not_found", "Document is missing attachment")

@@ -1,0 +1,361 @@
+"""Server and database endpoints: ``/``, ``/_all_dbs``, ``/_uuids``, ``/_up``,
+``PUT|GET|DELETE /{db}``, ``_all_docs``, ``_bulk_docs``, ``_bulk_get``,
+``_revs_diff``, ``_compact`` and ``_ensure_full_commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+import settee
+from settee.serve import revs
+from settee.serve.docs import check_doc, handle_post_doc, new_doc_id
+from settee.serve.protocol import (
+    HTTPError,
+    decode_object,
+    method_not_allowed,
+    query_bool,
+    query_int,
+    query_json,
+    reply,
+    require_json_content,
+    respond,
+)
+from settee.serve.registry import DbEntry
+from settee.serve.state import State
+from settee.spec import revtree
+from settee.spec.format import FORMAT_VERSION
+
+__all__ = [
+    "handle_all_dbs",
+    "handle_all_docs",
+    "handle_bulk_docs",
+    "handle_bulk_get",
+    "handle_compact",
+    "handle_db",
+    "handle_ensure_full_commit",
+    "handle_revs_diff",
+    "handle_root",
+    "handle_uuids",
+]
+
+log = logging.getLogger("settee.serve")
+
+#: The CouchDB API version whose behaviour settee serve follows.
+COUCHDB_VERSION = "3.5.0"
+_MAX_UUIDS = 1000
+
+
+def _only(request: web.BaseRequest, allowed: str) -> None:
+    methods = allowed.split(",")
+    if request.method not in methods and not (request.method == "HEAD" and "GET" in methods):
+        raise method_not_allowed(allowed)
+
+
+async def handle_root(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    _only(request, "GET")
+    return respond(
+        reply(
+            200,
+            {
+                "couchdb": "Welcome",
+                "version": COUCHDB_VERSION,
+                "uuid": state.uuid,
+                "features": [],
+                "vendor": {"name": "settee", "version": settee.__version__},
+            },
+        )
+    )
+
+
+async def handle_up(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    _only(request, "GET")
+    return respond(reply(200, {"status": "ok"}))
+
+
+async def handle_all_dbs(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    _only(request, "GET")
+    query = request.query
+    names = await state.run(state.registry.names)
+    start, end = query_json(query, "startkey"), query_json(query, "endkey")
+    if query_bool(query, "descending"):
+        names.reverse()
+        names = [n for n in names if (start is None or n <= start) and (end is None or n >= end)]
+    else:
+        names = [n for n in names if (start is None or n >= start) and (end is None or n <= end)]
+    skip = query_int(query, "skip", 0) or 0
+    limit = query_int(query, "limit")
+    names = names[skip:] if limit is None else names[skip : skip + limit]
+    return respond(reply(200, names))
+
+
+async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    _only(request, "GET")
+    count = query_int(request.query, "count", 1) or 0
+    if count > _MAX_UUIDS:
+        raise HTTPError(400, "bad_request", "count parameter too large")
+    uuids = [uuid.uuid4().hex for _ in range(count)]
+    return respond(reply(200, {"uuids": uuids}, {"Cache-Control": "must-revalidate, no-cache"}))
+
+
+# -- /{db} ------------------------------------------------------------------------------------
+
+
+def _db_info(entry: DbEntry) -> dict[str, Any]:
+    info = entry.db.info()
+    return {
+        "db_name": entry.name,
+        "update_seq": info["update_seq"],
+        "sizes": {
+            "file": info["sizes"]["file"],
+            "external": info["sizes"]["active"],
+            "active": info["sizes"]["active"],
+        },
+        "purge_seq": 0,
+        "doc_del_count": info["doc_del_count"],
+        "doc_count": info["doc_count"],
+        "disk_format_version": FORMAT_VERSION,
+        "compact_running": entry.compactions > 0,
+        "cluster": {"q": len(entry.db.shards), "n": 1, "w": 1, "r": 1},
+        "instance_start_time": "0",
+        "props": {},
+    }
+
+
+async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.StreamResponse:
+    """``PUT /{db}`` (``?q=`` shards), ``GET /{db}``, ``DELETE /{db}``, ``POST /{db}``."""
+    method = request.method
+    if method == "PUT":
+        shards = request.query.get("q")
+        if shards is not None and (not shards.isdigit() or int(shards) < 1):
+            raise HTTPError(400, "bad_request", "The `q` value should be a positive integer.")
+        await state.run(state.registry.create, name, int(shards) if shards else None)
+        location = str(request.url.with_query(None))
+        return respond(reply(201, {"ok": True}, {"Location": location}))
+    if method == "DELETE":
+        if "rev" in request.query:
+            raise HTTPError(
+                400,
+                "bad_request",
+                "You tried to DELETE a database with a ?=rev parameter. "
+                "Did you mean to DELETE a document instead?",
+            )
+        await state.run(state.registry.delete, name)
+        return respond(reply(200, {"ok": True}))
+    entry = await state.entry(name)
+    if method in ("GET", "HEAD"):
+        return respond(reply(200, await state.run(_db_info, entry)))
+    if method == "POST":
+        return await handle_post_doc(state, request, entry)
+    raise method_not_allowed("DELETE,GET,HEAD,POST,PUT")
+
+
+# -- _all_docs --------------------------------------------------------------------------------
+
+
+def _all_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+    def param(*names: str) -> Any:
+        for n in names:
+            if n in body:
+                return body[n]
+            if n in query:
+                return query_json(query, n)
+        return None
+
+    keys = body.get("keys", query_json(query, "keys"))
+    if keys is not None and not isinstance(keys, list):
+        raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
+    startkey, endkey = param("startkey", "start_key"), param("endkey", "end_key")
+    key = param("key")
+    if key is not None:
+        startkey = endkey = key
+    include_docs = _flag(query, body, "include_docs")
+    result = db.all_docs(
+        startkey=startkey,
+        endkey=endkey,
+        keys=keys,
+        include_docs=include_docs,
+        limit=_count(query, body, "limit", None),
+        skip=_count(query, body, "skip", 0),
+        descending=_flag(query, body, "descending"),
+        inclusive_end=_flag(query, body, "inclusive_end", True),
+    )
+    if include_docs and _flag(query, body, "conflicts"):
+        _add_conflicts(db, result["rows"])
+    if _flag(query, body, "update_seq"):
+        result["update_seq"] = db.info()["update_seq"]
+    return reply(200, result)
+
+
+def _flag(
+    query: Mapping[str, str], body: Mapping[str, Any], name: str, default: bool = False
+) -> Any:
+    return body[name] if name in body else query_bool(query, name, default)
+
+
+def _count(query: Mapping[str, str], body: Mapping[str, Any], name: str, default: Any) -> Any:
+    return body[name] if name in body else query_int(query, name, default)
+
+
+def _add_conflicts(db: settee.Database, rows: list[dict[str, Any]]) -> None:
+    with_docs = [row for row in rows if row.get("doc")]
+    infos = revs.doc_infos(db, [row["id"] for row in with_docs])
+    for row in with_docs:
+        info = infos.get(row["id"])
+        conflicts = revtree.conflicts(info.tree) if info is not None else []
+        if conflicts:
+            row["doc"]["_conflicts"] = conflicts
+
+
+async def handle_all_docs(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    body: dict[str, Any] = {}
+    if request.method == "POST":
+        require_json_content(request.headers)
+        body = await state.run(decode_object, await state.read_body(request))
+    else:
+        _only(request, "GET,HEAD,POST")
+    return respond(await state.run(_all_docs, entry.db, request.query, body))
+
+
+# -- _bulk_docs, _bulk_get, _revs_diff ----------------------------------------------------------
+
+
+def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
+    payload = decode_object(raw)
+    docs = payload.get("docs")
+    if docs is None:
+        raise HTTPError(400, "bad_request", "POST body must include `docs` parameter.")
+    if not isinstance(docs, list):
+        raise HTTPError(400, "bad_request", "`docs` parameter must be an array.")
+    new_edits = payload.get("new_edits", True)
+    if not isinstance(new_edits, bool):
+        raise HTTPError(400, "bad_request", "`new_edits` parameter must be a boolean.")
+    prepared = []
+    for doc in docs:
+        if isinstance(doc, dict) and not doc.get("_id"):
+            doc = {**doc, "_id": new_doc_id()}
+        check_doc(doc)
+        if not new_edits and "_rev" not in doc and "_revisions" not in doc:
+            raise HTTPError(
+                400,
+                "bad_request",
+                "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
+            )
+        prepared.append(doc)
+    results = entry.db.bulk_docs(prepared, new_edits=new_edits)
+    if prepared:
+        state.notify(entry)
+    return reply(201, results)
+
+
+async def handle_bulk_docs(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    _only(request, "POST")
+    require_json_content(request.headers)
+    raw = await state.read_body(request)
+    return respond(await state.run(_bulk_docs, state, entry, raw))
+
+
+def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        return _bulk_error(None, None, "bad_request", "document must be a JSON object")
+    doc_id, rev = item.get("id"), item.get("rev")
+    if doc_id is None:
+        return _bulk_error(None, None, "bad_request", "document id missed")
+    if rev is not None and revs.parse_rev_list([rev]) is None:
+        return _bulk_error(doc_id, rev, "bad_request", f"Invalid rev format {rev!r}")
+    try:
+        results = revs.open_revs(
+            db,
+            doc_id,
+            None if rev is None else [rev],
+            latest=query_bool(query, "latest"),
+            revisions=query_bool(query, "revs"),
+        )
+    except settee.BadRequest as exc:
+        return _bulk_error(doc_id, rev, "bad_request", str(exc))
+    if not results:
+        return _bulk_error(doc_id, "undefined" if rev is None else rev, "not_found", "missing")
+    docs = [
+        r if "ok" in r else _bulk_error(doc_id, r["missing"], "not_found", "missing")["docs"][0]
+        for r in results
+    ]
+    return {"id": doc_id, "docs": docs}
+
+
+def _bulk_error(doc_id: Any, rev: Any, error: str, reason: str) -> dict[str, Any]:
+    body = {"id": doc_id, "rev": rev, "error": error, "reason": reason}
+    return {"id": doc_id, "docs": [{"error": body}]}
+
+
+def _bulk_get(db: settee.Database, raw: bytes, query: Mapping[str, str]) -> Any:
+    for name in ("open_revs", "new_edits", "w", "rev", "atts_since"):
+        if name in query:
+            raise HTTPError(400, "bad_request", f'"{name}" query parameter is not acceptable')
+    payload = decode_object(raw)
+    docs = payload.get("docs")
+    if not isinstance(docs, list):
+        raise HTTPError(400, "bad_request", "Missing JSON list of 'docs'.")
+    return reply(200, {"results": [_bulk_get_one(db, item, query) for item in docs]})
+
+
+async def handle_bulk_get(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    _only(request, "POST")
+    require_json_content(request.headers)
+    raw = await state.read_body(request)
+    return respond(await state.run(_bulk_get, entry.db, raw, request.query))
+
+
+def _revs_diff(db: settee.Database, raw: bytes) -> Any:
+    return reply(200, db.revs_diff(decode_object(raw)))
+
+
+async def handle_revs_diff(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    _only(request, "POST")
+    require_json_content(request.headers)
+    raw = await state.read_body(request)
+    return respond(await state.run(_revs_diff, entry.db, raw))
+
+
+# -- maintenance --------------------------------------------------------------------------------
+
+
+async def handle_compact(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """202 at once, as CouchDB; the compaction runs on a worker (``compact_running``)."""
+    _only(request, "POST")
+    require_json_content(request.headers)
+    entry.compactions += 1
+    future = state.loop.run_in_executor(state.pool, entry.db.compact)
+    state.background.add(future)
+
+    def done(f: Any) -> None:
+        entry.compactions -= 1
+        state.background.discard(f)
+        if not f.cancelled() and f.exception() is not None:
+            log.error("compaction of %s failed: %r", entry.name, f.exception())
+
+    future.add_done_callback(done)
+    return respond(reply(202, {"ok": True}))
+
+
+async def handle_ensure_full_commit(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """Every acknowledged write is already durable (fsync before acknowledging)."""
+    _only(request, "POST")
+    require_json_content(request.headers)
+    return respond(reply(201, {"ok": True, "instance_start_time": "0"}))

@@ -1,0 +1,282 @@
+"""Document endpoints: ``/{db}/{docid}`` (GET, PUT, DELETE, with ``open_revs``,
+``revs``, ``revs_info``, ``conflicts``, ``new_edits``, ``If-Match``), ``POST
+/{db}`` and ``/{db}/_local/{id}``.
+
+Each handler parses the URL and headers on the event loop, then does the rest
+(JSON decoding, the engine call, JSON encoding) in one function on a worker.
+Status codes follow chttpd_db: 201 for a created revision, 200 for a deletion,
+202 for ``batch=ok``; ``ETag`` is the new or returned rev, quoted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+import settee
+from settee.serve import revs
+from settee.serve.protocol import (
+    HTTPError,
+    decode_json,
+    decode_object,
+    etag,
+    method_not_allowed,
+    query_bool,
+    reply,
+    require_json_content,
+    respond,
+)
+from settee.serve.registry import DbEntry
+from settee.serve.state import State
+
+__all__ = ["check_doc", "handle_doc", "handle_local", "handle_post_doc", "new_doc_id"]
+
+#: Special members CouchDB accepts on input (couch_doc:transfer_fields); settee
+#: accepts the same minus ``_attachments``, which it cannot store.
+_SPECIAL = {
+    "_id",
+    "_rev",
+    "_deleted",
+    "_revisions",
+    "_conflicts",
+    "_deleted_conflicts",
+    "_revs_info",
+    "_local_seq",
+}
+
+
+def new_doc_id() -> str:
+    """An id for a document that came without one (CouchDB's couch_uuids)."""
+    return uuid.uuid4().hex
+
+
+def check_doc(doc: Any) -> None:
+    """CouchDB's own document checks, so clients see its error names (the engine
+    then applies every rule of SEMANTICS.md §2 and answers ``bad_request``)."""
+    if not isinstance(doc, dict):
+        raise HTTPError(400, "bad_request", "Document must be a JSON object")
+    for key in doc:
+        if key.startswith("_") and key not in _SPECIAL:
+            reason = f"Bad special document member: {key}"
+            if key == "_attachments":
+                reason += " (settee stores no attachments)"
+            raise HTTPError(400, "doc_validation", reason)
+    doc_id = doc.get("_id")
+    if isinstance(doc_id, str) and doc_id.startswith("_") and not doc_id.startswith("_design/"):
+        raise HTTPError(
+            400, "illegal_docid", "Only reserved document ids may start with underscore."
+        )
+
+
+def _header_rev(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("If-Match")
+    return value.strip().strip('"') if value is not None else None
+
+
+def _explicit_rev(query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
+    """The rev named by ``?rev=`` and/or ``If-Match`` (chttpd extract_header_rev)."""
+    qrev, hrev = query.get("rev"), _header_rev(headers)
+    if qrev is not None and hrev is not None and qrev != hrev:
+        raise HTTPError(400, "bad_request", "Document rev and etag have different values")
+    return qrev if qrev is not None else hrev
+
+
+def _location(request: web.BaseRequest) -> str:
+    return str(request.url.with_query(None))
+
+
+# -- GET ------------------------------------------------------------------------------------
+
+
+def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
+    revs_flag = query_bool(query, "revs")
+    latest = query_bool(query, "latest")
+    if "open_revs" in query:
+        raw = query["open_revs"]
+        wanted = None if raw == "all" else revs.parse_rev_list(decode_json(raw.encode()))
+        if raw != "all" and wanted is None:
+            raise HTTPError(400, "bad_request", "open_revs must be all or a JSON list of revs")
+        results = revs.open_revs(db, doc_id, wanted, latest=latest, revisions=revs_flag)
+        if wanted is None and not results:
+            raise settee.NotFound("missing")
+        return results
+    meta = query_bool(query, "meta")
+    rev = None if latest else query.get("rev")
+    doc = db.get(doc_id, rev=rev, revs=revs_flag, conflicts=meta or query_bool(query, "conflicts"))
+    if rev is None and (meta or query_bool(query, "deleted_conflicts")):
+        deleted = revs.deleted_conflicts(db, doc_id)
+        if deleted:
+            doc["_deleted_conflicts"] = deleted
+    if meta or query_bool(query, "revs_info"):
+        doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
+    return doc
+
+
+def _multipart(results: list[dict[str, Any]]) -> tuple[bytes, str]:
+    """``open_revs`` as multipart/mixed, for clients that ask for it."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for result in results:
+        if "ok" in result:
+            head = b"Content-Type: application/json"
+            data = reply(200, result["ok"]).body.rstrip(b"\n")
+        else:
+            head = b'Content-Type: application/json; error="true"'
+            data = reply(200, result).body.rstrip(b"\n")
+        parts.append(b"--" + boundary.encode() + b"\r\n" + head + b"\r\n\r\n" + data + b"\r\n")
+    body = b"".join(parts) + b"--" + boundary.encode() + b"--"
+    return body, f'multipart/mixed; boundary="{boundary}"'
+
+
+async def _handle_get(
+    state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str
+) -> web.StreamResponse:
+    query = request.query
+    result = await state.run(_get_doc, entry.db, doc_id, query)
+    if isinstance(result, list):
+        accept = request.headers.get("Accept", "")
+        if "multipart/mixed" in accept and "application/json" not in accept:
+            body, ctype = _multipart(result)
+            return web.Response(status=200, body=body, headers={"Content-Type": ctype})
+        return respond(await state.run(reply, 200, result))
+    tag = etag(result["_rev"])
+    if request.headers.get("If-None-Match") == tag:
+        return web.Response(status=304, headers={"ETag": tag})
+    return respond(await state.run(reply, 200, result, {"ETag": tag}))
+
+
+# -- PUT / DELETE / POST ----------------------------------------------------------------------
+
+
+def _put_doc(
+    state: State,
+    entry: DbEntry,
+    doc_id: str,
+    body: bytes,
+    query: Mapping[str, str],
+    headers: Mapping[str, str],
+) -> tuple[int, dict[str, Any]]:
+    doc = decode_object(body, "Document")
+    check_doc({**doc, "_id": doc_id})
+    doc = {**doc, "_id": doc_id}
+    if "_rev" in doc:
+        if query.get("rev") not in (None, doc["_rev"]):
+            raise HTTPError(
+                400,
+                "bad_request",
+                "Document rev from request body and query string have different values",
+            )
+        if _header_rev(headers) not in (None, doc["_rev"]):
+            raise HTTPError(400, "bad_request", "Document rev and etag have different values")
+    else:
+        rev = _explicit_rev(query, headers)
+        if rev is not None:
+            doc["_rev"] = rev
+    if not query_bool(query, "new_edits", True):
+        if "_rev" not in doc and "_revisions" not in doc:
+            raise HTTPError(
+                400,
+                "bad_request",
+                "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
+            )
+        entry.db.bulk_docs([doc], new_edits=False)
+        state.notify(entry)
+        new_rev = doc.get("_rev") or _rev_of_revisions(doc["_revisions"])
+    else:
+        new_rev = entry.db.put(doc)["rev"]
+        state.notify(entry)
+    return (200 if doc.get("_deleted") is True else 201), {"ok": True, "id": doc_id, "rev": new_rev}
+
+
+def _rev_of_revisions(revisions: dict[str, Any]) -> str:
+    return f"{revisions['start']}-{revisions['ids'][0]}"
+
+
+def _delete_doc(
+    state: State, entry: DbEntry, doc_id: str, rev: str | None
+) -> tuple[int, dict[str, Any]]:
+    result = entry.db.delete(doc_id, rev)
+    state.notify(entry)
+    return 200, result
+
+
+def _written(status: int, result: dict[str, Any], location: str | None = None) -> web.Response:
+    headers = {"ETag": etag(result["rev"])}
+    if location is not None:
+        headers["Location"] = location
+    return respond(reply(status, result, headers))
+
+
+async def handle_doc(
+    state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str
+) -> web.StreamResponse:
+    """``/{db}/{docid}`` and ``/{db}/_design/{name}``."""
+    method = request.method
+    if method in ("GET", "HEAD"):
+        return await _handle_get(state, request, entry, doc_id)
+    if method == "PUT":
+        body = await state.read_body(request)
+        status, result = await state.run(
+            _put_doc, state, entry, doc_id, body, request.query, request.headers
+        )
+        if request.query.get("batch") == "ok":
+            return respond(reply(202, {"ok": True, "id": doc_id}))
+        return _written(status, result, _location(request))
+    if method == "DELETE":
+        rev = _explicit_rev(request.query, request.headers)
+        status, result = await state.run(_delete_doc, state, entry, doc_id, rev)
+        return _written(status, result)
+    raise method_not_allowed("DELETE,GET,HEAD,PUT")
+
+
+def _post_doc(state: State, entry: DbEntry, body: bytes) -> dict[str, Any]:
+    doc = decode_object(body, "Document")
+    if not doc.get("_id"):
+        doc["_id"] = new_doc_id()
+    check_doc(doc)
+    result = entry.db.put(doc)
+    state.notify(entry)
+    return result
+
+
+async def handle_post_doc(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``POST /{db}``: create a document, inventing its id when it has none."""
+    require_json_content(request.headers)
+    body = await state.read_body(request)
+    result = await state.run(_post_doc, state, entry, body)
+    if request.query.get("batch") == "ok":
+        return respond(reply(202, {"ok": True, "id": result["id"]}))
+    location = str(request.url.with_query(None)).rstrip("/") + "/" + result["id"]
+    return _written(201, result, location)
+
+
+async def handle_local(
+    state: State, request: web.BaseRequest, entry: DbEntry, name: str
+) -> web.StreamResponse:
+    """``/{db}/_local/{id}``: replication checkpoints and other unreplicated docs."""
+    doc_id = "_local/" + name
+    if not name:
+        raise HTTPError(400, "bad_request", "Invalid _local document id.")
+    method = request.method
+    if method in ("GET", "HEAD"):
+        doc = await state.run(entry.local.get, doc_id)
+        return respond(reply(200, doc, {"ETag": etag(doc["_rev"])}))
+    if method == "PUT":
+        body = await state.read_body(request)
+        doc = await state.run(decode_object, body, "Document")
+        rev = doc.get("_rev")
+        if rev is None:
+            rev = _explicit_rev(request.query, request.headers)
+        new = await state.run(entry.local.put, doc_id, doc, rev)
+        status = 200 if doc.get("_deleted") is True else 201
+        return _written(status, {"ok": True, "id": doc_id, "rev": new})
+    if method == "DELETE":
+        rev = _explicit_rev(request.query, request.headers)
+        new = await state.run(entry.local.put, doc_id, {"_deleted": True}, rev)
+        return _written(200, {"ok": True, "id": doc_id, "rev": new})
+    raise method_not_allowed("DELETE,GET,HEAD,PUT")

@@ -1,0 +1,84 @@
+"""The server's options: defaults, and the key-by-key merge that CouchDB issue #1409 teaches.
+
+CouchDB's ``[chttpd] server_options`` is one string: a user who wrote
+``[{backlog, 128}, {max, 8192}]`` silently replaced the default
+``[{recbuf, undefined}]`` and MochiWeb then pinned every socket's receive
+buffer to 8 KiB, which also turns off Linux's receive-window autotuning.
+Here every option is its own key: ``merge_options`` starts from ``DEFAULTS``
+and replaces only the keys the caller gave, so setting ``backlog`` or
+``max_connections`` can never touch the buffer policy. As everywhere in
+settee (DESIGN.md "config"), an absent key means the default and an explicit
+``None`` means "let the OS (or the library) decide".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from settee.spec.errors import BadRequest
+
+__all__ = ["DB_OPTIONS", "DEFAULTS", "db_options", "merge_options"]
+
+#: Every server option and its default. ``recbuf``/``sndbuf`` default to None:
+#: settee never calls ``setsockopt(SO_RCVBUF/SO_SNDBUF)`` unless asked, so the
+#: kernel keeps autotuning the TCP windows.
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        # sockets
+        "backlog": 128,  # listen() queue; None: the library's default
+        "max_connections": None,  # open connections at once; None: no limit
+        "recbuf": None,  # SO_RCVBUF bytes; None: never set (kernel autotuning)
+        "sndbuf": None,  # SO_SNDBUF bytes; None: never set (kernel autotuning)
+        # requests
+        "max_request_size": 4 * 1024**3,  # body bytes (CouchDB max_http_request_size)
+        "threads": 16,  # worker threads for engine calls (never on the event loop)
+        "changes_timeout": 60_000,  # ms a longpoll/continuous feed waits at most
+        # databases (passed to settee.open; shards only when a database is created)
+        "shards": 4,
+        "fsync": True,
+        "read_mode": "parallel",
+        "revs_limit": 1000,
+        "max_document_size": 64 * 1024 * 1024,
+    }
+)
+
+_POSITIVE_INTS = ("backlog", "max_connections", "recbuf", "sndbuf", "max_request_size")
+_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout")
+#: Options whose value settee.open validates itself.
+DB_OPTIONS = ("shards", "fsync", "read_mode", "revs_limit", "max_document_size")
+
+
+def merge_options(**given: Any) -> dict[str, Any]:
+    """``DEFAULTS`` with exactly the given keys replaced; BadRequest names a bad key.
+
+    An explicit ``None`` for a socket option means the OS or library decides;
+    for the others it means the default.
+    """
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise BadRequest(
+            f"unknown server option(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}"
+        )
+    merged = dict(DEFAULTS)
+    for key, value in given.items():
+        if value is None and key not in _POSITIVE_INTS:
+            continue
+        merged[key] = value
+    for key in _POSITIVE_INTS + _POSITIVE_INTS_REQUIRED:
+        value = merged[key]
+        if value is None and key in _POSITIVE_INTS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadRequest(f"server option {key} must be a positive int, not {value!r}")
+    return merged
+
+
+def db_options(options: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:
+    """The ``settee.open`` keywords for one database; ``shards`` only at creation,
+    since reopening with another explicit shard count is an error."""
+    out = {key: options[key] for key in DB_OPTIONS}
+    if not creating:
+        del out["shards"]
+    return out

@@ -1,0 +1,166 @@
+"""CouchDB's wire conventions: error bodies, JSON in and out, query parameters.
+
+Handlers raise ``HTTPError`` (or a settee error, mapped by ``error_reply``)
+and return a ``Reply``; the app turns either into a response with CouchDB's
+status code, ``{"error", "reason"}`` body and headers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
+
+__all__ = [
+    "HTTPError",
+    "Reply",
+    "decode_json",
+    "decode_object",
+    "encode_json",
+    "error_reply",
+    "etag",
+    "method_not_allowed",
+    "query_bool",
+    "query_int",
+    "query_json",
+    "reply",
+    "require_json_content",
+    "respond",
+]
+
+
+class HTTPError(Exception):
+    """An HTTP error with CouchDB's body ``{"error": error, "reason": reason}``."""
+
+    def __init__(
+        self, status: int, error: str, reason: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(f"{status} {error}: {reason}")
+        self.status = status
+        self.error = error
+        self.reason = reason
+        self.headers = dict(headers or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A complete JSON response: status, encoded body and extra headers."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON with CouchDB's trailing newline."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse a request body; 400 ``bad_request`` "invalid UTF-8 JSON" as CouchDB."""
+    try:
+        return json.loads(body, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        raise HTTPError(400, "bad_request", "invalid UTF-8 JSON") from None
+
+
+def decode_object(body: bytes, what: str = "Request body") -> dict[str, Any]:
+    value = decode_json(body)
+    if not isinstance(value, dict):
+        raise HTTPError(400, "bad_request", f"{what} must be a JSON object")
+    return value
+
+
+def reply(status: int, value: Any, headers: Mapping[str, str] | None = None) -> Reply:
+    return Reply(status, encode_json(value), dict(headers or {}))
+
+
+def respond(r: Reply) -> web.Response:
+    """The aiohttp response for a ``Reply``."""
+    headers = {"Content-Type": "application/json", **r.headers}
+    return web.Response(status=r.status, body=r.body, headers=headers)
+
+
+def error_reply(exc: BaseException) -> Reply:
+    """The CouchDB response for an exception a handler raised."""
+    if isinstance(exc, HTTPError):
+        return reply(exc.status, {"error": exc.error, "reason": exc.reason}, exc.headers)
+    if isinstance(exc, NotFound):
+        return reply(404, {"error": "not_found", "reason": exc.reason})
+    if isinstance(exc, Conflict):
+        return reply(409, {"error": "conflict", "reason": exc.reason})
+    if isinstance(exc, BadRequest):
+        return reply(400, {"error": "bad_request", "reason": str(exc)})
+    if isinstance(exc, CorruptionError):
+        return reply(500, {"error": "corruption", "reason": str(exc)})
+    if isinstance(exc, SetteeError):
+        return reply(500, {"error": "unknown_error", "reason": str(exc)})
+    return reply(500, {"error": "unknown_error", "reason": f"{type(exc).__name__}: {exc}"})
+
+
+def method_not_allowed(allowed: str) -> HTTPError:
+    return HTTPError(
+        405, "method_not_allowed", f"Only {allowed} allowed", headers={"Allow": allowed}
+    )
+
+
+def etag(rev: str) -> str:
+    """CouchDB's ETag of a document revision: the rev, quoted."""
+    return f'"{rev}"'
+
+
+def require_json_content(headers: Mapping[str, str]) -> None:
+    """415 unless the request says ``Content-Type: application/json`` (chttpd's
+    ``validate_ctype``, applied where CouchDB applies it)."""
+    ctype = headers.get("Content-Type", "")
+    if ctype.split(";", 1)[0].strip().lower() != "application/json":
+        raise HTTPError(415, "bad_content_type", "Content-Type must be application/json")
+
+
+def query_bool(query: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = query.get(name)
+    if value is None:
+        return default
+    if value in ("true", "false"):
+        return value == "true"
+    raise HTTPError(
+        400, "query_parse_error", f"Invalid boolean parameter {name}={value!r}: use true or false"
+    )
+
+
+def query_int(query: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    value = query.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise HTTPError(
+            400, "query_parse_error", f"Invalid value for {name}: {value!r}, expected an int >= 0"
+        )
+    return number
+
+
+def query_json(query: Mapping[str, str], name: str) -> Any:
+    """A JSON-encoded query parameter (``startkey="a"``); None when absent."""
+    value = query.get(name)
+    if value is None:
+        return None
+    try:
+        return json.loads(value, parse_constant=_no_constants)
+    except ValueError:
+        raise HTTPError(
+            400, "query_parse_error", f"Invalid JSON in {name}={value!r}: quote strings"
+        ) from None

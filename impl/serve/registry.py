@@ -1,0 +1,185 @@
+"""The databases under the server's directory: one settee database per CouchDB database.
+
+```
+<dir>/
+  <name>/             a settee database (``/`` in a name is stored as ``%2F``)
+  _local/<name>.json  its _local documents (local.py)
+```
+
+CouchDB database names start with a lowercase letter, so ``_local`` never
+clashes with one. Databases are opened on first use and stay open until the
+server stops or the database is deleted. Every method blocks (file I/O,
+fsync): the app calls them on its worker threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import settee
+from settee.layout import META_NAME
+from settee.serve.local import LocalDocs
+from settee.serve.options import db_options
+from settee.serve.protocol import HTTPError
+
+__all__ = ["DbEntry", "Notifier", "Registry", "check_db_name"]
+
+# couch_db:validate_dbname: a lowercase letter, then lowercase letters, digits, _$()+-/
+_DB_NAME = re.compile(r"^[a-z][a-z0-9_$()+/-]*$")
+_MAX_NAME = 238
+
+
+def check_db_name(name: str) -> None:
+    if not _DB_NAME.match(name) or len(name) > _MAX_NAME:
+        raise HTTPError(
+            400,
+            "illegal_database_name",
+            f"Name: '{name}'. Only lowercase characters (a-z), digits (0-9), and any of the "
+            "characters _, $, (, ), +, -, and / are allowed. Must begin with a letter.",
+        )
+
+
+def _dir_name(name: str) -> str:
+    return name.replace("/", "%2F")
+
+
+def db_missing() -> HTTPError:
+    return HTTPError(404, "not_found", "Database does not exist.")
+
+
+class Notifier:
+    """Wakes the ``_changes`` feeds waiting on one database. Event-loop side only:
+    writers on worker threads call ``bump`` through ``loop.call_soon_threadsafe``."""
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+
+    def waiter(self) -> asyncio.Event:
+        """An event set by the next ``bump``: take it *before* reading the changes,
+        so a write that lands in between still wakes the reader."""
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    def bump(self) -> None:
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+
+@dataclass(eq=False)
+class DbEntry:
+    """One open database and what the server keeps beside it."""
+
+    name: str
+    db: settee.Database
+    local: LocalDocs
+    notifier: Notifier = field(default_factory=Notifier)
+    compactions: int = 0
+
+
+class Registry:
+    """Creates, opens, lists and deletes the databases under ``root``."""
+
+    def __init__(self, root: str, options: Mapping[str, Any]) -> None:
+        self.root = os.path.abspath(root)
+        self.options = dict(options)
+        self._lock = threading.Lock()
+        self._open: dict[str, DbEntry] = {}
+        self._closed = False
+        os.makedirs(self.root, exist_ok=True)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.root, _dir_name(name))
+
+    def _local(self, name: str) -> LocalDocs:
+        path = os.path.join(self.root, "_local", _dir_name(name) + ".json")
+        return LocalDocs(path, fsync=self.options["fsync"])
+
+    def _exists(self, name: str) -> bool:
+        return os.path.exists(os.path.join(self._path(name), META_NAME))
+
+    def cached(self, name: str) -> DbEntry | None:
+        """The open entry, without blocking (safe on the event loop)."""
+        return self._open.get(name)
+
+    def get(self, name: str) -> DbEntry:
+        """The open database ``name``; 404 when it does not exist."""
+        check_db_name(name)
+        entry = self._open.get(name)
+        if entry is not None:
+            return entry
+        with self._lock:
+            self._check_running()
+            entry = self._open.get(name)
+            if entry is None:
+                if not self._exists(name):
+                    raise db_missing()
+                db = settee.open(self._path(name), **db_options(self.options, creating=False))
+                entry = self._open[name] = DbEntry(name, db, self._local(name))
+            return entry
+
+    def create(self, name: str, shards: int | None = None) -> None:
+        """Create ``name``; 412 ``file_exists`` when it already exists."""
+        check_db_name(name)
+        with self._lock:
+            self._check_running()
+            if name in self._open or self._exists(name):
+                raise HTTPError(
+                    412,
+                    "file_exists",
+                    "The database could not be created, the file already exists.",
+                )
+            opts = db_options(self.options, creating=True)
+            if shards is not None:
+                opts["shards"] = shards
+            db = settee.open(self._path(name), **opts)
+            self._open[name] = DbEntry(name, db, self._local(name))
+
+    def delete(self, name: str) -> None:
+        """Close and remove ``name`` with its local documents; 404 if missing."""
+        check_db_name(name)
+        with self._lock:
+            self._check_running()
+            entry = self._open.pop(name, None)
+            if entry is None and not self._exists(name):
+                raise db_missing()
+            if entry is not None:
+                entry.db.close()
+            # The metadata file goes first: a crash mid-removal leaves no half database
+            # that would open (layout.py treats a directory without it as never created).
+            meta = os.path.join(self._path(name), META_NAME)
+            if os.path.exists(meta):
+                os.remove(meta)
+            shutil.rmtree(self._path(name), ignore_errors=True)
+            (entry.local if entry is not None else self._local(name)).destroy()
+
+    def names(self) -> list[str]:
+        """Every database, sorted."""
+        found = []
+        for entry in os.listdir(self.root):
+            if entry.startswith("_"):
+                continue
+            name = entry.replace("%2F", "/")
+            if _DB_NAME.match(name) and self._exists(name):
+                found.append(name)
+        return sorted(found)
+
+    def close(self) -> None:
+        """Close every open database (server shutdown). Idempotent."""
+        with self._lock:
+            self._closed = True
+            entries, self._open = list(self._open.values()), {}
+        for entry in entries:
+            entry.db.close()
+
+    def _check_running(self) -> None:
+        if self._closed:
+            raise HTTPError(503, "service_unavailable", "the server is stopping")

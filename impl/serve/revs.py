@@ -1,0 +1,115 @@
+"""Revision reads the public API does not offer: ``open_revs``, ``revs_info``,
+``deleted_conflicts`` and the leaves for ``_changes?style=all_docs``.
+
+This is the one module of the server that reads engine internals, read-only:
+a document's ``DocInfo`` (its rev tree and which bodies are stored) from the
+published snapshot of the shard that holds it, ``db.shards[i].snapshot``,
+exactly as ``Database.get`` does. Bodies are still read through the public
+``db.get(id, rev=...)``. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import settee
+from settee.docinfo import DocInfo
+from settee.spec import revtree
+from settee.spec.docs import validate_docid
+from settee.spec.errors import NotFound
+from settee.spec.revs import is_valid_rev
+from settee.spec.routing import shard_of
+
+__all__ = [
+    "deleted_conflicts",
+    "doc_info",
+    "doc_infos",
+    "open_revs",
+    "revs_info",
+]
+
+
+def doc_info(db: settee.Database, doc_id: str) -> DocInfo | None:
+    """The document's stored summary from its shard's current snapshot."""
+    validate_docid(doc_id)
+    shard = db.shards[shard_of(doc_id, len(db.shards))]
+    with shard.reading() as snap:
+        return snap.doc_info(doc_id)
+
+
+def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
+    """Summaries of many documents, one sorted lookup per shard."""
+    by_shard: dict[int, list[str]] = defaultdict(list)
+    for doc_id in doc_ids:
+        by_shard[shard_of(doc_id, len(db.shards))].append(doc_id)
+    found: dict[str, DocInfo] = {}
+    for index, ids in by_shard.items():
+        with db.shards[index].reading() as snap:
+            found.update(snap.doc_infos(ids))
+    return found
+
+
+def _descendant_leaves(tree: dict[str, list[Any]], rev: str) -> list[str]:
+    return [leaf for leaf in revtree.leaves(tree) if rev in revtree.path_to_root(tree, leaf)]
+
+
+def open_revs(
+    db: settee.Database,
+    doc_id: str,
+    revs: list[str] | None,
+    *,
+    latest: bool = False,
+    revisions: bool = False,
+) -> list[dict[str, Any]]:
+    """CouchDB's ``open_revs``: ``revs=None`` means ``all`` (every leaf, tombstones
+    included, winner first). Each entry is ``{"ok": doc}`` or ``{"missing": rev}``;
+    with ``latest`` a non-leaf rev is replaced by the leaves that descend from it."""
+    info = doc_info(db, doc_id)
+    tree = info.tree if info is not None else {}
+    if revs is None:
+        wanted = revtree.leaves(tree) if tree else []
+    else:
+        wanted = []
+        for rev in revs:
+            if latest and rev in tree and not revtree.is_leaf(tree, rev):
+                wanted.extend(r for r in _descendant_leaves(tree, rev) if r not in wanted)
+            elif rev not in wanted:
+                wanted.append(rev)
+    out: list[dict[str, Any]] = []
+    for rev in wanted:
+        try:
+            out.append({"ok": db.get(doc_id, rev=rev, revs=revisions)})
+        except NotFound:
+            out.append({"missing": rev})
+    return out
+
+
+def revs_info(db: settee.Database, doc_id: str, rev: str) -> list[dict[str, str]]:
+    """``_revs_info``: ``rev`` and its ancestors, each ``available``, ``deleted`` or
+    ``missing`` (body not stored: compacted away or received as an ancestor)."""
+    info = doc_info(db, doc_id)
+    if info is None or rev not in info.tree:
+        return []
+    out = []
+    for r in revtree.path_to_root(info.tree, rev):
+        if info.tree[r][1]:
+            status = "deleted"
+        elif r in info.bodies:
+            status = "available"
+        else:
+            status = "missing"
+        out.append({"rev": r, "status": status})
+    return out
+
+
+def deleted_conflicts(db: settee.Database, doc_id: str) -> list[str]:
+    info = doc_info(db, doc_id)
+    return revtree.deleted_conflicts(info.tree) if info is not None else []
+
+
+def parse_rev_list(value: Any) -> list[str] | None:
+    """A JSON list of well-formed revs, else None."""
+    if isinstance(value, list) and all(isinstance(r, str) and is_valid_rev(r) for r in value):
+        return value
+    return None

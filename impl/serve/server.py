@@ -1,0 +1,191 @@
+"""Starting and stopping the server: ``start_server`` (tests, embedding) and ``serve``.
+
+The server runs an asyncio loop on its own thread. It creates the listening
+socket itself (sockets.py applies the buffer policy before ``listen()``),
+hands it to aiohttp's low-level ``web.Server`` and applies the policy again
+to each accepted connection. Stopping is orderly: stop accepting, let
+in-flight requests finish (longpoll feeds return at once), close
+connections, wait for the worker threads, then close every database so each
+writer finishes its queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from settee.serve.app import dispatch
+from settee.serve.options import merge_options
+from settee.serve.registry import Registry
+from settee.serve.sockets import apply_buffers, listening_socket
+from settee.serve.state import State
+
+__all__ = ["ServerHandle", "start_server"]
+
+log = logging.getLogger("settee.serve")
+
+#: aiohttp's per-connection read buffer (its default is 64 KiB): the transport
+#: pauses reading past twice this, so large bodies arrive in big chunks.
+READ_BUFSIZE = 1 << 20
+#: Seconds in-flight requests get to finish when the server stops.
+SHUTDOWN_TIMEOUT = 10.0
+
+
+class _PolicyServer(web.Server):
+    """aiohttp's low-level server, plus the socket policy on accepted connections."""
+
+    def __init__(self, handler: Any, *, policy: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._policy = policy
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            apply_buffers(sock, self._policy)
+        limit = self._policy["max_connections"]
+        if limit is not None and len(self.connections) > limit:
+            # Past the cap a connection is closed at once, before any request is read.
+            transport.close()
+
+
+class ServerHandle:
+    """A running server: ``.port``, ``.url``, ``.stop()``; also a context manager."""
+
+    def __init__(self, directory: str, host: str, options: Mapping[str, Any]) -> None:
+        self.dir = os.path.abspath(directory)
+        self.host = host
+        self.port = 0
+        self.options = dict(options)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested: asyncio.Event | None = None
+        self._web: _PolicyServer | None = None
+        self._listener: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def listening_socket(self) -> Any:
+        """The listening socket (for inspecting its options)."""
+        assert self._listener is not None, "the server has not started"
+        return self._listener.sockets[0]
+
+    def connection_sockets(self) -> list[Any]:
+        """The sockets of the currently open client connections."""
+        server = self._web
+        if server is None:
+            return []
+        sockets = []
+        for handler in server.connections:
+            transport = handler.transport
+            sock = transport.get_extra_info("socket") if transport is not None else None
+            if sock is not None:
+                sockets.append(sock)
+        return sockets
+
+    def stop(self) -> None:
+        """Stop serving and close every database; idempotent."""
+        loop, event = self._loop, self._stop_requested
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the server thread ----------------------------------------------------------------------
+
+    def _start(self, port: int) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(port,), name="settee-serve", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def _run(self, port: int) -> None:
+        try:
+            asyncio.run(self._main(port))
+        except BaseException as exc:  # reported to the starting thread if it still waits
+            if not self._ready.is_set():
+                self._error = exc
+            else:
+                log.exception("settee serve stopped on an error")
+        finally:
+            self._ready.set()
+
+    async def _main(self, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._stop_requested = asyncio.Event()
+        registry = Registry(self.dir, self.options)
+        state = State(registry, self.options, loop, _server_uuid(self.dir))
+        try:
+            self._web = _PolicyServer(
+                lambda request: dispatch(state, request),
+                policy=self.options,
+                handler_cancellation=True,
+                access_log=None,
+                read_bufsize=READ_BUFSIZE,
+            )
+            sock = listening_socket(self.host, port, self.options)
+            backlog = self.options["backlog"]
+            self._listener = await loop.create_server(
+                self._web, sock=sock, **({} if backlog is None else {"backlog": backlog})
+            )
+            self.port = self._listener.sockets[0].getsockname()[1]
+            self._ready.set()
+            await self._stop_requested.wait()
+        finally:
+            await self._shutdown(state)
+
+    async def _shutdown(self, state: State) -> None:
+        state.stopping.set()
+        if self._listener is not None:
+            self._listener.close()
+        if self._web is not None:
+            self._web.pre_shutdown()
+            await self._web.shutdown(SHUTDOWN_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        # Worker threads may still be inside engine calls; the databases close after them.
+        await loop.run_in_executor(None, state.pool.shutdown, True)
+        await loop.run_in_executor(None, state.registry.close)
+
+
+def _server_uuid(directory: str) -> str:
+    """Stable per data directory, so replication ids survive restarts."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, "settee:" + os.path.abspath(directory)).hex
+
+
+def start_server(
+    dir: str, host: str = "127.0.0.1", port: int = 5984, **options: Any
+) -> ServerHandle:
+    """Serve the databases under ``dir`` on ``host:port`` (0: any free port) from a
+    background thread; returns once listening. ``options``: see ``serve.options``."""
+    handle = ServerHandle(dir, host, merge_options(**options))
+    handle._start(port)
+    return handle

@@ -1,0 +1,76 @@
+"""What every handler shares: the databases, the worker pool and the event loop.
+
+Engine calls block (file reads, a writer's fsync) and JSON of a large body
+takes real CPU, so handlers hand both to ``State.run``, which runs them on a
+thread pool; the event loop only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from settee.serve.protocol import HTTPError
+from settee.serve.registry import DbEntry, Registry
+
+__all__ = ["State"]
+
+T = TypeVar("T")
+
+
+class State:
+    """Shared by every request of one server."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        options: Mapping[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        server_uuid: str,
+    ) -> None:
+        self.registry = registry
+        self.options = dict(options)
+        self.loop = loop
+        self.uuid = server_uuid
+        self.pool = ThreadPoolExecutor(options["threads"], thread_name_prefix="settee-serve")
+        self.stopping = asyncio.Event()
+        self.background: set[asyncio.Future[Any]] = set()
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a worker thread."""
+        return await self.loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    async def entry(self, name: str) -> DbEntry:
+        """The open database ``name`` (opened on a worker thread the first time)."""
+        cached = self.registry.cached(name)
+        return cached if cached is not None else await self.run(self.registry.get, name)
+
+    def notify(self, entry: DbEntry) -> None:
+        """From a worker thread, after a durable write: wake the changes feeds."""
+        self.loop.call_soon_threadsafe(entry.notifier.bump)
+
+    async def read_body(self, request: web.BaseRequest) -> bytes:
+        """The whole request body, read as the bytes arrive (no small fixed reads,
+        no 1 MiB cap); 413 past ``max_request_size`` as CouchDB's
+        ``max_http_request_size``."""
+        limit = self.options["max_request_size"]
+        length = request.content_length
+        if length is not None and length > limit:
+            raise _too_large()
+        chunks = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _too_large() -> HTTPError:
+    return HTTPError(413, "too_large", "the request entity is too large")

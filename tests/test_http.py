@@ -1,0 +1,517 @@
+"""settee serve speaks CouchDB: endpoints, status codes, error bodies, headers.
+
+Each test uses its own database on one server per module (bound to a free
+loopback port); the expected bodies and codes are CouchDB 3.x's (chttpd_db).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+import settee
+from settee.serve import start_server
+
+CONFLICT = {"error": "conflict", "reason": "Document update conflict."}
+MISSING = {"error": "not_found", "reason": "missing"}
+DELETED = {"error": "not_found", "reason": "deleted"}
+NO_DB = {"error": "not_found", "reason": "Database does not exist."}
+
+
+@dataclass
+class Resp:
+    status: int
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+class Client:
+    """A bare HTTP/1.1 client (stdlib), so the tests see exactly what went over the wire."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        timeout: float = 30,
+    ) -> Resp:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            hdrs = {"Content-Type": "application/json", **(headers or {})}
+            data = raw if raw is not None else None if body is None else json.dumps(body)
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            return Resp(resp.status, dict(resp.getheaders()), resp.read())
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    handle = start_server(str(tmp_path_factory.mktemp("serve")), "127.0.0.1", 0, fsync=False)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def client(server: Any) -> Client:
+    return Client(server.port)
+
+
+@pytest.fixture
+def db(client: Client, request: pytest.FixtureRequest) -> str:
+    """A fresh database named after the test; its URL path."""
+    name = "t" + request.node.name.lower().replace("[", "-").replace("]", "")[:60]
+    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in name)
+    assert client("PUT", f"/{name}").status == 201
+    return f"/{name}"
+
+
+def put(client: Client, db: str, doc_id: str, body: dict[str, Any]) -> str:
+    r = client("PUT", f"{db}/{urllib.parse.quote(doc_id, safe='')}", body)
+    assert r.status == 201, r.raw
+    return str(r.json["rev"])
+
+
+# -- server endpoints ----------------------------------------------------------------------------
+
+
+def test_root_uuids_up_and_all_dbs(client: Client, db: str) -> None:
+    root = client("GET", "/")
+    assert root.status == 200
+    assert root.json["couchdb"] == "Welcome" and root.json["vendor"]["name"] == "settee"
+    assert root.headers["Content-Type"].startswith("application/json")
+    assert client("GET", "/_up").json == {"status": "ok"}
+    uuids = client("GET", "/_uuids?count=5").json["uuids"]
+    assert len(uuids) == 5 and len(set(uuids)) == 5 and all(len(u) == 32 for u in uuids)
+    assert client("GET", "/_uuids?count=1001").status == 400
+    assert db[1:] in client("GET", "/_all_dbs").json
+
+
+def test_database_lifecycle_codes(client: Client) -> None:
+    assert client("GET", "/lifecycle").json == NO_DB
+    created = client("PUT", "/lifecycle")
+    assert (created.status, created.json) == (201, {"ok": True})
+    again = client("PUT", "/lifecycle")
+    assert again.status == 412
+    assert again.json == {
+        "error": "file_exists",
+        "reason": "The database could not be created, the file already exists.",
+    }
+    info = client("GET", "/lifecycle").json
+    assert info["db_name"] == "lifecycle" and info["doc_count"] == 0
+    assert info["cluster"]["q"] == 4
+    assert client("HEAD", "/lifecycle").status == 200
+    bad = client("PUT", "/Bad-Name")
+    assert bad.status == 400 and bad.json["error"] == "illegal_database_name"
+    assert client("DELETE", "/lifecycle").json == {"ok": True}
+    gone = client("DELETE", "/lifecycle")
+    assert (gone.status, gone.json) == (404, NO_DB)
+    assert client("GET", "/lifecycle/doc").status == 404
+    assert client("PUT", "/withshards?q=2").status == 201
+    assert client("GET", "/withshards").json["cluster"]["q"] == 2
+
+
+def test_method_not_allowed_is_405_with_allow(client: Client, db: str) -> None:
+    r = client("PUT", f"{db}/_bulk_docs", {"docs": []})
+    assert r.status == 405
+    assert r.json == {"error": "method_not_allowed", "reason": "Only POST allowed"}
+    assert r.headers["Allow"] == "POST"
+
+
+# -- documents -------------------------------------------------------------------------------------
+
+
+def test_document_crud_codes_bodies_and_etags(client: Client, db: str) -> None:
+    created = client("PUT", f"{db}/a", {"x": 1})
+    assert created.status == 201
+    rev1 = created.json["rev"]
+    assert created.json == {"ok": True, "id": "a", "rev": rev1}
+    assert created.headers["ETag"] == f'"{rev1}"'
+    assert created.headers["Location"].endswith(f"{db}/a")
+
+    got = client("GET", f"{db}/a")
+    assert (got.status, got.json) == (200, {"_id": "a", "_rev": rev1, "x": 1})
+    assert got.headers["ETag"] == f'"{rev1}"'
+    assert client("GET", f"{db}/a", headers={"If-None-Match": f'"{rev1}"'}).status == 304
+    head = client("HEAD", f"{db}/a")
+    assert head.status == 200 and head.raw == b"" and head.headers["ETag"] == f'"{rev1}"'
+
+    conflict = client("PUT", f"{db}/a", {"x": 2})
+    assert (conflict.status, conflict.json) == (409, CONFLICT)
+    rev2 = client("PUT", f"{db}/a?rev={rev1}", {"x": 2}).json["rev"]
+    assert rev2.startswith("2-")
+    rev3 = client("PUT", f"{db}/a", {"x": 3}, headers={"If-Match": f'"{rev2}"'}).json["rev"]
+    mismatch = client("PUT", f"{db}/a?rev={rev1}", {"_rev": rev3, "x": 4})
+    assert mismatch.status == 400 and mismatch.json["error"] == "bad_request"
+    assert client("PUT", f"{db}/a?rev={rev1}", {"x": 4}).json == CONFLICT
+
+    assert client("DELETE", f"{db}/a").json == CONFLICT  # no rev
+    deleted = client("DELETE", f"{db}/a?rev={rev3}")
+    assert deleted.status == 200
+    assert deleted.json["ok"] is True and deleted.json["rev"].startswith("4-")
+    assert deleted.headers["ETag"] == f'"{deleted.json["rev"]}"'
+    assert (client("GET", f"{db}/a").status, client("GET", f"{db}/a").json) == (404, DELETED)
+    tomb = client("GET", f"{db}/a?rev={deleted.json['rev']}").json
+    assert tomb == {"_id": "a", "_rev": deleted.json["rev"], "_deleted": True}
+    assert client("GET", f"{db}/nope").json == MISSING
+    assert client("DELETE", f"{db}/nope?rev={rev1}").json == MISSING
+    assert client("GET", f"{db}/a?rev={rev1}").json["x"] == 1  # old revision, not compacted
+
+
+def test_post_invents_ids_and_needs_json_content_type(client: Client, db: str) -> None:
+    r = client("POST", db, {"x": 1})
+    assert r.status == 201 and r.json["ok"] is True and len(r.json["id"]) == 32
+    assert r.headers["Location"].endswith(f"{db}/{r.json['id']}")
+    named = client("POST", db, {"_id": "named", "x": 1})
+    assert named.json["id"] == "named"
+    assert client("POST", db, {"_id": "named"}).json == CONFLICT
+    wrong = client("POST", db, {"x": 1}, headers={"Content-Type": "text/plain"})
+    assert wrong.status == 415
+    assert wrong.json == {
+        "error": "bad_content_type",
+        "reason": "Content-Type must be application/json",
+    }
+    for endpoint in ("_bulk_docs", "_all_docs", "_revs_diff", "_bulk_get", "_compact"):
+        r = client("POST", f"{db}/{endpoint}", {}, headers={"Content-Type": "text/plain"})
+        assert r.status == 415, endpoint
+
+
+def test_invalid_documents_are_400_with_couchdb_error_names(client: Client, db: str) -> None:
+    bad_json = client("PUT", f"{db}/a", raw=b"{not json")
+    assert bad_json.status == 400 and bad_json.json == {
+        "error": "bad_request",
+        "reason": "invalid UTF-8 JSON",
+    }
+    assert client("PUT", f"{db}/a", [1, 2]).status == 400
+    special = client("PUT", f"{db}/a", {"_foo": 1})
+    assert special.status == 400 and special.json["error"] == "doc_validation"
+    assert client("PUT", f"{db}/a", {"_attachments": {}}).json["error"] == "doc_validation"
+    underscore = client("PUT", f"{db}/_nope", {"x": 1})
+    assert underscore.status == 400 and underscore.json["error"] == "illegal_docid"
+    assert client("PUT", f"{db}/a", {"x": float("inf")}).status == 400  # not JSON
+    too_big = client("PUT", f"{db}/a", {"x": 2**70})
+    assert too_big.status == 400 and too_big.json["error"] == "bad_request"
+    assert client("GET", f"{db}/a").status == 404  # nothing was written
+
+
+def test_slashes_in_ids_design_docs_and_trailing_slash(client: Client, db: str) -> None:
+    rev = put(client, db, "a/b", {"x": 1})
+    assert client("GET", f"{db}/a%2Fb").json["_rev"] == rev
+    ddoc = client("PUT", f"{db}/_design/app", {"views": {}})
+    assert ddoc.status == 201 and ddoc.json["id"] == "_design/app"
+    assert client("GET", f"{db}/_design%2Fapp").json["_id"] == "_design/app"
+    assert client("GET", f"{db}/").json["doc_count"] == 2
+    ids = [row["id"] for row in client("GET", f"{db}/_all_docs").json["rows"]]
+    assert ids == ["_design/app", "a/b"]
+
+
+def make_conflict(client: Client, db: str, doc_id: str) -> tuple[str, str]:
+    """Two live leaves for ``doc_id`` through new_edits=false; returns (winner, loser)."""
+    rev1 = put(client, db, doc_id, {"v": 0})
+    h1 = rev1.split("-")[1]
+    branches = [
+        {"_id": doc_id, "v": side, "_revisions": {"start": 2, "ids": [f"{side}" * 32, h1]}}
+        for side in ("a", "b")
+    ]
+    r = client("POST", f"{db}/_bulk_docs", {"docs": branches, "new_edits": False})
+    assert (r.status, r.json) == (201, [])
+    return "2-" + "b" * 32, "2-" + "a" * 32
+
+
+def test_conflicts_revs_revs_info_open_revs_and_latest(client: Client, db: str) -> None:
+    winner, loser = make_conflict(client, db, "c")
+    doc = client("GET", f"{db}/c?conflicts=true&revs=true").json
+    assert doc["_rev"] == winner and doc["_conflicts"] == [loser]
+    assert doc["_revisions"]["start"] == 2 and len(doc["_revisions"]["ids"]) == 2
+    info = client("GET", f"{db}/c?revs_info=true").json["_revs_info"]
+    assert [i["status"] for i in info] == ["available", "available"]
+    accept = {"Accept": "application/json"}
+    every = client("GET", f"{db}/c?open_revs=all&revs=true", headers=accept).json
+    assert sorted(r["ok"]["_rev"] for r in every) == sorted([winner, loser])
+    assert all("_revisions" in r["ok"] for r in every)
+    ask = urllib.parse.quote(json.dumps([loser, "9-" + "f" * 32]))
+    some = client("GET", f"{db}/c?open_revs={ask}", headers=accept).json
+    assert some == [{"ok": {"_id": "c", "_rev": loser, "v": "a"}}, {"missing": "9-" + "f" * 32}]
+    root = client("GET", f"{db}/c?revs_info=true").json["_revs_info"][-1]["rev"]
+    latest = client(
+        "GET",
+        f"{db}/c?latest=true&open_revs={urllib.parse.quote(json.dumps([root]))}",
+        headers=accept,
+    ).json
+    assert sorted(r["ok"]["_rev"] for r in latest) == sorted([winner, loser])
+    multipart = client("GET", f"{db}/c?open_revs=all", headers={"Accept": "multipart/mixed"})
+    assert multipart.headers["Content-Type"].startswith("multipart/mixed")
+    assert multipart.raw.count(b"Content-Type: application/json") == 2
+    assert client("GET", f"{db}/zzz?open_revs=all", headers=accept).json == MISSING
+    # resolve the conflict by deleting the loser
+    client("DELETE", f"{db}/c?rev={loser}")
+    doc = client("GET", f"{db}/c?conflicts=true&deleted_conflicts=true").json
+    assert "_conflicts" not in doc and doc["_deleted_conflicts"][0].startswith("3-")
+
+
+# -- bulk endpoints --------------------------------------------------------------------------------
+
+
+def test_bulk_docs_results_in_order(client: Client, db: str) -> None:
+    rev = put(client, db, "old", {"v": 1})
+    docs = [{"_id": "n1"}, {"_id": "old", "v": 2}, {"_id": "old", "_rev": rev, "v": 3}, {"v": 4}]
+    r = client("POST", f"{db}/_bulk_docs", {"docs": docs})
+    assert r.status == 201
+    results = r.json
+    assert results[0]["ok"] and results[0]["id"] == "n1"
+    assert results[1] == {"id": "old", **CONFLICT}
+    assert results[2]["ok"] and results[2]["rev"].startswith("2-")
+    assert results[3]["ok"] and len(results[3]["id"]) == 32
+    missing = client("POST", f"{db}/_bulk_docs", {"documents": []})
+    assert missing.json == {
+        "error": "bad_request",
+        "reason": "POST body must include `docs` parameter.",
+    }
+    bad_flag = client("POST", f"{db}/_bulk_docs", {"docs": [], "new_edits": "no"})
+    assert bad_flag.status == 400
+    no_rev = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "x"}], "new_edits": False})
+    assert no_rev.status == 400
+    invalid = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "ok"}, {"_id": 5}]})
+    assert invalid.status == 400
+    assert client("GET", f"{db}/ok").status == 404  # the whole call was rejected
+
+
+def test_bulk_get_shapes(client: Client, db: str) -> None:
+    winner, loser = make_conflict(client, db, "c")
+    put(client, db, "d", {"v": 1})
+    request = {
+        "docs": [
+            {"id": "d"},
+            {"id": "c", "rev": loser},
+            {"id": "c"},
+            {"id": "nope"},
+            {"id": "d", "rev": "7-" + "e" * 32},
+        ]
+    }
+    r = client("POST", f"{db}/_bulk_get?revs=true", request)
+    assert r.status == 200
+    results = r.json["results"]
+    assert [x["id"] for x in results] == ["d", "c", "c", "nope", "d"]
+    assert results[0]["docs"][0]["ok"]["v"] == 1 and "_revisions" in results[0]["docs"][0]["ok"]
+    assert results[1]["docs"] == [
+        {
+            "ok": {
+                "_id": "c",
+                "_rev": loser,
+                "v": "a",
+                "_revisions": {
+                    "start": 2,
+                    "ids": ["a" * 32, results[1]["docs"][0]["ok"]["_revisions"]["ids"][1]],
+                },
+            }
+        }
+    ]
+    assert sorted(d["ok"]["_rev"] for d in results[2]["docs"]) == sorted([winner, loser])
+    assert results[3]["docs"] == [
+        {"error": {"id": "nope", "rev": "undefined", "error": "not_found", "reason": "missing"}}
+    ]
+    assert results[4]["docs"][0]["error"]["rev"] == "7-" + "e" * 32
+    assert client("POST", f"{db}/_bulk_get", {"nodocs": 1}).status == 400
+
+
+def test_revs_diff(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {"v": 1})
+    r = client("POST", f"{db}/_revs_diff", {"a": [rev, "2-" + "c" * 32], "b": ["1-" + "d" * 32]})
+    assert r.status == 200
+    assert r.json == {
+        "a": {"missing": ["2-" + "c" * 32], "possible_ancestors": [rev]},
+        "b": {"missing": ["1-" + "d" * 32]},
+    }
+    assert client("POST", f"{db}/_revs_diff", {"a": ["not-a-rev"]}).status == 400
+
+
+def test_all_docs_get_and_post(client: Client, db: str) -> None:
+    for i in range(6):
+        put(client, db, f"k{i}", {"i": i})
+    rev = client("GET", f"{db}/k5").json["_rev"]
+    client("DELETE", f"{db}/k5?rev={rev}")
+    page = client("GET", f'{db}/_all_docs?startkey="k1"&endkey="k3"&include_docs=true').json
+    assert page["total_rows"] == 5 and page["offset"] == 1
+    assert [row["id"] for row in page["rows"]] == ["k1", "k2", "k3"]
+    assert page["rows"][0]["doc"]["i"] == 1
+    desc = client("GET", f"{db}/_all_docs?descending=true&limit=2&skip=1").json
+    assert [row["id"] for row in desc["rows"]] == ["k3", "k2"]
+    excl = client("GET", f'{db}/_all_docs?endkey="k2"&inclusive_end=false').json
+    assert [row["id"] for row in excl["rows"]] == ["k0", "k1"]
+    assert [r["id"] for r in client("GET", f'{db}/_all_docs?key="k4"').json["rows"]] == ["k4"]
+    keyed = client("POST", f"{db}/_all_docs?include_docs=true", {"keys": ["k2", "zz", "k5"]}).json
+    assert keyed["rows"][0]["doc"]["i"] == 2
+    assert keyed["rows"][1] == {"key": "zz", "error": "not_found"}
+    assert keyed["rows"][2]["value"]["deleted"] is True and keyed["rows"][2]["doc"] is None
+    keys_qs = urllib.parse.quote(json.dumps(["k0"]))
+    assert len(client("GET", f"{db}/_all_docs?keys={keys_qs}").json["rows"]) == 1
+    bad = client("GET", f"{db}/_all_docs?startkey=k1")
+    assert bad.status == 400 and bad.json["error"] == "query_parse_error"
+    assert client("GET", f"{db}/_all_docs?limit=-1").status == 400
+    assert client("GET", f"{db}/_all_docs?descending=maybe").status == 400
+    assert "update_seq" in client("GET", f"{db}/_all_docs?update_seq=true").json
+    _winner, loser = make_conflict(client, db, "c")
+    rows = client("GET", f'{db}/_all_docs?key="c"&include_docs=true&conflicts=true').json["rows"]
+    assert rows[0]["doc"]["_conflicts"] == [loser]
+
+
+# -- changes ---------------------------------------------------------------------------------------
+
+
+def test_changes_normal_feed(client: Client, db: str) -> None:
+    revs = {i: put(client, db, f"d{i}", {"i": i}) for i in range(4)}
+    client("DELETE", f"{db}/d0?rev={revs[0]}")
+    feed = client("GET", f"{db}/_changes").json
+    assert sorted(r["id"] for r in feed["results"]) == ["d0", "d1", "d2", "d3"]
+    assert next(r for r in feed["results"] if r["id"] == "d0")["deleted"] is True
+    assert client("GET", f"{db}/_changes?since={feed['last_seq']}").json["results"] == []
+    first = client("GET", f"{db}/_changes?limit=2&include_docs=true").json
+    assert len(first["results"]) == 2 and all("doc" in r for r in first["results"])
+    rest = client("GET", f"{db}/_changes?since={first['last_seq']}").json["results"]
+    assert len(rest) == 2
+    assert client("GET", f"{db}/_changes?since=now").json["results"] == []
+    bad = client("GET", f"{db}/_changes?since=garbage")
+    assert bad.status == 400 and bad.json["error"] == "bad_request"
+    assert client("GET", f"{db}/_changes?feed=eventsource").status == 400
+    only = client("POST", f"{db}/_changes?filter=_doc_ids", {"doc_ids": ["d2", "zz"]}).json
+    assert [r["id"] for r in only["results"]] == ["d2"]
+    winner, loser = make_conflict(client, db, "c")
+    styled = client("GET", f"{db}/_changes?style=all_docs&since={feed['last_seq']}").json
+    [row] = [r for r in styled["results"] if r["id"] == "c"]
+    assert row["changes"] == [{"rev": winner}, {"rev": loser}]
+
+
+def test_longpoll_waits_for_a_write_and_times_out(client: Client, db: str) -> None:
+    since = client("GET", db).json["update_seq"]
+    t0 = time.monotonic()
+    empty = client("GET", f"{db}/_changes?feed=longpoll&since={since}&timeout=200").json
+    assert empty["results"] == [] and 0.15 < time.monotonic() - t0 < 5
+
+    box: dict[str, Any] = {}
+
+    def poll() -> None:
+        box["r"] = client("GET", f"{db}/_changes?feed=longpoll&since=now&timeout=20000")
+
+    waiter = threading.Thread(target=poll)
+    t0 = time.monotonic()
+    waiter.start()
+    time.sleep(0.3)
+    assert "r" not in box  # still waiting
+    put(client, db, "woke", {"x": 1})
+    waiter.join(10)
+    assert box["r"].status == 200 and time.monotonic() - t0 < 5
+    assert [r["id"] for r in box["r"].json["results"]] == ["woke"]
+
+
+def test_longpoll_heartbeat_sends_newlines(client: Client, server: Any, db: str) -> None:
+    box: dict[str, Any] = {}
+
+    def poll() -> None:
+        box["r"] = client("GET", f"{db}/_changes?feed=longpoll&since=now&heartbeat=100&timeout=50")
+
+    waiter = threading.Thread(target=poll)
+    waiter.start()
+    time.sleep(0.5)  # with a heartbeat the feed outlives its timeout: only a write ends it
+    put(client, db, "late", {"x": 1})
+    waiter.join(10)
+    raw = box["r"].raw
+    assert raw.startswith(b"\n\n")  # at least two heartbeats before the answer
+    assert [r["id"] for r in json.loads(raw)["results"]] == ["late"]
+
+
+def test_continuous_feed(client: Client, db: str) -> None:
+    put(client, db, "a", {"x": 1})
+    r = client("GET", f"{db}/_changes?feed=continuous&timeout=200")
+    lines = [json.loads(line) for line in r.raw.splitlines() if line.strip()]
+    assert lines[0]["id"] == "a" and "last_seq" in lines[-1]
+    limited = client("GET", f"{db}/_changes?feed=continuous&limit=1&timeout=10000")
+    assert len([line for line in limited.raw.splitlines() if line.strip()]) == 2
+
+
+# -- _local, compaction, durability ----------------------------------------------------------------
+
+
+def test_local_docs_are_separate_and_versioned(client: Client, db: str) -> None:
+    first = client("PUT", f"{db}/_local/cp", {"seq": 1})
+    assert (first.status, first.json) == (201, {"ok": True, "id": "_local/cp", "rev": "0-1"})
+    assert client("PUT", f"{db}/_local/cp", {"seq": 2}).json == CONFLICT
+    assert client("PUT", f"{db}/_local/cp", {"_rev": "0-1", "seq": 2}).json["rev"] == "0-2"
+    assert client("GET", f"{db}/_local/cp").json == {"_id": "_local/cp", "_rev": "0-2", "seq": 2}
+    assert client("GET", f"{db}/_local%2Fcp").json["seq"] == 2
+    assert client("GET", f"{db}/_local/other").json == MISSING
+    assert client("GET", f"{db}/_changes").json["results"] == []
+    assert client("GET", f"{db}/_all_docs").json["rows"] == []
+    assert client("GET", db).json["doc_count"] == 0
+    assert client("DELETE", f"{db}/_local/cp?rev=0-2").json["ok"] is True
+    assert client("GET", f"{db}/_local/cp").status == 404
+
+
+def test_compact_and_ensure_full_commit(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {"v": 1})
+    client("PUT", f"{db}/a?rev={rev}", {"v": 2})
+    compact = client("POST", f"{db}/_compact")
+    assert (compact.status, compact.json) == (202, {"ok": True})
+    for _ in range(100):
+        if not client("GET", db).json["compact_running"]:
+            break
+        time.sleep(0.05)
+    assert client("GET", f"{db}/a").json["v"] == 2
+    assert client("GET", f"{db}/a?rev={rev}").json == MISSING  # non-leaf body compacted away
+    full = client("POST", f"{db}/_ensure_full_commit")
+    assert full.status == 201 and full.json["ok"] is True
+
+
+def test_restart_keeps_documents_and_local_docs(tmp_path: Path) -> None:
+    with start_server(str(tmp_path), "127.0.0.1", 0) as first:
+        c = Client(first.port)
+        c("PUT", "/keep")
+        rev = put(c, "/keep", "a", {"v": 1})
+        c("PUT", "/keep/_local/cp", {"seq": "x"})
+    with start_server(str(tmp_path), "127.0.0.1", 0) as second:
+        c = Client(second.port)
+        assert c("GET", "/_all_dbs").json == ["keep"]
+        assert c("GET", "/keep/a").json == {"_id": "a", "_rev": rev, "v": 1}
+        assert c("GET", "/keep/_local/cp").json["seq"] == "x"
+        assert c("GET", "/").json["uuid"] == Client(second.port)("GET", "/").json["uuid"]
+
+
+def test_engine_calls_never_block_the_event_loop(
+    client: Client, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_put = settee.Database.put
+
+    def slow_put(self: settee.Database, doc: Any) -> dict[str, Any]:
+        time.sleep(1.0)
+        return real_put(self, doc)
+
+    monkeypatch.setattr(settee.Database, "put", slow_put)
+    writer = threading.Thread(target=lambda: client("PUT", f"{db}/slow", {"x": 1}))
+    writer.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    assert client("GET", "/").status == 200
+    assert client("GET", db).status == 200
+    assert time.monotonic() - t0 < 0.5  # answered while the slow put still runs
+    writer.join()
+    assert client("GET", f"{db}/slow").status == 200
