@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 
 import settee
@@ -17,14 +16,6 @@ import settee
 __all__ = ["main"]
 
 Command = Callable[[argparse.Namespace], int]
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    """Smoke run on an embedded temporary database until the proof campaigns land."""
-    from settee.smoke import run_smoke
-
-    with tempfile.TemporaryDirectory(prefix="settee-verify-") as tmp:
-        return run_smoke(tmp, out=sys.stdout, shards=args.shards)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -81,14 +72,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"settee {settee.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    verify = sub.add_parser(
-        "verify",
-        help="check the engine on an embedded temporary database",
-        description="Open a temporary database, exercise the engine and compare it with the "
-        "reference model; exit 1 on any disagreement.",
-    )
-    verify.add_argument("--shards", type=int, default=4, help="shards of the temporary database")
-    verify.set_defaults(func=_cmd_verify)
+    from settee.verify import add_parser as add_verify_parser
+
+    add_verify_parser(sub)
     check = sub.add_parser(
         "check",
         help="verify a database's files without changing them",

@@ -40,16 +40,13 @@ def test_version_and_help(capsys: Any) -> None:
     assert "verify" in capsys.readouterr().out
 
 
-def test_console_script_runs_verify_smoke(tmp_path: Any) -> None:
+def test_console_script_lists_every_subcommand(tmp_path: Any) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "settee", "verify", "--shards", "2"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
+        [sys.executable, "-m", "settee", "--help"], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "agreed on every answer" in result.stdout
+    assert result.returncode == 0, result.stderr
+    for command in ("verify", "check", "dump", "load", "bench", "serve"):
+        assert command in result.stdout
 
 
 def test_check_reports_ok_on_a_healthy_database(tmp_path: Any, capsys: Any) -> None:

@@ -1,0 +1,319 @@
+"""``settee verify``: run the whole proof against an engine for a time budget.
+
+Campaigns (each in its own process, ``--jobs`` at a time):
+
+* ``equivalence`` — the Hypothesis state machine: engine and reference driven
+  with the same calls, every answer compared (stateful_tests/equivalence.py);
+* ``interleavings`` — concurrent clients scheduled one io step at a time,
+  each history checked for linearizability against the reference;
+* ``stress`` — real threads, seeded, histories checked the same way;
+* ``crash`` — crash at every io step into every crash-state kind, reopen,
+  compare with the reference after a prefix of each shard's commits;
+* ``corruption`` — single bit flips in every stored term of a real database:
+  every affected read raises CorruptionError, unaffected reads are exact.
+
+Campaigns repeat in short seeded batches until their share of ``--minutes``
+runs out (or once with ``--examples N``). A failure stops its campaign, prints
+the shrunk reproducer and saves it (JSON) for ``settee verify --replay FILE``.
+The proof lives in the source tree (stateful_tests/, crash_tests/), so verify
+runs from a checkout, like the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing
+import os
+import queue
+import sys
+import tempfile
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+__all__ = ["CAMPAIGNS", "CampaignResult", "add_parser", "run_verify"]
+
+CAMPAIGNS = ("equivalence", "interleavings", "stress", "crash", "corruption")
+#: Hypothesis examples per batch: short enough that the time budget is kept.
+BATCH_EXAMPLES = {"equivalence": 25, "interleavings": 40}
+
+
+@dataclass(slots=True)
+class CampaignResult:
+    """One campaign's totals; a failure carries its reproducer and replay token."""
+
+    name: str
+    engine: str
+    batches: int = 0
+    examples: int = 0
+    operations: int = 0
+    interleavings: int = 0
+    histories: int = 0
+    crash_states: int = 0
+    corruptions: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+    skipped: str = ""
+    reproducer: str = ""
+    replay: dict[str, Any] = field(default_factory=dict)
+
+
+def _source_root() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in ("stateful_tests", "crash_tests"):
+        if not os.path.isdir(os.path.join(root, folder)):
+            raise SystemExit(f"settee verify needs a source checkout ({folder}/ beside impl/)")
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return root
+
+
+def _load(spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    obj: Any = __import__(module, fromlist=[name])
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# -- one batch of each campaign (runs in a worker process) --------------------------------------
+
+
+def _stateful_batch(result: CampaignResult, seed: int, examples: int | None) -> None:
+    from stateful_tests import campaigns
+
+    if result.name == "stress":
+        summary = campaigns.run_stress(result.engine, runs=examples or 4, seed=seed)
+    else:
+        run = getattr(campaigns, f"run_{result.name}")
+        count = examples or BATCH_EXAMPLES[result.name]
+        summary = run(result.engine, max_examples=count, seed=seed)
+    result.examples += summary.examples
+    result.operations += summary.steps
+    result.histories += summary.histories
+    result.interleavings += summary.interleaving_steps
+    if summary.failures:
+        result.failures += summary.failures
+        result.reproducer = summary.reproducer
+        result.replay = {"kind": "stateful", "token": summary.replay}
+
+
+def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
+    from crash_tests.campaign import run_campaign
+
+    summary = run_campaign(_load(result.engine), budget=budget, seed=seed)
+    result.crash_states += summary.states_checked
+    if summary.failures:
+        failure = summary.failures[0]
+        result.failures += len(summary.failures)
+        result.reproducer = failure.describe() + "\n" + "\n".join(failure.problems)
+        result.replay = {"kind": "crash", "seed": failure.seed, "step": failure.step}
+
+
+def _corruption_batch(result: CampaignResult, seed: int) -> None:
+    from pathlib import Path
+
+    from crash_tests.test_corruption import build_clean, check_bit_flips
+
+    with tempfile.TemporaryDirectory(prefix="settee-verify-") as tmp:
+        clean = build_clean(os.path.join(tmp, "clean"))
+        try:
+            result.corruptions += check_bit_flips(clean, Path(tmp), seed=seed)
+        except AssertionError as exc:
+            result.failures += 1
+            result.reproducer = f"bit flips with seed={seed}: {exc}"
+            result.replay = {"kind": "corruption", "seed": seed}
+
+
+def _supports_files(engine: str) -> str:
+    """Why the crash/corruption campaigns cannot run on ``engine`` ('' if they can)."""
+    if engine == "settee:open" or engine.startswith(("stateful_tests.mutants:", "crash_tests")):
+        return ""
+    return "needs an engine built on settee's io layer (fs= and shards); skipped"
+
+
+def run_one(
+    name: str, engine: str, seed: int, budget: float, examples: int | None, progress: Any
+) -> CampaignResult:
+    """Run campaign ``name`` until ``budget`` seconds pass (or once, with ``examples``)."""
+    _source_root()
+    os.environ.setdefault("SETTEE_STRICT", "1")
+    result = CampaignResult(name, engine)
+    if name in ("crash", "corruption") and (why := _supports_files(engine)):
+        result.skipped = why
+        return result
+    started = time.monotonic()
+    deadline = started + budget
+    with contextlib.redirect_stdout(io.StringIO()):
+        while not result.failures:
+            batch_seed = seed * 1000 + result.batches
+            if name == "crash":
+                left = 5.0 if examples is not None else deadline - time.monotonic()
+                _crash_batch(result, batch_seed, max(5.0, min(60.0, left)))
+            elif name == "corruption":
+                _corruption_batch(result, batch_seed)
+            else:
+                _stateful_batch(result, batch_seed, examples)
+            result.batches += 1
+            result.seconds = time.monotonic() - started
+            progress.put((name, _progress_line(result)))
+            if examples is not None or time.monotonic() >= deadline:
+                break
+    return result
+
+
+def _progress_line(r: CampaignResult) -> str:
+    counts = [
+        f"{r.batches} batches",
+        f"{r.operations} ops" if r.operations else "",
+        f"{r.histories} histories" if r.histories else "",
+        f"{r.crash_states} crash states" if r.crash_states else "",
+        f"{r.corruptions} corruptions" if r.corruptions else "",
+        f"{r.failures} FAILED" if r.failures else "",
+    ]
+    return f"{r.name:13} {', '.join(c for c in counts if c)} ({r.seconds:.0f} s)"
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run every campaign; print live progress and a summary; 1 on any failure."""
+    _source_root()
+    if args.replay:
+        return _replay(args.replay, out)
+    names = [c for c in CAMPAIGNS if not args.only or c in args.only.split(",")]
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(names)))
+    rounds = -(-len(names) // jobs)
+    budget = args.minutes * 60 / rounds
+    share = f"{args.examples} examples each" if args.examples else f"{budget:.0f} s each"
+    out.write(
+        f"settee verify: engine {args.engine}, {len(names)} campaigns on {jobs} processes, "
+        f"{share}, seed {args.seed}\n"
+    )
+    results = _run_all(names, args, jobs, budget, out)
+    _print_summary(results, out)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "engine": args.engine,
+                    "seed": args.seed,
+                    "campaigns": [asdict(r) for r in results],
+                },
+                f,
+                indent=2,
+            )
+    failed = [r for r in results if r.failures]
+    for r in failed:
+        path = os.path.abspath(f"settee-verify-{r.name}-failure.json")
+        with open(path, "w") as f:
+            json.dump(asdict(r), f, indent=2)
+        out.write(
+            f"\n== {r.name} failed ==\n{r.reproducer}\nreplay: settee verify --replay {path}\n"
+        )
+    return 1 if failed else 0
+
+
+def _run_all(
+    names: list[str], args: argparse.Namespace, jobs: int, budget: float, out: TextIO
+) -> list[CampaignResult]:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        progress = manager.Queue()
+        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures: dict[str, Future[CampaignResult]] = {
+                name: pool.submit(
+                    run_one, name, args.engine, args.seed, budget, args.examples, progress
+                )
+                for name in names
+            }
+            while not all(f.done() for f in futures.values()):
+                with contextlib.suppress(queue.Empty):
+                    _name, line = progress.get(timeout=0.5)
+                    out.write(f"  {line}\n")
+                    out.flush()
+            return [futures[name].result() for name in names]
+
+
+def _print_summary(results: list[CampaignResult], out: TextIO) -> None:
+    header = (
+        "campaign",
+        "ops",
+        "interleavings",
+        "histories",
+        "crash states",
+        "corruptions",
+        "failures",
+        "time",
+    )
+    rows = [
+        (
+            r.name,
+            str(r.operations),
+            str(r.interleavings),
+            str(r.histories),
+            str(r.crash_states),
+            str(r.corruptions),
+            "skipped" if r.skipped else str(r.failures),
+            f"{r.seconds:.0f} s",
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    out.write("\n")
+    for row in [header, *rows]:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + "\n")
+    for r in results:
+        if r.skipped:
+            out.write(f"{r.name}: {r.skipped}\n")
+    verdict = "FAILED" if any(r.failures for r in results) else "passed"
+    out.write(f"\nsettee verify {verdict}\n")
+
+
+def _replay(path: str, out: TextIO) -> int:
+    with open(path) as f:
+        saved = json.load(f)
+    replay = saved["replay"]
+    out.write(f"replaying {saved['name']} against {saved['engine']}: {replay}\n")
+    if replay["kind"] == "stateful":
+        from stateful_tests import campaigns
+
+        summary = campaigns.replay(replay["token"])
+        out.write(summary.text() + "\n")
+        return 1 if summary.failures else 0
+    result = CampaignResult(saved["name"], saved["engine"])
+    if replay["kind"] == "crash":
+        _crash_batch(result, replay["seed"], budget=120.0)
+    else:
+        _corruption_batch(result, replay["seed"])
+    out.write((result.reproducer or "did not reproduce") + "\n")
+    return 1 if result.failures else 0
+
+
+def add_parser(sub: Any) -> None:
+    verify = sub.add_parser(
+        "verify",
+        help="run the proof (engine vs reference, interleavings, crashes, corruption)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    verify.add_argument("--engine", default="settee:open", help="MODULE:CALLABLE under test")
+    verify.add_argument("--minutes", type=float, default=2.0, help="time budget (default 2)")
+    verify.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        help="one batch of N examples instead of a time budget",
+    )
+    verify.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    verify.add_argument("--seed", type=int, default=0, help="makes a run repeatable")
+    verify.add_argument(
+        "--only", default="", help=f"comma-separated subset of {','.join(CAMPAIGNS)}"
+    )
+    verify.add_argument("--json", default="", help="write a machine-readable summary here")
+    verify.add_argument("--replay", default="", help="re-run a saved failure file")
+    verify.set_defaults(func=run_verify)
