@@ -17,6 +17,7 @@ the old file, which closes when the last of them lets go.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from settee.file import ShardFile
 from settee.layout import COMPACT_SUFFIX
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
+from settee.spec.errors import SetteeError
 
 if TYPE_CHECKING:
     from settee.shard import Shard
@@ -44,20 +46,30 @@ def compact_shard(shard: Shard, *, revs_limit: int) -> None:
     # One compaction per shard at a time: two would share the target file and the
     # second would delete the first's, so the first could install a file with no name.
     with shard.compaction_lock:
-        target = shard.path + COMPACT_SUFFIX
-        if shard.fs.exists(target):
-            shard.fs.remove(target)
-        copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
         try:
-            copier.copy_all(shard.snapshot)
-            while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
-                copier.catch_up(shard.snapshot)
-            shard.call_in_writer(copier.finish)
-        except BaseException:
-            copier.file.close()
+            _compact(shard, revs_limit)
+        except OSError as exc:
+            raise SetteeError(f"{shard.path}: compaction failed: {exc}") from exc
+
+
+def _compact(shard: Shard, revs_limit: int) -> None:
+    target = shard.path + COMPACT_SUFFIX
+    if shard.fs.exists(target):
+        shard.fs.remove(target)
+    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+    try:
+        copier.copy_all(shard.snapshot)
+        while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
+            copier.catch_up(shard.snapshot)
+        shard.call_in_writer(copier.finish)
+    except BaseException:
+        copier.file.close()
+        # The original shard file is intact; the half-built copy is only clutter
+        # (and is removed on the next open if this removal fails too).
+        with contextlib.suppress(OSError):
             if shard.fs.exists(target):
                 shard.fs.remove(target)
-            raise
+        raise
 
 
 class _Copier:
@@ -114,8 +126,14 @@ class _Copier:
         self.file.write_header(shard.header_payload(self.by_id.root, self.by_seq.root, self.seq))
         # The new file must be durable before its name replaces the old one's.
         self.file.sync()
-        shard.fs.rename(self.file.path, shard.path)
-        shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")
+        try:
+            shard.fs.rename(self.file.path, shard.path)
+            shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")
+        except BaseException as exc:
+            # Which file the shard's name now points to is unknown: committing more to
+            # the old file could write into an unlinked inode. Refuse until reopen.
+            shard.fail(exc)
+            raise
         self.file.path = shard.path
         shard.swap_file(self.file)
 

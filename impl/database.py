@@ -62,6 +62,12 @@ class Database:
         self.fs = fs if fs is not None else OsFileSystem()
         self._closed = False
         self._close_lock = threading.Lock()
+        try:
+            self._open(path, options)
+        except OSError as exc:
+            raise SetteeError(f"{path}: cannot open the database: {exc}") from exc
+
+    def _open(self, path: str, options: dict[str, Any]) -> None:
         # Lock before reading or creating anything, so two processes can never
         # both create the same database or open it for writing at once.
         self.fs.makedirs(path)

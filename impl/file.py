@@ -132,6 +132,9 @@ class ShardFile:
         shard = cls(handle, created=created)
         try:
             tail_start = shard._load_newest_header()
+        except OSError as exc:
+            shard.close()
+            raise SetteeError(f"{path}: reading the file failed: {exc}") from exc
         except BaseException:
             shard.close()
             raise
@@ -151,8 +154,15 @@ class ShardFile:
         """The object stored at ``pos``; raises ``CorruptionError`` on any mismatch.
 
         Thread-safe without locks (pread only). One pread when the term fits in
-        ``READ_AHEAD`` bytes, else exactly two.
+        ``READ_AHEAD`` bytes, else exactly two. An OS error (EIO, ...) becomes a
+        ``SetteeError`` naming the file and offset.
         """
+        try:
+            return self._read_term(pos)
+        except OSError as exc:
+            raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
+
+    def _read_term(self, pos: int) -> Any:
         if self._closed:
             raise SetteeError(f"{self.path}: shard file is closed")
         if pos <= 0 or pos % BLOCK_SIZE == 0:

@@ -370,6 +370,10 @@ class Shard:
 
     # -- compaction support -------------------------------------------------------------------
 
+    def fail(self, exc: BaseException) -> None:
+        """Refuse every later write until the database is reopened."""
+        self._failure = exc
+
     def swap_file(self, file: ShardFile) -> None:
         """Make ``file`` (a finished compaction target already renamed over this
         shard's path) the shard's file. Runs on the writer thread."""

@@ -1,0 +1,190 @@
+"""I/O errors, SQLite's and RocksDB's way: make io step N fail, for every N.
+
+For every io step of a small workload, the step fails with EIO or ENOSPC,
+either once or from then on. Then:
+
+* every failing call raises a ``SetteeError`` (never a raw ``OSError``);
+* after a failed write or fsync the shard refuses further writes until the
+  database is reopened (the page cache cannot be trusted after an fsync
+  error), and nothing after the failure is acknowledged;
+* reopening on the healthy disk gives a database that ``settee check``
+  passes, holding every acknowledged write, with each unacknowledged write
+  wholly present or wholly absent.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import settee
+from settee.check import check_database
+from settee.io import FileSystemWrapper, MemoryFileSystem
+from settee.spec.routing import shard_of
+
+#: Operations that can fail with an errno on a real disk (close and size never do here).
+FAILABLE = ("open", "pread", "append", "pwrite", "fsync", "truncate", "rename", "fsync_dir")
+
+
+class FailingFileSystem(FileSystemWrapper):
+    """Fails the ``fail_at``-th failable operation (counting from 0) with ``code``;
+    with ``persistent`` every later failable operation fails too."""
+
+    def __init__(
+        self,
+        inner: Any,
+        fail_at: int,
+        code: int,
+        persistent: bool,
+        only: tuple[str, ...] = FAILABLE,
+    ) -> None:
+        super().__init__(inner)
+        self.fail_at, self.code, self.persistent, self.only = fail_at, code, persistent, only
+        self.count = 0
+        self.failed: list[str] = []
+
+    def intercept(self, op: str, path: str, call: Callable[[], Any]) -> Any:
+        if op in self.only:
+            n, self.count = self.count, self.count + 1
+            if n == self.fail_at or (self.persistent and n > self.fail_at):
+                self.failed.append(op)
+                raise OSError(self.code, os.strerror(self.code), path)
+        return call()
+
+
+def _workload(db: Any) -> list[tuple[str, Any]]:
+    """Sequential calls on two shards; returns (what, outcome) per call, where the
+    outcome is the result or the exception raised."""
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("put a", lambda: db.put({"_id": "a", "n": 1})),
+        ("bulk", lambda: db.bulk_docs([{"_id": f"b{i}", "n": i} for i in range(6)])),
+        ("get a", lambda: db.get("a")),
+        ("update a", lambda: db.put({"_id": "a", "_rev": db.get("a")["_rev"], "n": 2})),
+        ("delete b1", lambda: db.delete("b1", db.get("b1")["_rev"])),
+        ("compact", db.compact),
+        ("put c", lambda: db.put({"_id": "c", "n": 3})),
+        ("all_docs", lambda: db.all_docs(include_docs=True)),
+    ]
+    outcomes = []
+    for what, call in calls:
+        try:
+            outcomes.append((what, call()))
+        except BaseException as exc:
+            outcomes.append((what, exc))
+    return outcomes
+
+
+def _failable_steps() -> int:
+    fs = FailingFileSystem(MemoryFileSystem(), fail_at=-1, code=errno.EIO, persistent=False)
+    db = settee.Database("/db", fs=fs, shards=2)
+    _workload(db)
+    db.close()
+    return fs.count
+
+
+def _acknowledged(outcomes: list[tuple[str, Any]]) -> dict[str, str]:
+    """doc id -> last acknowledged rev (deletes included)."""
+    acked: dict[str, str] = {}
+    for _what, result in outcomes:
+        results = result if isinstance(result, list) else [result]
+        for item in results:
+            if isinstance(item, dict) and item.get("ok"):
+                acked[item["id"]] = item["rev"]
+    return acked
+
+
+def _check_run(fail_at: int, code: int, persistent: bool) -> list[str]:
+    inner = MemoryFileSystem()
+    fs = FailingFileSystem(inner, fail_at, code, persistent)
+    problems: list[str] = []
+    try:
+        db = settee.Database("/db", fs=fs, shards=2)
+    except settee.SetteeError:
+        db = None  # opening failed cleanly: nothing was acknowledged
+    except BaseException as exc:
+        return [f"open raised {exc!r}, not a SetteeError"]
+    outcomes = _workload(db) if db is not None else []
+    for what, result in outcomes:
+        if isinstance(result, BaseException) and not isinstance(result, settee.SetteeError):
+            problems.append(f"{what} raised {result!r}, not a SetteeError")
+    problems += _refusals_after_write_failure(outcomes)
+    if db is not None:
+        try:
+            db.close()
+        except BaseException as exc:
+            problems.append(f"close raised {exc!r}")
+    return problems + _recovered(inner, _acknowledged(outcomes))
+
+
+def _refusals_after_write_failure(outcomes: list[tuple[str, Any]]) -> list[str]:
+    """Once a shard's write failed, no later write to that shard is acknowledged."""
+    problems = []
+    failed: set[int] = set()
+    for what, result in outcomes:
+        if isinstance(result, settee.SetteeError) and "write failed" in str(result):
+            failed |= {i for i in range(2) if f"shard-{i:03d}" in str(result)}
+        for item in result if isinstance(result, list) else [result]:
+            if isinstance(item, dict) and item.get("ok") and shard_of(item["id"], 2) in failed:
+                problems.append(f"{what}: {item} acknowledged after its shard's write failed")
+    return problems
+
+
+def _recovered(inner: MemoryFileSystem, acked: dict[str, str]) -> list[str]:
+    if not inner.exists("/db/settee.meta"):
+        return [] if not acked else [f"acknowledged {sorted(acked)} but no database exists"]
+    problems = list(check_database("/db", inner))
+    db = settee.Database("/db", fs=inner)
+    try:
+        for doc_id, rev in acked.items():
+            try:
+                doc = db.get(doc_id, rev=rev)
+            except settee.NotFound:
+                problems.append(f"acknowledged {doc_id} {rev} is missing after reopen")
+                continue
+            if doc["_rev"] != rev:
+                problems.append(f"{doc_id}: read {doc['_rev']}, acknowledged {rev}")
+        assert db.put({"_id": "after-reopen"})["ok"]
+    finally:
+        db.close()
+    return problems
+
+
+STEPS = _failable_steps()
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["once", "persistent"])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_every_io_step_failing(code: int, persistent: bool, record_property: Any) -> None:
+    assert STEPS > 30, STEPS
+    failures = {}
+    for fail_at in range(STEPS):
+        problems = _check_run(fail_at, code, persistent)
+        if problems:
+            failures[fail_at] = problems
+    record_property("io_error_runs", STEPS)
+    assert not failures, dict(list(failures.items())[:5])
+
+
+def test_failed_fsync_refuses_later_writes_until_reopen() -> None:
+    """After an fsync error nothing more is committed on that shard; reopening heals."""
+    inner = MemoryFileSystem()
+    db = settee.Database("/db", fs=inner, shards=1)
+    db.put({"_id": "before"})
+    db.close()
+    fs = FailingFileSystem(inner, fail_at=10**9, code=errno.EIO, persistent=False, only=("fsync",))
+    db = settee.Database("/db", fs=fs, shards=1)
+    fs.fail_at = fs.count  # the next fsync: the one after the data append
+    with pytest.raises(settee.SetteeError, match="write failed"):
+        db.put({"_id": "lost"})
+    with pytest.raises(settee.SetteeError, match="reopen"):
+        db.put({"_id": "refused"})
+    assert db.get("before")["_id"] == "before"  # reads still work
+    db.close()
+    with settee.Database("/db", fs=inner) as again:
+        assert again.put({"_id": "healed"})["ok"]
+        assert "refused" not in {r["id"] for r in again.all_docs()["rows"]}
+    assert list(check_database("/db", inner)) == []
