@@ -52,6 +52,8 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# "long" is the name the proof issues use for the verify campaign's profile.
+settings.register_profile("long", settings.get_profile("verify"))
 settings.load_profile(os.environ.get("SETTEE_HYPOTHESIS_PROFILE", "ci"))
 
 # Strict mode: the engine runs the shared checker after every commit (impl/shard.py).

@@ -7,12 +7,15 @@ two cores; ``SETTEE_HYPOTHESIS_PROFILE=verify`` runs the long campaign.
 
 from __future__ import annotations
 
+from typing import Any
+
 from stateful_tests.campaigns import run_equivalence
 
 
-def test_engine_matches_reference(engine_spec: str) -> None:
+def test_engine_matches_reference(engine_spec: str, record_property: Any) -> None:
     summary = run_equivalence(engine_spec)
     print("\n" + summary.text())
+    record_property("steps", summary.steps)
     assert not summary.failures, summary.text()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -21,9 +22,12 @@ from stateful_tests.interleavings import run_scheduled, run_threads
 STATS: Counter[str] = Counter()
 
 
-def test_scheduled_interleavings_are_linearizable(engine_spec: str) -> None:
+def test_scheduled_interleavings_are_linearizable(engine_spec: str, record_property: Any) -> None:
     summary = run_interleavings(engine_spec)
     print("\n" + summary.text())
+    record_property("steps", summary.steps)
+    record_property("histories", summary.histories)
+    record_property("interleavings", summary.interleaving_steps)
     assert not summary.failures, summary.text()
 
 
@@ -48,10 +52,14 @@ def test_a_schedule_replays_identically() -> None:
 
 
 @pytest.mark.parametrize("read_mode", ["parallel", "serialized"])
-def test_real_threads_are_linearizable(engine_spec: str, read_mode: str) -> None:
+def test_real_threads_are_linearizable(
+    engine_spec: str, read_mode: str, record_property: Any
+) -> None:
     """Many short seeded runs on free OS threads; each history checked the same way."""
     rng = random.Random(f"stress-{read_mode}")
-    for _ in range(scaled(25)):
+    runs = scaled(25)
+    for _ in range(runs):
         scenario = random_scenario(rng, read_mode=read_mode)
         result = run_threads(engine_spec, scenario)
         assert not result.problems, result.report()
+    record_property("histories", runs)
