@@ -47,3 +47,14 @@ def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, muta
     again = _verify(tmp_path, "--replay", str(saved))
     assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
     assert "!=" in again.stdout  # the diff between engine and reference, again
+
+
+def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> None:
+    """An engine that acknowledges before its header is durable loses writes in a crash."""
+    engine = "crash_tests.mutants:ack_before_header_fsync"
+    run = _verify(tmp_path, "--engine", engine, "--only", "crash", "--examples", "1")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    saved = tmp_path / "settee-verify-crash-failure.json"
+    assert "acked" in json.loads(saved.read_text())["reproducer"]
+    again = _verify(tmp_path, "--replay", str(saved))
+    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
