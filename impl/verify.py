@@ -288,7 +288,7 @@ def _replay(path: str, out: TextIO) -> int:
         return 1 if summary.failures else 0
     result = CampaignResult(saved["name"], saved["engine"])
     if replay["kind"] == "crash":
-        _crash_batch(result, replay["seed"], budget=120.0)
+        _crash_batch(result, replay["seed"], budget=15.0)  # its workload comes first
     else:
         _corruption_batch(result, replay["seed"])
     out.write((result.reproducer or "did not reproduce") + "\n")
