@@ -134,6 +134,14 @@ class Database:
         if self._closed:
             raise SetteeError("database is closed; open it again with settee.open(path)")
 
+    def _snapshots(self) -> list[Any]:
+        """Every shard's current snapshot (raises SetteeError once closed)."""
+        snaps = []
+        for shard in self.shards:
+            with shard.reading() as snap:
+                snaps.append(snap)
+        return snaps
+
     def _shard(self, doc_id: str) -> Shard:
         return self.shards[shard_of(doc_id, len(self.shards))]
 
@@ -258,7 +266,7 @@ class Database:
         )
         if query.keys and (query.startkey is not None or query.endkey is not None):
             raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
-        snaps = [shard.snapshot for shard in self.shards]
+        snaps = self._snapshots()
         return views.all_docs(snaps, query)
 
     def changes(
@@ -270,7 +278,7 @@ class Database:
         check_bool("include_docs", include_docs)
         if isinstance(since, bool) or (isinstance(since, int) and since != 0):
             raise BadRequest(f"since must be 0, 'now' or a token from this database, not {since!r}")
-        snaps = [shard.snapshot for shard in self.shards]
+        snaps = self._snapshots()
         return views.changes(snaps, since, limit, include_docs)
 
     def revs_diff(self, request: Any) -> dict[str, Any]:
@@ -289,7 +297,7 @@ class Database:
     def info(self) -> dict[str, Any]:
         """Counts, the current update seq token and sizes."""
         self._check_open()
-        snaps = [shard.snapshot for shard in self.shards]
+        snaps = self._snapshots()
         counts = [snap.counts() for snap in snaps]
         return {
             "doc_count": sum(c[0] for c in counts),

@@ -22,11 +22,7 @@ from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, NotFound
 from settee.spec.revs import new_rev
 
-__all__ = ["NO_BODY", "DocInfo", "Edit", "apply_edit"]
-
-#: Body pointer of a revision whose body is not stored (an ancestor received
-#: through ``new_edits=False``, or dropped by compaction).
-NO_BODY = -1
+__all__ = ["DocInfo", "Edit", "apply_edit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +30,9 @@ class DocInfo:
     """Everything ``by_id`` keeps about one document.
 
     ``tree`` maps rev -> [parent rev or None, deleted]; ``bodies`` maps rev ->
-    file position of its body term (only revisions whose body is stored);
+    ``[file position of its body term, encoded size]`` (only revisions whose body
+    is stored: ancestors received through ``new_edits=False`` and non-leaf
+    revisions after compaction have none);
     ``active`` is the encoded size of the leaf bodies, summed into
     ``info()["sizes"]["active"]``.
     """
@@ -43,7 +41,7 @@ class DocInfo:
     seq: int
     deleted: bool
     tree: dict[str, list[Any]]
-    bodies: dict[str, int]
+    bodies: dict[str, list[int]]
     active: int
 
     @property

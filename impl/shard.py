@@ -239,7 +239,7 @@ class Shard:
         """Queue an update; the future resolves, after the commit is durable, to one
         result per doc: the new rev, None (nothing new to store) or an exception."""
         future: Future[list[Any]] = Future()
-        encoded = [encode_payload(doc.body) for doc in docs]
+        encoded = [doc.encoded or encode_payload(doc.body) for doc in docs]
         self._enqueue(_Write(docs, encoded, new_edits, future, deleting))
         return future
 
@@ -272,6 +272,9 @@ class Shard:
             self._closed = True
             self._queue.put(_STOP)
         self._writer.join()
+        # Mark the file closed before its descriptors go, so a snapshot still held
+        # by a reader fails cleanly instead of reading a reused descriptor number.
+        self.snapshot.file._closed = True
         self._close_file()
 
     # -- the writer thread ------------------------------------------------------------------

@@ -34,7 +34,7 @@ element matters.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -73,6 +73,8 @@ class ValidDoc:
     deleted: bool
     revisions: tuple[str, ...]
     body: dict[str, Any]
+    #: ``body`` as msgpack bytes (what the engine stores), kept so it is packed once.
+    encoded: bytes = field(default=b"", repr=False, compare=False)
 
 
 def validate_docid(docid: object) -> str:
@@ -143,6 +145,12 @@ def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, An
 
     raises: BadRequest
     """
+    return _normalise(body, max_document_size)[0]
+
+
+def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, Any], bytes]:
+    """The normalised body and its msgpack bytes (packing the original gives the
+    same bytes as packing the normalised copy: msgpack sees the same values)."""
     _check_value(body, "doc", 0)
     packed = msgpack.packb(body, use_bin_type=True)
     if len(packed) > max_document_size:
@@ -151,7 +159,7 @@ def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, An
             f"{max_document_size}: split it or open the database with a larger limit"
         )
     normal: dict[str, Any] = msgpack.unpackb(packed, raw=False)
-    return normal
+    return normal, packed
 
 
 def _revisions_path(value: Any) -> tuple[str, ...]:
@@ -218,12 +226,14 @@ def validate_doc(
             f"document {docid!r} has no _rev: with new_edits=False every document must name "
             "its revision (_rev, and _revisions for its history)"
         )
+    normal, packed = _normalise(body, max_document_size)
     return ValidDoc(
         id=docid,
         rev=revisions[0] if revisions else None,
         deleted=deleted,
         revisions=revisions,
-        body=normalise_body(body, max_document_size),
+        body=normal,
+        encoded=packed,
     )
 
 

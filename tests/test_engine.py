@@ -399,3 +399,36 @@ def test_strict_mode_fails_the_commit_that_breaks_an_invariant(
     with pytest.raises(settee.SetteeError, match="strict mode"):
         db.put({"_id": "broken"})
     db.close()
+
+
+def test_snapshot_held_across_close_never_reads_another_database(tmp_path: Any) -> None:
+    """Regression (found in review): close() freed the descriptors without marking
+    the file closed, so a reader still holding a snapshot could pread a reused
+    descriptor number, i.e. another database's file."""
+    a = _open(tmp_path / "a", shards=1)
+    a.put({"_id": "x", "secret": "A"})
+    snap = a.shards[0].snapshot
+    a.close()
+    with _open(tmp_path / "b", shards=1) as b:
+        b.put({"_id": "x", "secret": "B"})
+        snap.by_id.cache.clear()
+        with pytest.raises(settee.SetteeError, match="closed"):
+            snap.doc_info("x")
+
+
+def test_each_body_is_packed_once_per_write(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validated document carries its msgpack bytes to the writer (review finding)."""
+    import msgpack
+
+    calls: list[int] = []
+    original = msgpack.packb
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> bytes:
+        if isinstance(obj, dict) and obj.get("payload") == "p" * 1000:
+            calls.append(1)
+        return original(obj, *args, **kwargs)
+
+    with _open(tmp_path / "db", shards=1) as db:
+        monkeypatch.setattr(msgpack, "packb", counting)
+        db.put({"_id": "a", "payload": "p" * 1000})
+    assert len(calls) == 1

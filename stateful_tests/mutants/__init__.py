@@ -44,6 +44,8 @@ class LostUpdate(Wrapper):
             return self.inner.put(doc)
         except Conflict:
             row = self.inner.all_docs(keys=[doc["_id"]])["rows"][0]
+            if "value" not in row:  # no document to overwrite: a genuine conflict
+                raise
             return self.inner.put({**doc, "_rev": row["value"]["rev"]})
 
 
