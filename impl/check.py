@@ -102,14 +102,14 @@ def _check_identity(file: ShardFile, db_uuid: str, index: int, shards: int) -> I
 
 def _scan_frames(file: ShardFile) -> Iterator[str]:
     """Walk every frame and header from offset 0 to the newest header's end."""
-    handle = file._handle
+    handle = file.handle
     end = _valid_end(file)
     pos = 0
     while pos < end:
         if pos % BLOCK_SIZE == 0:
             marker = handle.pread(pos, 1)
             if marker == bytes([BLOCK_HEADER]):
-                found = file._read_header_at(pos)
+                found = file.read_header_at(pos)
                 if found is None:
                     yield f"{file.path}:{pos}: header block whose header does not verify"
                     pos += BLOCK_SIZE
@@ -138,7 +138,7 @@ def _scan_frames(file: ShardFile) -> Iterator[str]:
 
 def _valid_end(file: ShardFile) -> int:
     """Where the newest header ends: bytes after it are an ignored (torn) tail."""
-    found = file._read_header_at(file.header_offset or 0)
+    found = file.read_header_at(file.header_offset or 0)
     return found[0] if found else 0
 
 

@@ -239,6 +239,20 @@ class ShardFile:
         """Bytes in the file, including any ignored tail."""
         return self._end
 
+    @property
+    def handle(self) -> FileHandle:
+        """The open handle (the checker walks raw bytes; the shard closes it late)."""
+        return self._handle
+
+    def refuse_reads(self) -> None:
+        """Make every later ``read_term`` fail with SetteeError, before the handle is
+        closed by someone else (a reader may still hold a snapshot of this file)."""
+        self._closed = True
+
+    def read_header_at(self, offset: int) -> tuple[int, int, bytes] | None:
+        """``(end, version, payload)`` of a complete, verified header at ``offset``, or None."""
+        return self._read_header_at(offset)
+
     def close(self) -> None:
         """Close the file; idempotent. No read may be in flight."""
         if not self._closed:

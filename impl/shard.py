@@ -191,7 +191,7 @@ class Shard:
         # The OS descriptor must outlive every snapshot that reads this file (a
         # compaction retires it while old readers still hold snapshots), so it is
         # closed when the last reference to the ShardFile goes, or by close().
-        self._close_file = weakref.finalize(file, _close_handle, file._handle)
+        self._close_file = weakref.finalize(file, _close_handle, file.handle)
         return Snapshot(
             file,
             by_id_tree(file, header["by_id"], cache),
@@ -274,7 +274,7 @@ class Shard:
         self._writer.join()
         # Mark the file closed before its descriptors go, so a snapshot still held
         # by a reader fails cleanly instead of reading a reused descriptor number.
-        self.snapshot.file._closed = True
+        self.snapshot.file.refuse_reads()
         self._close_file()
 
     # -- the writer thread ------------------------------------------------------------------
