@@ -24,7 +24,6 @@ shards x read_mode grid; otherwise it is called with no extra options.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from collections.abc import Callable, Iterator
@@ -34,6 +33,11 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# Strict mode: the engine runs the shared checker after every commit (impl/shard.py).
+# Set before settee is first imported (the line below); SETTEE_STRICT=0 turns it off.
+os.environ.setdefault("SETTEE_STRICT", "1")
+from settee.engines import load_factory
 
 __all__ = ["EngineParam", "Opener"]
 
@@ -56,9 +60,6 @@ settings.register_profile(
 settings.register_profile("long", settings.get_profile("verify"))
 settings.load_profile(os.environ.get("SETTEE_HYPOTHESIS_PROFILE", "ci"))
 
-# Strict mode: the engine runs the shared checker after every commit (impl/shard.py).
-# Set before settee is imported by any test module; SETTEE_STRICT=0 turns it off.
-os.environ.setdefault("SETTEE_STRICT", "1")
 
 REFERENCE = "settee.reference:open"
 DEFAULT_ENGINE = "settee:open"
@@ -82,21 +83,6 @@ class EngineParam:
 
     def factory(self) -> Callable[..., Any]:
         return load_factory(self.spec)
-
-
-def load_factory(spec: str) -> Callable[..., Any]:
-    """Import ``"MODULE:CALLABLE"``; raise ``LookupError`` with the reason."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise LookupError(f"engine spec {spec!r} must look like 'MODULE:CALLABLE'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise LookupError(f"cannot import {module_name!r}: {exc}") from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise LookupError(f"{module_name}.{attr} does not exist yet (or is not callable)")
-    return factory
 
 
 def _accepts_shards(factory: Callable[..., Any]) -> bool:

@@ -7,7 +7,6 @@ with their reports).
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from crash_tests.checker import default_factory
+from settee.engines import load_factory
 
 _TOTALS: dict[str, int] = {}
 
@@ -33,11 +33,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"crash_tests: {parts}")
 
 
-def _load(spec: str) -> Callable[..., Any]:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 @pytest.fixture(scope="session")
 def crash_factory(pytestconfig: pytest.Config) -> Callable[..., Any]:
     """The engine under test, called as ``factory(path, fs=..., **options)``.
@@ -51,4 +46,4 @@ def crash_factory(pytestconfig: pytest.Config) -> Callable[..., Any]:
         specs = []
     specs += [s.strip() for s in os.environ.get("SETTEE_ENGINE", "").split(",") if s.strip()]
     specs = [s for s in specs if not s.startswith("settee.reference")]
-    return _load(specs[0]) if specs else default_factory
+    return load_factory(specs[0]) if specs else default_factory

@@ -36,6 +36,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from settee.engines import load_factory
+
 __all__ = ["CAMPAIGNS", "CampaignResult", "add_parser", "run_verify"]
 
 CAMPAIGNS = ("equivalence", "interleavings", "stress", "crash", "corruption")
@@ -73,14 +75,6 @@ def _source_root() -> str:
     return root
 
 
-def _load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    obj: Any = __import__(module, fromlist=[name])
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 # -- one batch of each campaign (runs in a worker process) --------------------------------------
 
 
@@ -106,7 +100,7 @@ def _stateful_batch(result: CampaignResult, seed: int, examples: int | None) -> 
 def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
     from crash_tests.campaign import run_campaign
 
-    summary = run_campaign(_load(result.engine), budget=budget, seed=seed)
+    summary = run_campaign(load_factory(result.engine), budget=budget, seed=seed)
     result.crash_states += summary.states_checked
     if summary.failures:
         failure = summary.failures[0]
@@ -135,7 +129,7 @@ def _unsupported(name: str, engine: str) -> str:
     if name == "corruption" and engine != "settee:open":
         return "damages settee's own files of a database built by settee; runs for settee:open only"
     if name == "crash":
-        factory = _load(engine)
+        factory = load_factory(engine)
         try:
             params = inspect.signature(factory).parameters
         except (TypeError, ValueError):

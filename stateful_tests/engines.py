@@ -9,11 +9,11 @@ third party can run the whole proof against their own engine.
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
-from collections.abc import Callable
 from typing import Any
+
+from settee.engines import load_factory
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -27,20 +27,6 @@ __all__ = [
 
 DEFAULT_ENGINE = "settee:open"
 REFERENCE = "settee.reference:open"
-
-
-def load_factory(spec: str) -> Callable[..., Any]:
-    """Import ``"MODULE:CALLABLE"``; ``LookupError`` naming what is wrong."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise LookupError(f"engine spec {spec!r} must look like 'MODULE:CALLABLE'")
-    module = importlib.import_module(module_name)
-    factory = module
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
-    if not callable(factory):
-        raise LookupError(f"{spec}: {attr!r} is not a callable of {module_name!r}")
-    return factory
 
 
 def open_engine(spec: str, path: str, **options: Any) -> Any:
