@@ -14,6 +14,7 @@ import binascii
 import msgpack
 
 from settee.spec.errors import BadRequest
+from settee.spec.values import describe
 
 __all__ = ["decode_token", "encode_token"]
 
@@ -28,9 +29,10 @@ def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
     """The per-shard seqs a ``since`` value names.
 
     ``0`` (or ``"0"``) is the beginning and ``"now"`` is ``current``; anything
-    else must be a token this database returned.
+    else must be a token this database returned. ``token`` is already plain
+    (``spec.arguments.check_since``): an exact ``int`` or ``str``.
     """
-    if token in (0, "0") and not isinstance(token, bool):
+    if token == 0 or token == "0":
         return [0] * shards
     if token == "now":
         return list(current)
@@ -39,7 +41,8 @@ def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
     _, _, payload = token.partition("-")
     try:
         seqs = msgpack.unpackb(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (ValueError, binascii.Error, msgpack.UnpackException):
+    except (ValueError, binascii.Error, msgpack.UnpackException, RecursionError):
+        # A caller's garbage can make msgpack raise any of these (deep nesting too).
         raise _bad(token) from None
     if not _is_seq_vector(seqs, shards):
         raise _bad(token)
@@ -56,6 +59,6 @@ def _is_seq_vector(seqs: object, shards: int) -> bool:
 
 def _bad(token: object) -> BadRequest:
     return BadRequest(
-        f"invalid since value {token!r}: pass 0, 'now', or a seq/last_seq/update_seq token "
+        f"invalid since value {describe(token)}: pass 0, 'now', or a seq/last_seq/update_seq token "
         "returned by this database"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -62,9 +63,9 @@ def all_docs(snaps: list[Snapshot], query: AllDocsQuery) -> dict[str, Any]:
 def _range_rows(snaps: list[Snapshot], query: AllDocsQuery) -> list[dict[str, Any]]:
     streams = [_live_docs(snap, query) for snap in snaps]
     merged = heapq.merge(*streams, key=lambda pair: pair[1].id, reverse=query.descending)
-    stop = None if query.limit is None else query.skip + query.limit
+    stop = None if query.limit is None else _clamp(query.skip + query.limit)
     rows = []
-    for snap, info in itertools.islice(merged, query.skip, stop):
+    for snap, info in itertools.islice(merged, _clamp(query.skip), stop):
         row: dict[str, Any] = {"id": info.id, "key": info.id, "value": {"rev": info.winner}}
         if query.include_docs:
             row["doc"] = _winner_doc(snap, info)
@@ -122,7 +123,7 @@ def changes(
     streams = [_shard_changes(i, snap, position[i]) for i, snap in enumerate(snaps)]
     merged = heapq.merge(*streams)
     results = []
-    for seq, index, doc_id, rev, deleted in itertools.islice(merged, limit):
+    for seq, index, doc_id, rev, deleted in itertools.islice(merged, _clamp(limit)):
         position[index] = seq
         entry: dict[str, Any] = {
             "seq": encode_token(position),
@@ -139,6 +140,12 @@ def changes(
     if limit is None or len(results) < limit:
         position = [max(p, c) for p, c in zip(position, current, strict=True)]
     return {"results": results, "last_seq": encode_token(position)}
+
+
+def _clamp(count: int | None) -> int | None:
+    """``count`` capped at what ``islice`` takes; no store holds ``sys.maxsize`` rows, so
+    ``limit=2**63`` and ``limit=sys.maxsize`` mean the same: no limit."""
+    return None if count is None else min(count, sys.maxsize)
 
 
 def _shard_changes(index: int, snap: Snapshot, since: int) -> Iterator[tuple[Any, ...]]:

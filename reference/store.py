@@ -51,11 +51,22 @@ from typing import Any
 import msgpack
 
 from settee.spec import revtree
+from settee.spec.arguments import (
+    check_bool,
+    check_count,
+    check_key,
+    check_keys,
+    check_optional_rev,
+    check_path,
+    check_revs_diff,
+    check_since,
+)
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc, validate_docid
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.keys import before_start, in_range, sort_ids
 from settee.spec.revs import new_rev, parse_rev
+from settee.spec.values import describe
 
 __all__ = ["LOG_NAME", "ReferenceDB", "open"]
 
@@ -75,29 +86,7 @@ class _Doc:
 def open(path: str | None = None, **options: Any) -> ReferenceDB:
     """Open (creating if needed) the reference database at directory ``path``,
     or a memory-only one when ``path`` is None."""
-    return ReferenceDB(path, validate_options(**options))
-
-
-def _check_bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be True or False, not {value!r}")
-
-
-def _check_count(name: str, value: object, *, allow_none: bool) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise BadRequest(f"{name} must be an int >= 0{' or None' if allow_none else ''}")
-
-
-def _check_key(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"{name} must be a document id (str) or None, not {value!r}")
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest(f"{name} is not valid UTF-8 (lone surrogate)") from None
+    return ReferenceDB(check_path(path, optional=True), validate_options(**options))
 
 
 class ReferenceDB:
@@ -112,6 +101,10 @@ class ReferenceDB:
         self._log_path: str | None = None
         self._log: Any = None
         if path is not None:
+            if not config["create"] and not os.path.exists(os.path.join(path, LOG_NAME)):
+                raise SetteeError(
+                    f"{path} holds no settee database (no {LOG_NAME}); check the path"
+                )
             os.makedirs(path, exist_ok=True)
             self._log_path = os.path.join(path, LOG_NAME)
             self._replay()
@@ -157,9 +150,8 @@ class ReferenceDB:
         """Write a tombstone below leaf ``rev`` (chttpd_db DELETE semantics)."""
         with self._lock:
             self._check_open()
-            validate_docid(docid)
-            if rev is not None:
-                parse_rev(rev)
+            docid = validate_docid(docid)
+            rev = check_optional_rev(rev)
             entry = self._docs.get(docid)
             if entry is None:
                 raise NotFound("missing")
@@ -178,16 +170,20 @@ class ReferenceDB:
             self._check_open()
             if not isinstance(docs, (list, tuple)):
                 raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
-            _check_bool("new_edits", new_edits)
-            vdocs = [self._validate(doc, new_edits=new_edits) for doc in docs]
+            check_bool("new_edits", new_edits)
+            vdocs = [
+                self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs
+            ]
             if new_edits:
                 return self._update_interactive(vdocs)
             self._update_replicated(vdocs)
             return []  # CouchDB omits successes with new_edits=false; we have no other errors
 
-    def _validate(self, doc: object, *, new_edits: bool) -> ValidDoc:
+    def _validate(self, doc: object, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         limit = self._config["max_document_size"]
-        return validate_doc(doc, new_edits=new_edits, max_document_size=limit)
+        return validate_doc(
+            doc, new_edits=new_edits, max_document_size=limit, generate_id=generate_id
+        )
 
     @staticmethod
     def _parent_for(
@@ -273,11 +269,10 @@ class ReferenceDB:
         """The winning revision (or ``rev``) of a document."""
         with self._lock:
             self._check_open()
-            validate_docid(docid)
-            if rev is not None:
-                parse_rev(rev)
-            _check_bool("revs", revs)
-            _check_bool("conflicts", conflicts)
+            docid = validate_docid(docid)
+            rev = check_optional_rev(rev)
+            check_bool("revs", revs)
+            check_bool("conflicts", conflicts)
             entry = self._docs.get(docid)
             if entry is None:
                 raise NotFound("missing")
@@ -320,23 +315,19 @@ class ReferenceDB:
         """CouchDB's ``_all_docs`` (SEMANTICS.md §8)."""
         with self._lock:
             self._check_open()
-            _check_key("startkey", startkey)
-            _check_key("endkey", endkey)
+            startkey = check_key("startkey", startkey)
+            endkey = check_key("endkey", endkey)
             for name, flag in (
                 ("include_docs", include_docs),
                 ("descending", descending),
                 ("inclusive_end", inclusive_end),
             ):
-                _check_bool(name, flag)
-            _check_count("limit", limit, allow_none=True)
-            _check_count("skip", skip, allow_none=False)
-            if keys is not None:
-                if not isinstance(keys, (list, tuple)):
-                    raise BadRequest("keys must be a list of document ids or None")
-                for key in keys:
-                    _check_key("each of keys", key)
-                if keys and (startkey is not None or endkey is not None):
-                    raise BadRequest("keys is incompatible with startkey and endkey: pass one")
+                check_bool(name, flag)
+            limit = check_count("limit", limit, optional=True)
+            skip = check_count("skip", skip, optional=False) or 0
+            keys = check_keys(keys)
+            if keys and (startkey is not None or endkey is not None):
+                raise BadRequest("keys is incompatible with startkey and endkey: pass one")
             live = [i for i, e in self._docs.items() if not revtree.is_deleted(e.tree)]
             total = len(live)
             if keys is not None:
@@ -377,15 +368,18 @@ class ReferenceDB:
         """Each document once, at its latest change after ``since``."""
         with self._lock:
             self._check_open()
+            since = check_since(since)
             if since == "now":
                 since = self._seq
-            if not isinstance(since, int) or isinstance(since, bool) or not 0 <= since <= self._seq:
+            elif since == "0":
+                since = 0
+            if not isinstance(since, int) or not 0 <= since <= self._seq:
                 raise BadRequest(
-                    f"since={since!r} is not a sequence this database returned: "
+                    f"since={describe(since)} is not a sequence this database returned: "
                     "use 0, 'now', a 'seq' or 'last_seq' from changes(), or info()['update_seq']"
                 )
-            _check_count("limit", limit, allow_none=True)
-            _check_bool("include_docs", include_docs)
+            limit = check_count("limit", limit, optional=True)
+            check_bool("include_docs", include_docs)
             pending = sorted((e.seq, i) for i, e in self._docs.items() if e.seq > since)
             cut = limit is not None and len(pending) > limit
             if cut:
@@ -410,16 +404,8 @@ class ReferenceDB:
         """Which of the given revisions the database lacks (SEMANTICS.md §10)."""
         with self._lock:
             self._check_open()
-            if not isinstance(revs, dict):
-                raise BadRequest("revs_diff takes a dict {docid: [rev, ...]}")
-            for docid, asked in revs.items():
-                if not isinstance(docid, str) or not isinstance(asked, (list, tuple)):
-                    raise BadRequest("revs_diff takes a dict {docid (str): [rev, ...]}")
-                _check_key("a revs_diff id", docid)
-                for rev in asked:
-                    parse_rev(rev)
             result: dict[str, dict[str, list[str]]] = {}
-            for docid, asked in revs.items():
+            for docid, asked in check_revs_diff(revs).items():
                 tree = self._tree_of(docid) or {}
                 missing = list(dict.fromkeys(r for r in asked if r not in tree))
                 if not missing:

@@ -13,13 +13,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.errors import BadRequest
+from settee.spec.values import describe, is_int, plain_int, plain_str
 
 __all__ = ["DEFAULTS", "OPTIONS", "Option", "validate_options"]
 
 
 def _positive_int(value: Any) -> bool:
     # bool is an int subclass; True shards is a typo, not a count.
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return is_int(value) and plain_int(value) >= 1
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda value: is_int(value) and low <= plain_int(value) <= high
+
+
+def _plain(value: Any) -> Any:
+    """An accepted value as an exact builtin (``IntEnum`` and ``str`` subclasses become plain)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return plain_int(value)
+    if isinstance(value, str):
+        return plain_str(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +51,7 @@ class Option:
 OPTIONS: dict[str, Option] = {
     "shards": Option(
         4,
-        lambda v: _positive_int(v) and v <= 1024,
+        _int_in(1, 1024),
         "an int from 1 to 1024",
         "number of shard files (mem3 hash ranges); fixed when the database is created",
     ),
@@ -47,7 +63,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "read_mode": Option(
         "parallel",
-        lambda v: v in ("parallel", "serialized"),
+        lambda v: isinstance(v, str) and plain_str(v) in ("parallel", "serialized"),
         "'parallel' or 'serialized'",
         "'parallel': lock-free pread readers; 'serialized': one lock per shard (CouchDB < 3.5)",
     ),
@@ -63,6 +79,26 @@ OPTIONS: dict[str, Option] = {
         "an int >= 1 (bytes)",
         "largest accepted document body, measured as its msgpack encoding",
     ),
+    "strict": Option(
+        False,
+        lambda v: isinstance(v, bool),
+        "True or False",
+        "after every commit, check what it changed (trees, by_id/by_seq agreement, counts) "
+        "and fail the write on any inconsistency; the proof runs with it on",
+    ),
+    "node_size": Option(
+        4096,
+        _int_in(128, 4096),
+        "an int from 128 to 4096 (bytes)",
+        "largest encoded B+tree node a commit writes (CouchDB's btree_chunk_size); small "
+        "values make tiny databases split and merge nodes, which the proof relies on",
+    ),
+    "create": Option(
+        True,
+        lambda v: isinstance(v, bool),
+        "True or False",
+        "create the database if the path holds none; False: SetteeError instead",
+    ),
 }
 
 DEFAULTS: dict[str, Any] = {name: option.default for name, option in OPTIONS.items()}
@@ -74,10 +110,11 @@ def validate_options(**options: Any) -> dict[str, Any]:
     post: set(__return__) == set(OPTIONS)
     raises: BadRequest
     """
-    unknown = sorted(set(options) - set(OPTIONS))
+    unknown = sorted(set(options) - set(OPTIONS), key=str)
     if unknown:
         raise BadRequest(
-            f"unknown option {unknown[0]!r}: settee accepts only {', '.join(sorted(OPTIONS))}"
+            f"unknown option {describe(unknown[0])}: settee accepts only "
+            f"{', '.join(sorted(OPTIONS))}"
         )
     config = dict(DEFAULTS)
     for name, value in options.items():
@@ -85,6 +122,8 @@ def validate_options(**options: Any) -> dict[str, Any]:
             continue  # explicit None: the library decides, i.e. the default
         option = OPTIONS[name]
         if not option.check(value):
-            raise BadRequest(f"bad value {value!r} for option {name!r}: use {option.expects}")
-        config[name] = value
+            raise BadRequest(
+                f"bad value {describe(value)} for option {name!r}: use {option.expects}"
+            )
+        config[name] = _plain(value)
     return config

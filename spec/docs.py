@@ -5,7 +5,8 @@ they accept, reject and store exactly the same documents. The rules follow
 ``couch_doc:from_json_obj/1`` (``transfer_fields``) and
 ``couch_doc:validate_docid/1``:
 
-* the document is a dict with an ``_id`` that is a non-empty str; ids that
+* the document is a dict with an ``_id`` that is a non-empty str (or none at
+  all, when the caller asks for a generated one: ``_bulk_docs``); ids that
   start with ``_`` are refused except ``_design/<name>`` (``_local/`` docs are
   out of scope), ``"_design/"`` alone is refused as in CouchDB, and ids must
   be encodable as UTF-8 (no lone surrogates);
@@ -20,9 +21,12 @@ they accept, reject and store exactly the same documents. The rules follow
   tuple (stored as list), str, int in [-2**63, 2**64), float except NaN and
   ±inf (JSON has no spelling for them; CouchDB's encoder refuses them), bool,
   None. bytes, sets and other objects are refused;
-* the body (the doc minus its ``_``-fields) is normalised by a msgpack round
-  trip, and its msgpack size must not exceed ``max_document_size`` (CouchDB
-  measures the JSON body; settee measures what it stores).
+* every value a caller passes may be hostile (``str`` subclasses, 5,000-digit
+  ints, nesting 100,000 deep): the body (the doc minus its ``_``-fields) is
+  rebuilt in one iterative pass from exact builtins (``spec/values.py``), so
+  what is stored, hashed and returned never depends on a caller's class; its
+  msgpack size must not exceed ``max_document_size`` (CouchDB measures the
+  JSON body; settee measures what it stores).
 
 With ``new_edits=False`` the document must name its revision: ``_rev``, or
 ``_revisions`` (CouchDB accepts ``_revisions`` alone), and ``revisions`` is
@@ -40,8 +44,10 @@ from typing import Any
 import msgpack
 
 from settee.spec.config import DEFAULTS
+from settee.spec.docids import new_docid
 from settee.spec.errors import BadRequest
-from settee.spec.revs import HASH_CHARS, format_rev, parse_rev
+from settee.spec.revs import HASH_CHARS, MAX_REV_POS, check_rev, format_rev
+from settee.spec.values import describe, is_int, plain_int, plain_str
 
 __all__ = [
     "IGNORED_FIELDS",
@@ -78,58 +84,24 @@ class ValidDoc:
 
 
 def validate_docid(docid: object) -> str:
-    """``docid`` if it is an acceptable document id, else BadRequest.
+    """``docid`` as a plain ``str`` if it is an acceptable document id, else BadRequest.
 
     raises: BadRequest
     post: __return__ == docid
     """
+    if isinstance(docid, str):
+        docid = plain_str(docid)  # before any comparison: a subclass's __eq__ may lie
     if not isinstance(docid, str) or docid == "":
-        raise BadRequest(f"document id {docid!r} is not a non-empty str: pass a str like 'doc-1'")
+        raise BadRequest(
+            f"document id {describe(docid)} is not a non-empty str: pass a str like 'doc-1'"
+        )
     if docid.startswith("_") and (not docid.startswith("_design/") or docid == "_design/"):
         raise BadRequest(
-            f"document id {docid!r} starts with '_': only '_design/<name>' ids may; "
+            f"document id {describe(docid)} starts with '_': only '_design/<name>' ids may; "
             "rename the document"
         )
-    try:
-        docid.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(
-            f"document id {docid!r} is not valid UTF-8 (lone surrogate): fix the id"
-        ) from None
+    _check_text(docid, "document id")
     return docid
-
-
-def _check_value(value: Any, where: str, depth: int) -> None:
-    """BadRequest naming ``where`` if ``value`` is not a storable JSON value."""
-    if depth > _MAX_DEPTH:
-        raise BadRequest(f"{where} nests deeper than {_MAX_DEPTH} levels: flatten the document")
-    if value is None or isinstance(value, (bool, str)):
-        if isinstance(value, str):
-            _check_text(value, where)
-        return
-    if isinstance(value, int):
-        if not _INT_MIN <= value <= _INT_MAX:
-            raise BadRequest(f"{where} = {value} does not fit in 64 bits: store it as a str")
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadRequest(f"{where} = {value} is not a JSON number: store null or a str")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_value(item, f"{where}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise BadRequest(f"{where} has key {key!r}: JSON object keys must be str")
-            _check_text(key, f"{where} key {key!r}")
-            _check_value(item, f"{where}[{key!r}]", depth + 1)
-        return
-    raise BadRequest(
-        f"{where} is a {type(value).__name__}, which JSON cannot hold: use dict, list, str, "
-        "int, float, bool or None (e.g. base64-encode bytes, list a set)"
-    )
 
 
 def _check_text(text: str, where: str) -> None:
@@ -139,9 +111,79 @@ def _check_text(text: str, where: str) -> None:
         raise BadRequest(f"{where} is not valid UTF-8 (lone surrogate): fix the text") from None
 
 
+def _where(path: tuple[Any, ...]) -> str:
+    """``doc['x'][0]`` for the path ``('x', 0)``; long paths are cut in the middle."""
+    parts = [f"[{describe(step)}]" for step in path]
+    if len(parts) > 8:
+        parts = [*parts[:4], "...", *parts[-3:]]
+    return "doc" + "".join(parts)
+
+
+def _plain_scalar(value: Any, path: tuple[Any, ...]) -> Any:
+    """A non-container value as an exact builtin, or BadRequest naming ``path``."""
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        text = plain_str(value)
+        _check_text(text, _where(path))
+        return text
+    if isinstance(value, int):
+        number = plain_int(value)
+        if not _INT_MIN <= number <= _INT_MAX:
+            raise BadRequest(
+                f"{_where(path)} = {describe(number)} does not fit in 64 bits: store it as a str"
+            )
+        return number
+    if isinstance(value, float):
+        real = float.__float__(value)
+        if not math.isfinite(real):
+            raise BadRequest(f"{_where(path)} = {real} is not a JSON number: store null or a str")
+        return real
+    raise BadRequest(
+        f"{_where(path)} is a {type(value).__name__}, which JSON cannot hold: use dict, list, "
+        "str, int, float, bool or None (e.g. base64-encode bytes, list a set)"
+    )
+
+
+def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A fresh copy of ``body`` built only of exact builtins (tuples become lists,
+    subclasses become their base), or BadRequest naming the first bad value.
+
+    Iterative, so a value nested 100,000 deep is refused, not a RecursionError.
+    """
+    out: dict[str, Any] = {}
+    # (source container, target container, depth of its values, path to it)
+    stack: list[tuple[Any, Any, int, tuple[Any, ...]]] = [(body, out, 1, ())]
+    while stack:
+        source, target, depth, path = stack.pop()
+        if depth > _MAX_DEPTH and len(source):
+            raise BadRequest(
+                f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
+            )
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in pairs:
+            if isinstance(source, dict):
+                if not isinstance(key, str):
+                    raise BadRequest(
+                        f"{_where(path)} has key {describe(key)}: JSON object keys must be str"
+                    )
+                key = plain_str(key)
+                _check_text(key, f"{_where(path)} key")
+            if isinstance(value, dict):
+                child: Any = {}
+                stack.append((value, child, depth + 1, (*path, key)))
+            elif isinstance(value, list | tuple):
+                child = [None] * len(value)
+                stack.append((value, child, depth + 1, (*path, key)))
+            else:
+                child = _plain_scalar(value, (*path, key))
+            target[key] = child
+    return out
+
+
 def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
-    """A fresh copy of ``body`` as msgpack gives it back (tuples become lists,
-    str/int subclasses become plain), or BadRequest.
+    """A fresh copy of ``body`` as it will be stored and returned (tuples become
+    lists, str/int/float subclasses become plain), or BadRequest.
 
     raises: BadRequest
     """
@@ -149,82 +191,121 @@ def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, An
 
 
 def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, Any], bytes]:
-    """The normalised body and its msgpack bytes (packing the original gives the
-    same bytes as packing the normalised copy: msgpack sees the same values)."""
-    _check_value(body, "doc", 0)
-    packed = msgpack.packb(body, use_bin_type=True)
+    """The normalised body and its msgpack bytes. The copy is exactly what
+    unpacking the bytes gives back, so no unpack round trip is needed."""
+    normal = _plain_body(body)
+    packed = msgpack.packb(normal, use_bin_type=True)
     if len(packed) > max_document_size:
         raise BadRequest(
             f"document body is {len(packed)} bytes, above max_document_size="
             f"{max_document_size}: split it or open the database with a larger limit"
         )
-    normal: dict[str, Any] = msgpack.unpackb(packed, raw=False)
     return normal, packed
 
 
 def _revisions_path(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, dict) or set(value) != {"start", "ids"}:
+    if not isinstance(value, dict) or set(map(_key_text, value)) != {"start", "ids"}:
         raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
-    start, ids = value["start"], value["ids"]
-    if not isinstance(start, int) or isinstance(start, bool):
-        raise BadRequest(f"_revisions.start {start!r} is not an int: use the newest position")
-    if not isinstance(ids, list) or not ids:
+    fields = {_key_text(k): v for k, v in value.items()}
+    start, ids = fields["start"], fields["ids"]
+    if not is_int(start):
+        raise BadRequest(
+            f"_revisions.start {describe(start)} is not an int: use the newest position"
+        )
+    start = plain_int(start)
+    if not isinstance(ids, list | tuple) or not ids:
         raise BadRequest("_revisions.ids must be a non-empty list of hashes, newest first")
     if start < len(ids):
         raise BadRequest(
-            f"_revisions.start {start} is below the {len(ids)} ids given: positions start at 1"
+            f"_revisions.start {describe(start)} is below the {len(ids)} ids given: "
+            "positions start at 1"
+        )
+    if start > MAX_REV_POS:
+        raise BadRequest(
+            f"_revisions.start {describe(start)} is above {MAX_REV_POS}: revision positions "
+            "must fit a signed 64-bit integer"
         )
     path = []
     for i, hash_ in enumerate(ids):
+        hash_ = plain_str(hash_) if isinstance(hash_, str) else hash_
         if not isinstance(hash_, str) or not hash_ or any(c not in HASH_CHARS for c in hash_):
-            raise BadRequest(f"_revisions.ids[{i}] {hash_!r} is not a lowercase hex/alnum hash")
+            raise BadRequest(
+                f"_revisions.ids[{i}] {describe(hash_)} is not a lowercase hex/alnum hash"
+            )
         path.append(format_rev(start - i, hash_))
     if len(set(path)) != len(path):
         raise BadRequest("_revisions.ids repeats a hash: each revision appears once")
     return tuple(path)
 
 
+def _key_text(key: Any) -> Any:
+    return plain_str(key) if isinstance(key, str) else key
+
+
+def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(special fields, body)`` of ``doc``, keys made plain; BadRequest for a
+    non-str key or an unknown ``_``-field."""
+    special: dict[str, Any] = {}
+    body: dict[str, Any] = {}
+    for key, value in doc.items():
+        if not isinstance(key, str):
+            raise BadRequest(
+                f"document key {describe(key)} is not a str: JSON object keys must be str"
+            )
+        key = plain_str(key)
+        if not key.startswith("_"):
+            body[key] = value
+        elif key in READ_FIELDS:
+            special[key] = value
+        elif key not in IGNORED_FIELDS:
+            raise BadRequest(
+                f"unknown special field {describe(key)}: fields starting with '_' are reserved "
+                f"({', '.join(sorted(READ_FIELDS))}); rename it without the underscore"
+            )
+    return special, body
+
+
 def validate_doc(
-    doc: object, *, new_edits: bool, max_document_size: int = DEFAULTS["max_document_size"]
+    doc: object,
+    *,
+    new_edits: bool,
+    max_document_size: int = DEFAULTS["max_document_size"],
+    generate_id: bool = False,
 ) -> ValidDoc:
     """Check ``doc`` and split it into id, rev, deleted flag, revision path
     and normalised body; BadRequest (naming the fix) if it is unacceptable.
+
+    ``generate_id``: a document without ``_id`` gets a new one
+    (``spec.docids.new_docid``), as CouchDB's ``_bulk_docs`` does; otherwise
+    ``_id`` is required.
 
     raises: BadRequest
     """
     if not isinstance(doc, dict):
         raise BadRequest(f"a document must be a dict, not {type(doc).__name__}")
-    docid = validate_docid(doc.get("_id"))
-    body = {}
-    for key, value in doc.items():
-        if not isinstance(key, str):
-            raise BadRequest(f"document key {key!r} is not a str: JSON object keys must be str")
-        if not key.startswith("_"):
-            body[key] = value
-        elif key not in READ_FIELDS and key not in IGNORED_FIELDS:
-            raise BadRequest(
-                f"unknown special field {key!r}: fields starting with '_' are reserved "
-                f"({', '.join(sorted(READ_FIELDS))}); rename it without the underscore"
-            )
-    deleted = doc.get("_deleted", False)
+    special, body = _split_fields(doc)
+    if "_id" not in special and generate_id:
+        docid = new_docid()
+    else:
+        docid = validate_docid(special.get("_id"))
+    deleted = special.get("_deleted", False)
     if not isinstance(deleted, bool):
-        raise BadRequest(f"_deleted must be True or False, not {deleted!r}")
+        raise BadRequest(f"_deleted must be True or False, not {describe(deleted)}")
     revisions: tuple[str, ...] = ()
-    if "_revisions" in doc:
-        revisions = _revisions_path(doc["_revisions"])
-    if "_rev" in doc:
-        rev = doc["_rev"]
-        parse_rev(rev)
+    if "_revisions" in special:
+        revisions = _revisions_path(special["_revisions"])
+    if "_rev" in special:
+        rev = check_rev(special["_rev"])
         if revisions and revisions[0] != rev:
             raise BadRequest(
-                f"_rev {rev!r} disagrees with _revisions (newest {revisions[0]!r}): "
-                "make _revisions start at _rev"
+                f"_rev {describe(rev)} disagrees with _revisions (newest "
+                f"{describe(revisions[0])}): make _revisions start at _rev"
             )
         revisions = revisions or (rev,)
     if not new_edits and not revisions:
         raise BadRequest(
-            f"document {docid!r} has no _rev: with new_edits=False every document must name "
-            "its revision (_rev, and _revisions for its history)"
+            f"document {describe(docid)} has no _rev: with new_edits=False every document must "
+            "name its revision (_rev, and _revisions for its history)"
         )
     normal, packed = _normalise(body, max_document_size)
     return ValidDoc(

@@ -16,19 +16,34 @@ Accepted syntax (stricter than CouchDB, on purpose):
 * ``<hash>`` is one or more of ``[0-9a-z]``. CouchDB stores a 32-hex hash as 16
   raw bytes, so ``"1-ABC..."`` and ``"1-abc..."`` would be one revision there;
   forbidding upper case keeps "same string" and "same revision" identical.
+* A revision a caller names (``_rev``, ``_revisions``, ``rev=``, ``revs_diff``)
+  has ``N <= MAX_REV_POS`` (``2**63 - 1``, :func:`check_rev`): every store,
+  wire format and client settee talks to can carry it, and a longer digit
+  string is never parsed (``int()`` of 5,000 digits raises ``ValueError``).
+  Edits may still grow a tree past it — a child of a revision at
+  ``MAX_REV_POS``, and a recreation on top of that child if it is a
+  tombstone — so stored positions reach at most ``MAX_REV_POS + 2``; those
+  revisions are read (as winners, leaves, ``_revisions``) but cannot be named.
+  :func:`parse_rev` therefore accepts positions up to ``MAX_STORED_POS``
+  (``2**64 - 1``, what msgpack carries into :func:`new_rev`'s digest).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import msgpack
 
 from settee.spec.errors import BadRequest
+from settee.spec.values import describe, plain_str
 
 __all__ = [
     "HASH_CHARS",
+    "MAX_REV_POS",
+    "MAX_STORED_POS",
+    "check_rev",
     "child_rev",
     "format_rev",
     "is_valid_rev",
@@ -39,6 +54,13 @@ __all__ = [
 
 HASH_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
 _DIGITS = "0123456789"
+#: The largest revision position a caller may name (a signed 64-bit integer).
+MAX_REV_POS = 2**63 - 1
+#: The largest position a stored revision string may have (an unsigned 64-bit integer).
+MAX_STORED_POS = 2**64 - 1
+_MAX_POS_DIGITS = len(str(MAX_STORED_POS))
+# ASCII only: [0-9] in a str pattern is the literal range, unlike \d or str.isdigit().
+_REV = re.compile(rf"([1-9][0-9]{{0,{_MAX_POS_DIGITS - 1}}})-([0-9a-z]+)")
 
 
 def is_valid_rev(rev: object) -> bool:
@@ -46,39 +68,69 @@ def is_valid_rev(rev: object) -> bool:
 
     post: __return__ == (isinstance(rev, str) and rev.count("-") >= 1 and _ok_parts(rev))
     """
-    if not isinstance(rev, str):
-        return False
-    return rev.count("-") >= 1 and _ok_parts(rev)
+    return _match(rev) is not None
 
 
 def _ok_parts(rev: str) -> bool:
+    """The rule :func:`_match` implements, written out (CrossHair checks they agree)."""
     pos, _, hash_ = rev.partition("-")
-    if not pos or not hash_ or pos[0] == "0":
+    if not pos or not hash_ or pos[0] == "0" or len(pos) > _MAX_POS_DIGITS:
         return False
-    return all(c in _DIGITS for c in pos) and all(c in HASH_CHARS for c in hash_)
+    digits_ok = all(c in _DIGITS for c in pos) and all(c in HASH_CHARS for c in hash_)
+    return digits_ok and int(pos) <= MAX_STORED_POS
+
+
+def _match(rev: object) -> re.Match[str] | None:
+    # Revisions are parsed on every read (winner order), so this is one C regex match;
+    # int() only runs on the few strings long enough to exceed MAX_STORED_POS.
+    if not isinstance(rev, str):
+        return None
+    match = _REV.fullmatch(rev if type(rev) is str else plain_str(rev))
+    if match is None or (len(match[1]) == _MAX_POS_DIGITS and int(match[1]) > MAX_STORED_POS):
+        return None
+    return match
 
 
 def parse_rev(rev: object) -> tuple[int, str]:
-    """Split ``"N-hash"`` into ``(N, "hash")``; BadRequest if malformed.
+    """Split ``"N-hash"`` into ``(N, "hash")``; BadRequest if malformed (or
+    ``N > MAX_STORED_POS``). Caller input goes through :func:`check_rev`.
 
     raises: BadRequest
     post: __return__[0] >= 1
     post: format_rev(__return__[0], __return__[1]) == rev
     """
-    if not is_valid_rev(rev):
+    match = _match(rev)
+    if match is None:
         raise BadRequest(
-            f"invalid revision {rev!r}: use the form 'N-hash' with N >= 1 (no leading zero) "
-            "and a hash of lowercase letters and digits, e.g. '1-967a00dff5e02add41819138abb3284d'"
+            f"invalid revision {describe(rev)}: use the form 'N-hash' with N >= 1 "
+            "(no leading zero) and a hash of lowercase letters and digits, "
+            "e.g. '1-967a00dff5e02add41819138abb3284d'"
         )
-    assert isinstance(rev, str)  # is_valid_rev checked the type
-    pos, _, hash_ = rev.partition("-")
-    return int(pos), hash_
+    return int(match[1]), match[2]
+
+
+def check_rev(rev: object) -> str:
+    """``rev`` as a plain str if a caller may name it: well formed and
+    ``N <= MAX_REV_POS``; else BadRequest.
+
+    raises: BadRequest
+    post: __return__ == rev
+    post: parse_rev(__return__)[0] <= MAX_REV_POS
+    """
+    pos, _ = parse_rev(rev)
+    if pos > MAX_REV_POS:
+        raise BadRequest(
+            f"revision position {pos} is above {MAX_REV_POS} (2**63 - 1): settee does not "
+            "accept revision positions that do not fit a signed 64-bit integer"
+        )
+    assert isinstance(rev, str)  # parse_rev checked the type
+    return plain_str(rev)
 
 
 def format_rev(pos: int, hash_: str) -> str:
     """The revision string for position ``pos`` and ``hash_``.
 
-    pre: pos >= 1
+    pre: 1 <= pos <= MAX_STORED_POS
     pre: len(hash_) >= 1 and all(c in HASH_CHARS for c in hash_)
     post: parse_rev(__return__) == (pos, hash_)
     """
@@ -98,6 +150,7 @@ def child_rev(parent: str | None, hash_: str) -> str:
     """The revision with hash ``hash_`` one position below ``parent``.
 
     pre: parent is None or is_valid_rev(parent)
+    pre: parent is None or rev_pos(parent) < MAX_STORED_POS
     pre: len(hash_) >= 1 and all(c in HASH_CHARS for c in hash_)
     post: is_valid_rev(__return__)
     post: rev_pos(__return__) == (1 if parent is None else rev_pos(parent) + 1)
@@ -115,6 +168,7 @@ def new_rev(parent: str | None, deleted: bool, body: dict[str, Any]) -> str:
     ``""`` (CouchDB uses ``0`` for both).
 
     pre: parent is None or is_valid_rev(parent)
+    pre: parent is None or rev_pos(parent) < MAX_STORED_POS
     post: rev_pos(__return__) == (1 if parent is None else rev_pos(parent) + 1)
     post: len(parse_rev(__return__)[1]) == 32
     post: __return__ == new_rev(parent, deleted, body)

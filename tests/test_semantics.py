@@ -1324,12 +1324,27 @@ def test_bad_documents_are_rejected_and_change_nothing(engine: Any, case: str) -
     doc = BAD_DOCS[case]
     with pytest.raises(BadRequest):
         engine.put(doc)
-    with pytest.raises(BadRequest):
-        engine.bulk_docs([{"_id": "fresh"}, doc])
+    if case != "no_id":  # _bulk_docs invents ids (test_bulk_docs_generates_missing_ids)
+        with pytest.raises(BadRequest):
+            engine.bulk_docs([{"_id": "fresh"}, doc])
     with pytest.raises(BadRequest):
         engine.bulk_docs([doc], new_edits=False)
     assert snapshot(engine) == before
     assert engine.get("a")["_rev"] == rev
+
+
+def test_bulk_docs_generates_missing_ids(engine: Any) -> None:
+    """CouchDB's _bulk_docs (and POST /db) give a document without _id a new uuid
+    (couch_uuids, "sequential": 32 hex digits); put still needs one (PUT /db/id)."""
+    results = engine.bulk_docs([{"v": 1}, {"v": 1}, {"_id": "named", "v": 2}])
+    ids = [r["id"] for r in results]
+    assert all(r["ok"] for r in results)
+    assert ids[2] == "named" and ids[0] != ids[1]
+    assert all(len(i) == 32 and set(i) <= set("0123456789abcdef") for i in ids[:2])
+    docs = [engine.get(i) for i in ids]
+    assert [d["_rev"] for d in docs] == [r["rev"] for r in results]
+    assert [d["v"] for d in docs] == [1, 1, 2]
+    assert engine.info()["doc_count"] == 3
 
 
 def test_bad_request_beats_conflict(engine: Any) -> None:

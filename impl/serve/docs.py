@@ -31,6 +31,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.spec.docids import new_docid
 
 __all__ = ["check_doc", "handle_doc", "handle_local", "handle_post_doc", "new_doc_id"]
 
@@ -49,8 +50,9 @@ _SPECIAL = {
 
 
 def new_doc_id() -> str:
-    """An id for a document that came without one (CouchDB's couch_uuids)."""
-    return uuid.uuid4().hex
+    """An id for a document that came without one: the engine's own (CouchDB's
+    ``sequential`` couch_uuids algorithm, ``settee.spec.docids``)."""
+    return new_docid()
 
 
 def check_doc(doc: Any) -> None:

@@ -1,0 +1,163 @@
+"""Argument checks of the public calls other than documents (``spec/docs.py``).
+
+Both implementations run these before anything else, so bad input fails
+before any I/O with a ``BadRequest`` that names the argument and the fix
+(SEMANTICS.md §15), and what they go on with is plain: exact ``str`` and
+``int`` values, never a caller's subclass (``spec/values.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from settee.spec.docs import validate_docid
+from settee.spec.errors import BadRequest
+from settee.spec.revs import check_rev
+from settee.spec.values import describe, is_int, plain_int, plain_str
+
+__all__ = [
+    "check_bool",
+    "check_count",
+    "check_key",
+    "check_keys",
+    "check_optional_rev",
+    "check_path",
+    "check_revs_diff",
+    "check_since",
+    "validate_docid",
+]
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False``; BadRequest otherwise (``1`` is no flag).
+
+    raises: BadRequest
+    post: __return__ is value
+    """
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be True or False, not {describe(value)}")
+    return value
+
+
+def check_count(name: str, value: Any, *, optional: bool) -> int | None:
+    """A non-negative int as a plain ``int`` (``None`` allowed when ``optional``).
+
+    Any size is accepted: ``limit=2**63`` simply means "no limit".
+
+    raises: BadRequest
+    post: __return__ is None or (type(__return__) is int and __return__ >= 0)
+    """
+    if value is None and optional:
+        return None
+    if not is_int(value) or plain_int(value) < 0:
+        allowed = "None or " if optional else ""
+        raise BadRequest(f"{name} must be {allowed}an int >= 0, not {describe(value)}")
+    return plain_int(value)
+
+
+def check_key(name: str, value: Any) -> str | None:
+    """``None`` or a valid-Unicode ``str``, made plain.
+
+    raises: BadRequest
+    post: __return__ is None or isinstance(__return__, str)
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be None or a document id (str), not {describe(value)}")
+    return _unicode(name, plain_str(value))
+
+
+def check_keys(keys: Any) -> list[str] | None:
+    """``None`` or a list/tuple of valid-Unicode ``str`` ids, as a new list of plain strs.
+
+    raises: BadRequest
+    """
+    if keys is None:
+        return None
+    if not isinstance(keys, list | tuple):
+        raise BadRequest(f"keys must be None or a list of document ids, not {type(keys).__name__}")
+    checked = []
+    for key in keys:
+        if not isinstance(key, str):
+            raise BadRequest(f"keys must hold only str document ids, found {describe(key)}")
+        checked.append(_unicode("keys", plain_str(key)))
+    return checked
+
+
+def check_optional_rev(value: Any) -> str | None:
+    """``None`` or a revision a caller may name (``spec.revs.check_rev``), made plain.
+
+    raises: BadRequest
+    """
+    return None if value is None else check_rev(value)
+
+
+def check_revs_diff(request: Any) -> dict[str, list[str]]:
+    """``{id: [rev, ...]}`` with plain, valid ids and revisions, as a new dict.
+
+    raises: BadRequest
+    """
+    if not isinstance(request, dict):
+        raise BadRequest(f"revs_diff takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
+    checked: dict[str, list[str]] = {}
+    for doc_id, revs in request.items():
+        if not isinstance(doc_id, str):
+            raise BadRequest(f"revs_diff ids must be str, found {describe(doc_id)}")
+        doc_id = _unicode("revs_diff id", plain_str(doc_id))
+        if not isinstance(revs, list | tuple):
+            raise BadRequest(
+                f"revs_diff[{describe(doc_id)}] must be a list of revisions, not {describe(revs)}"
+            )
+        checked[doc_id] = [check_rev(rev) for rev in revs]
+    return checked
+
+
+def check_path(path: Any, *, optional: bool) -> str | None:
+    """A database directory as a plain, non-empty ``str`` without NUL bytes (the OS
+    would raise ``ValueError``); ``None`` only when ``optional`` (the reference's memory
+    store).
+
+    raises: BadRequest
+    post: __return__ is None or (isinstance(__return__, str) and __return__ != "")
+    """
+    if path is None and optional:
+        return None
+    if isinstance(path, str):
+        path = plain_str(path)
+        try:
+            usable = bool(path) and "\0" not in path and bool(os.fsencode(path))
+        except UnicodeEncodeError:  # a lone surrogate the file system cannot encode
+            usable = False
+        if usable:
+            return path
+    raise BadRequest(f"path must be a non-empty str naming a directory, not {describe(path)}")
+
+
+def check_since(since: Any) -> int | str:
+    """``since`` as a plain ``int`` (not ``bool``) or ``str``; BadRequest for any other type.
+
+    Which ints and strs name a position is each implementation's business
+    (tokens are opaque, SEMANTICS.md §9): ``0``, ``"0"`` and ``"now"`` always do.
+
+    raises: BadRequest
+    post: type(__return__) in (int, str)
+    """
+    if is_int(since):
+        return plain_int(since)
+    if isinstance(since, str):
+        return plain_str(since)
+    raise BadRequest(
+        f"since must be 0, 'now' or a token this database returned, not {describe(since)}"
+    )
+
+
+def _unicode(name: str, value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(
+            f"{name} {describe(value)} is not valid Unicode (lone surrogate)"
+        ) from None
+    return value

@@ -1,0 +1,219 @@
+"""Hostile input, decided in spec/ and the same for every implementation (SEMANTICS.md §15.1).
+
+Each test is named after a failure found by trying settee as a hostile caller
+would; the equivalence machine draws the same kinds of values at random
+(``stateful_tests/hostile.py``). Every test runs against the reference and the
+engine (the ``engine`` fixture), and ends by showing that every shard still
+accepts writes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import pytest
+
+from settee.spec.errors import BadRequest, Conflict
+from settee.spec.revs import MAX_REV_POS
+from settee.spec.routing import shard_of
+
+H = "a" * 32
+
+
+class Ids(enum.StrEnum):
+    A = "hostile-a"
+
+
+class Lying(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __lt__(self, other: object) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "lie"
+
+
+class Two(enum.IntEnum):
+    TWO = 2
+
+
+def every_shard_accepts_writes(db: Any) -> None:
+    """A write to an id of every shard succeeds (a refusing shard raises SetteeError)."""
+    shards = len(getattr(db, "shards", [None]))
+    ids = {shard_of(f"probe-{n}", shards): f"probe-{n}" for n in range(64)}
+    assert len(ids) == shards
+    for doc_id in ids.values():
+        assert db.put({"_id": doc_id, "probe": True})["ok"]
+
+
+def test_str_subclass_id_is_stored_as_a_plain_str(engine: Any) -> None:
+    """Regression: a StrEnum ``_id`` passed validation, then broke the shard writer
+    ("btree keys must be all str or all int") and every later write to that shard."""
+    rev = engine.put({"_id": Ids.A, Ids.A: Ids.A})["rev"]
+    doc = engine.get("hostile-a")
+    assert doc == {"_id": "hostile-a", "_rev": rev, "hostile-a": "hostile-a"}
+    assert all(type(v) is str for v in doc) and type(doc["hostile-a"]) is str
+    assert engine.bulk_docs([{"_id": Ids.A, "_rev": rev}])[0]["ok"]
+    assert [r["id"] for r in engine.all_docs(startkey=Ids.A)["rows"]] == ["hostile-a"]
+    every_shard_accepts_writes(engine)
+
+
+def test_lying_str_subclass_is_judged_by_its_content(engine: Any) -> None:
+    """A str subclass whose __eq__/__hash__/__lt__/__str__ lie is read as its real text."""
+    engine.put({"_id": Lying("real"), "k": Lying("v")})
+    assert engine.get("real")["k"] == "v"
+    with pytest.raises(BadRequest):
+        engine.put({"_id": Lying("")})
+    with pytest.raises(BadRequest):
+        engine.put({"_id": Lying("_x")})
+    assert engine.all_docs(keys=[Lying("real")])["rows"][0]["id"] == "real"
+    every_shard_accepts_writes(engine)
+
+
+def test_thirty_digit_revision_position_is_refused_and_the_shard_stays_writable(
+    engine: Any,
+) -> None:
+    """Regression: new_edits=False with a 30-digit position, then an update of it, raised
+    OverflowError in the writer and disabled the shard (compaction failed too)."""
+    rev = f"{10**29}-{H}"
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "big", "_rev": rev}], new_edits=False)
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "big", "_rev": rev})
+    assert engine.info()["doc_count"] == 0
+    engine.compact()
+    every_shard_accepts_writes(engine)
+
+
+def test_revision_at_the_largest_position_can_be_edited_once(engine: Any) -> None:
+    """Positions up to 2**63-1 are accepted; the child of one is readable, not nameable."""
+    top = f"{MAX_REV_POS}-{H}"
+    assert engine.bulk_docs([{"_id": "top", "_rev": top}], new_edits=False) == []
+    child = engine.put({"_id": "top", "_rev": top, "v": 1})["rev"]
+    assert child.startswith(f"{MAX_REV_POS + 1}-")
+    assert engine.get("top") == {"_id": "top", "_rev": child, "v": 1}
+    assert engine.get("top", revs=True)["_revisions"]["start"] == MAX_REV_POS + 1
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "top", "_rev": child, "v": 2})
+    with pytest.raises(BadRequest):
+        engine.get("top", rev=child)
+    engine.compact()
+    assert engine.get("top")["_rev"] == child
+    every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize(
+    "rev",
+    ["9" * 5000 + "-a", f"{2**64}-a", "\u0661-a", "\uff11-a", "1_0-a", "+1-a", " 1-a", "1-a\n"],
+    ids=[
+        "5000 digits",
+        "2**64",
+        "arabic digit",
+        "fullwidth digit",
+        "underscore",
+        "plus",
+        "space",
+        "newline",
+    ],
+)
+def test_almost_valid_revisions_are_bad_requests(engine: Any, rev: str) -> None:
+    """Regression: a 5,000-digit position raised ValueError (int() digit limit)."""
+    engine.put({"_id": "a"})
+    for call in (
+        lambda: engine.put({"_id": "a", "_rev": rev}),
+        lambda: engine.get("a", rev=rev),
+        lambda: engine.delete("a", rev),
+        lambda: engine.revs_diff({"a": [rev]}),
+        lambda: engine.bulk_docs([{"_id": "a", "_rev": rev}], new_edits=False),
+    ):
+        with pytest.raises(BadRequest):
+            call()
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "a", "_revisions": {"start": 10**5000, "ids": ["a"]}}])
+    every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize("huge", [2**63, 2**64, 10**5000], ids=["2**63", "2**64", "5000 digits"])
+def test_huge_limit_and_skip_mean_no_limit(engine: Any, huge: int) -> None:
+    """Regression: limit=2**63 / skip=2**63 raised ValueError from itertools.islice."""
+    engine.bulk_docs([{"_id": i} for i in "abc"])
+    assert len(engine.all_docs(limit=huge)["rows"]) == 3
+    assert engine.all_docs(skip=huge)["rows"] == []
+    assert engine.all_docs(skip=huge)["offset"] == 3
+    assert len(engine.all_docs(keys=["a", "z"], limit=huge)["rows"]) == 2
+    assert engine.all_docs(keys=["a"], skip=huge)["rows"] == []
+    assert len(engine.changes(limit=huge)["results"]) == 3
+    assert len(engine.all_docs(limit=Two.TWO)["rows"]) == 2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [-(10**5000), -1, 1.0, float("nan"), True, "3", b"1"],
+    ids=["minus 5000 digits", "-1", "1.0", "nan", "True", "'3'", "b'1'"],
+)
+def test_bad_counts_are_bad_requests(engine: Any, bad: Any) -> None:
+    for call in (
+        lambda: engine.all_docs(limit=bad),
+        lambda: engine.all_docs(skip=bad),
+        lambda: engine.changes(limit=bad),
+    ):
+        with pytest.raises(BadRequest):
+            call()
+
+
+def test_since_zero_may_be_spelled_as_a_str(engine: Any) -> None:
+    """Regression: since="0" and since=0.0 were accepted by the engine and refused by
+    the reference. "0" is CouchDB's own spelling (every HTTP since is a string)."""
+    engine.put({"_id": "a"})
+    assert [r["id"] for r in engine.changes(since="0")["results"]] == ["a"]
+    assert [r["id"] for r in engine.changes(since=0)["results"]] == ["a"]
+    for bad in (0.0, -1, 2**63, 10**5000, b"0", None, True, [0], "1-", "x-abc"):
+        with pytest.raises(BadRequest):
+            engine.changes(since=bad)
+
+
+@pytest.mark.parametrize("depth", [501, 100_000])
+def test_deep_nesting_is_a_bad_request_not_a_recursion_error(engine: Any, depth: int) -> None:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "deep", "v": value})
+    with pytest.raises(BadRequest):
+        engine.all_docs(keys=value)
+    with pytest.raises(BadRequest):
+        engine.revs_diff({"a": value})
+    shallow: Any = 1
+    for _ in range(499):
+        shallow = [shallow]
+    engine.put({"_id": "deep", "v": shallow})
+    every_shard_accepts_writes(engine)
+
+
+def test_error_messages_survive_unprintable_values(engine: Any) -> None:
+    """repr() of a 5,000-digit int raises ValueError: messages use a safe description."""
+    with pytest.raises(BadRequest, match="bits"):
+        engine.all_docs(limit=-(10**5000))
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "a", "v": 10**5000})
+
+
+def test_bulk_docs_without_ids_get_new_ids_and_put_still_needs_one(engine: Any) -> None:
+    results = engine.bulk_docs([{"v": 1}, {"v": 2}])
+    assert len({r["id"] for r in results}) == 2
+    with pytest.raises(BadRequest):
+        engine.put({"v": 1})
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_rev": "1-a"}], new_edits=False)
+
+
+def test_conflict_on_a_made_up_revision_is_decided_by_the_writer(engine: Any) -> None:
+    """The probe the equivalence machine uses to show a shard still accepts writes."""
+    with pytest.raises(Conflict):
+        engine.put({"_id": "probe-0", "_rev": "999-probe"})
