@@ -2,13 +2,16 @@
 
 One checker, used everywhere (bbolt's ``tx.Check()``): the CLI, test
 teardown and state-machine invariants all call ``check_database``. It yields
-problems as ``path:offset: what`` and never writes.
+problems as ``path:offset: what`` and never writes. It agrees with recovery:
+a torn tail that opening kept (and later commits wrote past) is a *note*,
+handed to the ``notes`` callback when one is given, never a problem.
 
 What it verifies, per shard file:
 
-1. every block marker and every frame checksum, by walking the file from
-   offset 0 to the end of its newest valid header (so damage in superseded
-   data is found too), and every header on the way;
+1. every commit, found by following each header's ``prev`` back from the
+   newest one (``settee.walker``): every header, and every block marker and
+   frame checksum of each commit's data region (so damage in superseded data
+   is found too);
 2. the B+tree invariants of ``by_id`` and ``by_seq`` (``btree_check``);
 3. that ``by_id`` and ``by_seq`` agree: one by_seq row per document, at its
    seq, naming its winner and deleted flag; stored counts equal a recount;
@@ -18,7 +21,7 @@ What it verifies, per shard file:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from settee.btree import NodeCache
@@ -30,22 +33,19 @@ from settee.layout import META_NAME, read_layout, shard_path
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
 from settee.spec.errors import CorruptionError, SetteeError
-from settee.spec.format import (
-    BLOCK_DATA,
-    BLOCK_HEADER,
-    BLOCK_SIZE,
-    FRAME_SIZE,
-    frame_size,
-    laid_out_size,
-    strip_markers,
-    term_position,
-)
+from settee.walker import Finding, walk
 
-__all__ = ["check_database", "check_shard", "check_snapshot"]
+__all__ = ["Notes", "check_database", "check_shard", "check_snapshot"]
+
+#: Receives each note (a kept torn tail, not damage) as ``file:offset: what``.
+Notes = Callable[[str], None]
 
 
-def check_database(path: str, fs: FileSystem | None = None) -> Iterator[str]:
-    """Every problem found in the database at ``path``, as ``file:offset: what``."""
+def check_database(
+    path: str, fs: FileSystem | None = None, *, notes: Notes | None = None
+) -> Iterator[str]:
+    """Every problem found in the database at ``path``, as ``file:offset: what``;
+    notes go to ``notes`` when given (and are dropped otherwise)."""
     fs = fs or OsFileSystem()
     try:
         layout = read_layout(fs, path)
@@ -53,10 +53,21 @@ def check_database(path: str, fs: FileSystem | None = None) -> Iterator[str]:
         yield f"{os.path.join(path, META_NAME)}:0: {exc}"
         return
     for index in range(layout.shards):
-        yield from check_shard(fs, shard_path(path, index), layout.uuid, index, layout.shards)
+        yield from check_shard(
+            fs, shard_path(path, index), layout.uuid, index, layout.shards, notes=notes
+        )
 
 
-def check_shard(fs: FileSystem, path: str, db_uuid: str, index: int, shards: int) -> Iterator[str]:
+def check_shard(
+    fs: FileSystem,
+    path: str,
+    db_uuid: str,
+    index: int,
+    shards: int,
+    *,
+    notes: Notes | None = None,
+) -> Iterator[str]:
+    """Every problem found in one shard file, as ``file:offset: what`` (see module doc)."""
     try:
         file = ShardFile.open(fs, path, create=False)
     except (SetteeError, OSError) as exc:
@@ -67,13 +78,14 @@ def check_shard(fs: FileSystem, path: str, db_uuid: str, index: int, shards: int
             yield f"{path}:0: no valid header"
             return
         yield from _check_identity(file, db_uuid, index, shards)
-        yield from _scan_frames(file)
+        yield from _check_commits(file, notes)
         cache = NodeCache(256)
+        header = file.header
         snap = Snapshot(
             file,
-            by_id_tree(file, file.header.get("by_id"), cache),
-            by_seq_tree(file, file.header.get("by_seq"), cache),
-            file.header.get("seq", 0),
+            by_id_tree(file, header.by_id, cache),
+            by_seq_tree(file, header.by_seq, cache),
+            header.seq,
         )
         yield from check_snapshot(snap)
     except CorruptionError as exc:
@@ -94,61 +106,22 @@ def check_snapshot(snap: Snapshot) -> Iterator[str]:
 
 def _check_identity(file: ShardFile, db_uuid: str, index: int, shards: int) -> Iterator[str]:
     header = file.header
-    found = (header.get("db"), header.get("shard"), header.get("shards"))
+    assert header is not None  # invariant: check_shard returned early for a file without one
+    found = (header.db, header.shard, header.shards)
     if found != (db_uuid, index, shards):
         expected = (db_uuid, index, shards)
         yield f"{file.path}:{file.header_offset}: header names {found}, expected {expected}"
 
 
-def _scan_frames(file: ShardFile) -> Iterator[str]:
-    """Walk every frame and header from offset 0 to the newest header's end."""
-    handle = file.handle
-    end = _valid_end(file)
-    pos = 0
-    while pos < end:
-        if pos % BLOCK_SIZE == 0:
-            marker = handle.pread(pos, 1)
-            if marker == bytes([BLOCK_HEADER]):
-                found = file.read_header_at(pos)
-                if found is None:
-                    yield f"{file.path}:{pos}: header block whose header does not verify"
-                    pos += BLOCK_SIZE
-                else:
-                    pos = found[0]
-                continue
-            if marker != bytes([BLOCK_DATA]):
-                yield f"{file.path}:{pos}: bad block marker {marker.hex()}"
-                return
-        if _is_padding(handle, pos):
-            pos += -pos % BLOCK_SIZE
+def _check_commits(file: ShardFile, notes: Notes | None) -> Iterator[str]:
+    """The walker's problems; its notes go to ``notes``."""
+    for item in walk(file):
+        if not isinstance(item, Finding):
             continue
-        start = term_position(pos)
-        try:
-            file.read_term(start)
-            prefix = handle.pread(start, laid_out_size(start, FRAME_SIZE))
-            logical, _ = strip_markers(prefix, start)
-            pos = start + laid_out_size(start, frame_size(logical))
-        except CorruptionError as exc:
-            # Name the frame that fails: a damaged length field makes the reader
-            # trip over a marker far from the flipped bit.
-            where = "" if exc.offset == start else f" (noticed at offset {exc.offset})"
-            yield f"{file.path}:{start}: frame does not verify: {exc.detail}{where}"
-            return
-
-
-def _valid_end(file: ShardFile) -> int:
-    """Where the newest header ends: bytes after it are an ignored (torn) tail."""
-    found = file.read_header_at(file.header_offset or 0)
-    return found[0] if found else 0
-
-
-def _is_padding(handle: Any, pos: int) -> bool:
-    """Zeros up to a block boundary that starts a header: the pad before a header."""
-    boundary = pos + (-pos % BLOCK_SIZE)
-    if boundary == pos:
-        return False
-    gap = handle.pread(pos, boundary - pos + 1)
-    return gap[:-1] == bytes(boundary - pos) and gap[-1:] == bytes([BLOCK_HEADER])
+        if item.kind == "problem":
+            yield str(item)
+        elif notes is not None:
+            notes(str(item))
 
 
 def _check_agreement(snap: Snapshot) -> Iterator[str]:

@@ -1,11 +1,15 @@
 """ShardFile: an append-only file of checksummed terms and headers (spec/FORMAT.md).
 
-The writer appends batches of terms and then a header pointing at them; readers
-read terms by position from any thread. Opening finds the newest header whose
-checksum holds by scanning block boundaries backwards from the end, as CouchDB's
-``couch_file`` does. Bytes after that header (a torn or uncommitted tail) are
-ignored with a ``TornTailWarning`` and never truncated or overwritten: they may
-be the only copy of something a person wants back.
+The writer appends batches of terms and then a header (a ``ShardHeader``)
+pointing at them; readers read terms by position from any thread. Opening finds
+the newest header whose checksum holds by scanning block boundaries backwards
+from the end, as CouchDB's ``couch_file`` does (``settee.walker``). Bytes after
+that header (a torn or uncommitted tail) are ignored with a ``TornTailWarning``
+and never truncated or overwritten: they may be the only copy of something a
+person wants back. The next header records where its commit's data began
+(``data_start``, after any such tail) and where the previous header is
+(``prev``), so the checker can walk every commit without mistaking a kept tail
+for damage.
 
 The ShardFile has no opinion on durability: the writer calls
 ``write_batch, sync, write_header, sync`` in that order.
@@ -14,8 +18,7 @@ The ShardFile has no opinion on durability: the writer calls
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from settee.io import FileHandle, FileSystem
@@ -26,33 +29,27 @@ from settee.spec.format import (
     BLOCK_SIZE,
     FORMAT_VERSION,
     FRAME_SIZE,
-    HEADER_SIZE,
     MAGIC,
+    ShardHeader,
     decode_frame,
-    decode_header,
     decode_payload,
     encode_frame,
     encode_header,
     encode_payload,
     frame_size,
-    header_size,
     laid_out_size,
     lay_out,
     padding_size,
     strip_markers,
     term_position,
 )
+from settee.walker import newest_header, read_header_at
 
 __all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
 
 #: Bytes the first pread of ``read_term`` asks for. Tree nodes are ~4 KiB and most
 #: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
 READ_AHEAD = 2 * BLOCK_SIZE
-
-#: The backwards header scan reads markers in windows growing to this many blocks, so
-#: the common case (header in the last block) costs one small pread, and a long torn tail
-#: costs a few large ones rather than one per block.
-_SCAN_MAX_BLOCKS = 256
 
 
 class TornTailWarning(UserWarning):
@@ -97,8 +94,8 @@ class ShardFile:
     """One shard's append-only file. Reads are lock-free; one thread writes."""
 
     path: str
-    #: Decoded payload of the newest valid header; None for a file with no header yet.
-    header: Any
+    #: The newest valid header; None for a file with no header yet.
+    header: ShardHeader | None
     #: File offset of the newest valid header (its HEADER marker), or None.
     header_offset: int | None
     #: True when ``open`` created the file; the caller should then fsync the directory.
@@ -109,6 +106,9 @@ class ShardFile:
         self.path = handle.path
         self._handle = handle
         self._end = handle.size()
+        # Where the next commit's data begins: the end of the file as the last header
+        # (or opening) left it, after any kept tail.
+        self._data_start = self._end
         self._closed = False
         self.header = None
         self.header_offset = None
@@ -157,12 +157,16 @@ class ShardFile:
         ``READ_AHEAD`` bytes, else exactly two. An OS error (EIO, ...) becomes a
         ``SetteeError`` naming the file and offset.
         """
+        return self.read_frame(pos)[0]
+
+    def read_frame(self, pos: int) -> tuple[Any, int]:
+        """``read_term(pos)`` and the file offset where that frame's laid-out bytes end."""
         try:
-            return self._read_term(pos)
+            return self._read_frame(pos)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
 
-    def _read_term(self, pos: int) -> Any:
+    def _read_frame(self, pos: int) -> tuple[Any, int]:
         if self._closed:
             raise SetteeError(f"{self.path}: shard file is closed")
         if pos <= 0 or pos % BLOCK_SIZE == 0:
@@ -176,7 +180,7 @@ class ShardFile:
             raw = self._read_rest(pos, raw, span)
         payload = decode_frame(self._logical(raw[:span], pos), path=self.path, offset=pos)
         try:
-            return decode_payload(payload)
+            return decode_payload(payload), pos + span
         except Exception as exc:  # crc held, so this is a writer bug or a crc collision
             raise CorruptionError(self.path, pos, f"undecodable payload: {exc}") from exc
 
@@ -219,17 +223,23 @@ class ShardFile:
         assert offset == batch.start, (offset, batch.start)
         self._end = batch.end
 
-    def write_header(self, payload: Any) -> None:
-        """Pad to the next block boundary and append a header carrying ``payload``."""
-        encoded = encode_payload(payload)
+    def write_header(self, header: ShardHeader) -> None:
+        """Pad to the next block boundary and append ``header``, a commit of the data
+        written since the previous header (or since opening).
+
+        The file fills in ``data_start`` and ``prev`` itself (whatever ``header`` says).
+        """
         start = self._end + padding_size(self._end)
+        chained = replace(header, data_start=self._data_start, prev=self.header_offset)
+        encoded = chained.encode()
+        # Parse what is about to be written: a malformed header must fail here, not
+        # on the next open, and both views then agree (tuples and lists alike).
+        parsed = ShardHeader.parse(encoded, path=self.path, offset=start)
         laid = lay_out(encode_header(encoded), start, first_marker=BLOCK_HEADER)
         offset = self._handle.append(bytes(start - self._end) + laid)
         assert offset == self._end, (offset, self._end)  # same single-writer invariant
-        self._end = start + len(laid)
-        # Store what a reopen would decode (tuples become lists), so both views agree.
-        self.header = decode_payload(encoded)
-        self.header_offset = start
+        self._end = self._data_start = start + len(laid)
+        self.header, self.header_offset = parsed, start
 
     def sync(self) -> None:
         """fsync the file: everything written so far becomes durable."""
@@ -251,7 +261,8 @@ class ShardFile:
 
     def read_header_at(self, offset: int) -> tuple[int, int, bytes] | None:
         """``(end, version, payload)`` of a complete, verified header at ``offset``, or None."""
-        return self._read_header_at(offset)
+        found = read_header_at(self._handle, offset, self._end)
+        return None if found is None else (found.end, found.version, found.payload)
 
     def close(self) -> None:
         """Close the file; idempotent. No read may be in flight."""
@@ -269,21 +280,18 @@ class ShardFile:
 
     def _load_newest_header(self) -> int:
         """Set ``header`` from the newest valid header; return where the ignored tail starts."""
-        for offset in self._header_candidates():
-            found = self._read_header_at(offset)
-            if found is not None:
-                end, version, payload = found
-                self._check_version(offset, version)
-                try:
-                    self.header = decode_payload(payload)
-                except Exception as exc:  # crc held: a writer bug or a crc collision
-                    raise CorruptionError(self.path, offset, f"undecodable header: {exc}") from exc
-                self.header_offset = offset
-                return end
+        found = newest_header(self._handle, self._end)
+        if found is not None:
+            self._check_version(found.offset, found.version)
+            self.header = ShardHeader.parse(found.payload, path=self.path, offset=found.offset)
+            self.header_offset = found.offset
+            return found.end
         if self._end and not self._looks_like_settee():
-            raise SetteeError(
-                f"{self.path}: not a settee shard file (no valid header and the first block "
-                f"does not start with a settee marker); check the path"
+            raise CorruptionError(
+                self.path,
+                0,
+                "not a settee shard file (no valid header and the first block does not "
+                "start with a settee marker): check the path, or restore the file from a backup",
             )
         return 0
 
@@ -291,7 +299,8 @@ class ShardFile:
         if version != FORMAT_VERSION:
             raise SetteeError(
                 f"{self.path}: header at offset {offset} has format version {version}; this "
-                f"settee reads version {FORMAT_VERSION} only. Open it with a matching release."
+                f"settee reads version {FORMAT_VERSION} only: run `settee dump` with the settee "
+                "that wrote it, then `settee load` into a new database with this one"
             )
 
     def _looks_like_settee(self) -> bool:
@@ -300,37 +309,3 @@ class ShardFile:
         if first[0] == BLOCK_DATA:
             return True
         return first[0] == BLOCK_HEADER and MAGIC.startswith(first[1:])
-
-    def _header_candidates(self) -> Iterator[int]:
-        """Offsets of blocks whose marker is HEADER, newest first."""
-        hi = -(-self._end // BLOCK_SIZE) * BLOCK_SIZE
-        blocks = 1
-        while hi > 0:
-            lo = max(0, hi - blocks * BLOCK_SIZE)
-            window = self._handle.pread(lo, hi - lo)
-            for offset in range(hi - BLOCK_SIZE, lo - 1, -BLOCK_SIZE):
-                if offset - lo < len(window) and window[offset - lo] == BLOCK_HEADER:
-                    yield offset
-            hi, blocks = lo, min(2 * blocks, _SCAN_MAX_BLOCKS)
-
-    def _read_header_at(self, offset: int) -> tuple[int, int, bytes] | None:
-        """``(end, version, payload)`` of a complete header at ``offset`` whose crc holds."""
-        raw = self._handle.pread(offset, BLOCK_SIZE)
-        if len(raw) < 1 + HEADER_SIZE:
-            return None  # torn inside the fixed fields
-        try:
-            span = 1 + laid_out_size(offset + 1, header_size(raw[1 : 1 + HEADER_SIZE]))
-        except CorruptionError:
-            return None  # wrong magic: a flipped marker, not a header
-        if offset + span > self._end:
-            return None  # torn: the header runs past the end of the file
-        if span > len(raw):
-            raw += self._handle.pread(offset + len(raw), span - len(raw))
-        logical, markers = strip_markers(raw[1:span], offset + 1)
-        if markers.count(BLOCK_DATA) != len(markers):
-            return None
-        try:
-            version, payload = decode_header(logical, path=self.path, offset=offset)
-        except CorruptionError:
-            return None
-        return offset + span, version, payload

@@ -16,6 +16,8 @@ Vocabulary (see FORMAT.md):
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import crc32c
@@ -34,6 +36,9 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "MAX_PAYLOAD",
+    "Root",
+    "ShardHeader",
+    "as_root",
     "decode_frame",
     "decode_header",
     "decode_payload",
@@ -59,7 +64,8 @@ BLOCK_DATA = 0x00
 BLOCK_HEADER = 0x01
 
 #: Bumped on any change to the bytes described here; readers refuse other versions.
-FORMAT_VERSION = 1
+#: 2: shard headers carry ``data_start`` and ``prev`` (the commit chain a checker walks).
+FORMAT_VERSION = 2
 
 #: First field of every header. The 0x89 byte catches 7-bit transports; "\n" catches
 #: newline translation (the trick PNG uses).
@@ -212,6 +218,121 @@ def decode_header(logical: bytes, *, path: str = "", offset: int = 0) -> tuple[i
     if _header_crc(logical[: HEADER_SIZE - 4], payload) != crc:
         raise CorruptionError(path, offset, "header crc32c mismatch")
     return version, payload
+
+
+# -- the shard header payload (FORMAT.md "Shard header payload") ------------------------------
+
+#: A B+tree root as a header holds it: (position of the root node's frame, reduction), or
+#: None for an empty tree. On disk it is the msgpack array ``[pos, reduction]`` or nil.
+Root = tuple[int, Any] | None
+
+_HEADER_KEYS = ("db", "shard", "shards", "seq", "by_id", "by_seq", "data_start", "prev")
+
+
+def _frozen(value: Any) -> Any:
+    # A frozen dataclass freezes only its own fields: turn nested arrays into tuples.
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def as_root(value: Sequence[Any] | None) -> Root:
+    """A tree's root pointer (``BTree.root``: ``[pos, reduction]`` or None) as a header holds it.
+
+    post: __return__ is None or isinstance(__return__, tuple)
+    """
+    return None if value is None else (value[0], _frozen(value[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class ShardHeader:
+    """One commit of a shard file: the payload of its header (FORMAT.md "Shard header payload").
+
+    Built and parsed only here. ``data_start`` and ``prev`` describe the file itself and are
+    filled in by ``ShardFile.write_header``; callers leave them at their defaults.
+    """
+
+    #: Identity, repeated by every header: the database uuid, this shard's index, the count.
+    db: str
+    shard: int
+    shards: int
+    #: The shard's update seq: the number of committed document changes.
+    seq: int
+    #: Roots of the by_id and by_seq B+trees.
+    by_id: Root
+    by_seq: Root
+    #: File offset where this commit's data begins: the file's end when the commit started.
+    #: It equals the previous header's end unless a torn tail was kept in between.
+    data_start: int = 0
+    #: File offset of the previous header of this file; None for the file's first header.
+    prev: int | None = None
+
+    def encode(self) -> bytes:
+        """The msgpack payload (a map with the keys in ``_HEADER_KEYS`` order)."""
+        roots = [None if r is None else [r[0], r[1]] for r in (self.by_id, self.by_seq)]
+        fields = [self.db, self.shard, self.shards, self.seq, *roots, self.data_start, self.prev]
+        return encode_payload(dict(zip(_HEADER_KEYS, fields, strict=True)))
+
+    @classmethod
+    def parse(cls, payload: bytes, *, path: str = "", offset: int) -> ShardHeader:
+        """The header whose payload is ``payload``, read from the header at file ``offset``.
+
+        Raises ``CorruptionError(path, offset, ...)`` on any malformed field: ``offset`` is
+        needed because ``data_start``, ``prev`` and the roots must all lie before it.
+        """
+
+        def bad(what: str) -> CorruptionError:
+            return CorruptionError(path, offset, f"malformed shard header: {what}")
+
+        try:
+            fields = decode_payload(payload)
+        except Exception as exc:  # the crc held: a writer bug or a crc collision
+            raise bad(f"undecodable payload: {exc}") from exc
+        if not isinstance(fields, dict) or set(fields) != set(_HEADER_KEYS):
+            raise bad(f"expected a map with keys {list(_HEADER_KEYS)}, got {fields!r}")
+        _check_fields(fields, offset, bad)
+        return cls(
+            db=fields["db"],
+            shard=fields["shard"],
+            shards=fields["shards"],
+            seq=fields["seq"],
+            by_id=_root(fields["by_id"], offset, bad),
+            by_seq=_root(fields["by_seq"], offset, bad),
+            data_start=fields["data_start"],
+            prev=fields["prev"],
+        )
+
+
+def _check_fields(
+    fields: dict[Any, Any], offset: int, bad: Callable[[str], CorruptionError]
+) -> None:
+    """The identity, seq and chain fields of a header at ``offset``: types and order."""
+    if not isinstance(fields["db"], str):
+        raise bad(f"db is {fields['db']!r}, not a str")
+    for name in ("shard", "shards", "seq", "data_start"):
+        if type(fields[name]) is not int or fields[name] < 0:
+            raise bad(f"{name} is {fields[name]!r}, not a non-negative int")
+    if fields["shard"] >= fields["shards"]:
+        raise bad(f"shard {fields['shard']} is not below the shard count {fields['shards']}")
+    data_start, prev = fields["data_start"], fields["prev"]
+    if data_start > offset:
+        raise bad(f"data_start {data_start} is beyond the header itself")
+    # The previous header ends at or before this commit's data: it starts strictly before.
+    if prev is not None and not (type(prev) is int and 0 <= prev < data_start):
+        raise bad(f"prev {prev!r} is not an offset before data_start {data_start}")
+    if prev is not None and prev % BLOCK_SIZE:
+        raise bad(f"prev {prev} is not on a block boundary")
+
+
+def _root(value: Any, offset: int, bad: Callable[[str], CorruptionError]) -> Root:
+    """A stored root after a light shape check: its node is a term before the header."""
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and type(value[0]) is int):
+        raise bad(f"root {value!r} is not [pos, reduction] or nil")
+    if not 0 < value[0] < offset or value[0] % BLOCK_SIZE == 0:
+        raise bad(f"root position {value[0]} is not a term position before the header")
+    return as_root(value)
 
 
 # -- laying bytes out over blocks ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 import settee
 from settee.check import check_database
 from settee.cli import main
+from settee.file import TornTailWarning
 from settee.io import MemoryFileSystem
+from settee.layout import shard_path
 from settee.transfer import dump, load
 
 
@@ -62,6 +65,38 @@ def test_check_reports_ok_on_a_healthy_database(tmp_path: Any, capsys: Any) -> N
 def test_check_on_a_missing_database_is_a_problem(tmp_path: Any, capsys: Any) -> None:
     assert main(["check", str(tmp_path / "nothing")]) == 1
     assert "not a settee database" in capsys.readouterr().out
+
+
+def test_check_prints_a_kept_torn_tail_as_a_note_and_passes(tmp_path: Any, capsys: Any) -> None:
+    path = str(tmp_path / "db")
+    with settee.open(path, shards=1) as db:
+        _populate(db)
+    with open(shard_path(path, 0), "ab") as f:
+        f.write(b"\x07" * 5)
+    with pytest.warns(TornTailWarning), settee.open(path) as db:
+        db.put({"_id": "after-the-tail"})
+    assert main(["check", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[-1] == "OK", lines
+    assert lines[0].startswith(f"note: {shard_path(path, 0)}:") and "5 bytes" in lines[0]
+
+
+def test_check_fails_on_damage_and_still_prints_notes(tmp_path: Any, capsys: Any) -> None:
+    path = str(tmp_path / "db")
+    with settee.open(path, shards=1) as db:
+        _populate(db)
+    shard = shard_path(path, 0)
+    with open(shard, "ab") as f:
+        f.write(b"\x07" * 5)
+    with pytest.warns(TornTailWarning), settee.open(path) as db:
+        db.put({"_id": "after-the-tail"})
+    data = bytearray(Path(shard).read_bytes())
+    data[300] ^= 0x04  # superseded data of an early commit
+    Path(shard).write_bytes(bytes(data))
+    assert main(["check", path]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("note: ")] != []
+    assert any(line.startswith(f"{shard}:") and "does not verify" in line for line in out), out
 
 
 def test_check_pinpoints_every_flipped_bit_in_committed_data() -> None:

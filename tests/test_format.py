@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import pytest
@@ -169,3 +170,133 @@ def test_term_position_is_where_the_frame_starts(payload: bytes, eof: int) -> No
     assert laid[pos - eof : pos - eof + 1] == frame[:1]
     # A frame never starts on a boundary, so its position's laid-out size from pos is the rest.
     assert fmt.laid_out_size(pos, len(frame)) == len(laid) - (pos - eof)
+
+
+# -- the shard header payload (FORMAT.md "Shard header payload") --------------------------------
+
+OFFSET = 5 * B  # where the header under test sits
+VALID: dict[str, object] = {
+    "db": "9f1c6e0a4b2d4e8f8a7b3c2d1e0f5a6b",
+    "shard": 1,
+    "shards": 3,
+    "seq": 7,
+    "by_id": [B + 5, [2, 1, 300]],
+    "by_seq": [B + 9, 3],
+    "data_start": 4 * B + 100,
+    "prev": 4 * B,
+}
+
+
+def test_format_version_is_2() -> None:
+    assert fmt.FORMAT_VERSION == 2
+
+
+@st.composite
+def shard_headers(draw: st.DrawFn) -> tuple[fmt.ShardHeader, int]:
+    """A valid header and the offset it sits at."""
+    offset = draw(st.integers(0, 1000)) * B
+    shards = draw(st.integers(1, 64))
+    data_start = draw(st.integers(0, offset))
+    prevs = st.none()
+    if data_start:
+        prevs |= st.integers(0, (data_start - 1) // B).map(lambda k: k * B)
+    positions = st.integers(1, max(1, offset - 1)).filter(lambda p: p % B and p < offset)
+    reductions = st.integers(0, 2**40) | st.lists(st.integers(0, 2**40), max_size=3)
+    roots = st.none() | st.tuples(positions, reductions).map(fmt.as_root) if offset else st.none()
+    header = fmt.ShardHeader(
+        db=draw(st.text(max_size=40)),
+        shard=draw(st.integers(0, shards - 1)),
+        shards=shards,
+        seq=draw(st.integers(0, 2**63)),
+        by_id=draw(roots),
+        by_seq=draw(roots),
+        data_start=data_start,
+        prev=draw(prevs),
+    )
+    return header, offset
+
+
+@given(shard_headers())
+def test_shard_header_round_trip(case: tuple[fmt.ShardHeader, int]) -> None:
+    header, offset = case
+    assert fmt.ShardHeader.parse(header.encode(), path="p", offset=offset) == header
+
+
+def test_shard_header_is_a_frozen_record_of_tuples() -> None:
+    header = fmt.ShardHeader.parse(fmt.encode_payload(VALID), offset=OFFSET)
+    assert header.by_id == (B + 5, (2, 1, 300)) and header.by_seq == (B + 9, 3)
+    assert hash(header) == hash(fmt.ShardHeader.parse(header.encode(), offset=OFFSET))
+    with pytest.raises(AttributeError):
+        header.seq = 8  # type: ignore[misc]
+
+
+def test_shard_header_encodes_the_documented_map() -> None:
+    header = fmt.ShardHeader.parse(fmt.encode_payload(VALID), offset=OFFSET)
+    decoded = fmt.decode_payload(header.encode())
+    assert decoded == VALID and list(decoded) == list(VALID)  # keys in FORMAT.md's order
+
+
+def _without(key: str) -> dict[str, object]:
+    return {k: v for k, v in VALID.items() if k != key}
+
+
+MALFORMED = {
+    "not msgpack": b"\xc1",
+    "not a map": fmt.encode_payload([1, 2]),
+    "unknown key": fmt.encode_payload({**VALID, "extra": 1}),
+    **{f"missing {k}": fmt.encode_payload(_without(k)) for k in VALID},
+    "db not str": fmt.encode_payload({**VALID, "db": b"bytes"}),
+    "shard a bool": fmt.encode_payload({**VALID, "shard": True}),
+    "shards a float": fmt.encode_payload({**VALID, "shards": 3.0}),
+    "seq negative": fmt.encode_payload({**VALID, "seq": -1}),
+    "seq a str": fmt.encode_payload({**VALID, "seq": "7"}),
+    "shard not below shards": fmt.encode_payload({**VALID, "shard": 3}),
+    "no shards": fmt.encode_payload({**VALID, "shard": 0, "shards": 0}),
+    "data_start negative": fmt.encode_payload({**VALID, "data_start": -1, "prev": None}),
+    "data_start beyond the header": fmt.encode_payload({**VALID, "data_start": OFFSET + 1}),
+    "data_start nil": fmt.encode_payload({**VALID, "data_start": None}),
+    "prev negative": fmt.encode_payload({**VALID, "prev": -B}),
+    "prev at the header": fmt.encode_payload({**VALID, "prev": OFFSET, "data_start": OFFSET}),
+    "prev past data_start": fmt.encode_payload({**VALID, "prev": 4 * B, "data_start": 4 * B}),
+    "prev off a block boundary": fmt.encode_payload({**VALID, "prev": 4 * B + 1}),
+    "prev a str": fmt.encode_payload({**VALID, "prev": "4096"}),
+    "root not an array": fmt.encode_payload({**VALID, "by_id": {"pos": B + 5}}),
+    "root of three": fmt.encode_payload({**VALID, "by_id": [B + 5, 1, 2]}),
+    "root pos a str": fmt.encode_payload({**VALID, "by_seq": ["4101", 3]}),
+    "root pos zero": fmt.encode_payload({**VALID, "by_seq": [0, 3]}),
+    "root pos on a boundary": fmt.encode_payload({**VALID, "by_seq": [2 * B, 3]}),
+    "root pos past the header": fmt.encode_payload({**VALID, "by_id": [OFFSET + 5, 3]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_shard_header_raises_corruption(name: str) -> None:
+    with pytest.raises(CorruptionError, match="malformed shard header") as info:
+        fmt.ShardHeader.parse(MALFORMED[name], path="some/file", offset=OFFSET)
+    assert (info.value.path, info.value.offset) == ("some/file", OFFSET)
+
+
+values = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=5)
+values |= st.floats() | st.lists(st.integers(-2, 3 * B), max_size=3)
+
+
+@given(st.dictionaries(st.sampled_from([*VALID, "x"]), values), st.booleans())
+def test_any_map_either_parses_to_a_valid_header_or_raises_corruption(
+    fields: dict[str, object], over_valid: bool
+) -> None:
+    payload = fmt.encode_payload({**VALID, **fields} if over_valid else fields)
+    try:
+        header = fmt.ShardHeader.parse(payload, offset=OFFSET)
+    except CorruptionError:
+        return
+    assert 0 <= header.shard < header.shards and 0 <= header.data_start <= OFFSET
+    assert header.prev is None or (header.prev < header.data_start and header.prev % B == 0)
+    assert fmt.ShardHeader.parse(header.encode(), offset=OFFSET) == header
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_parse_into_anything_but_a_header_or_corruption(
+    payload: bytes,
+) -> None:
+    with contextlib.suppress(CorruptionError):
+        fmt.ShardHeader.parse(payload, offset=OFFSET)

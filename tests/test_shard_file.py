@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import settee
 from settee.file import READ_AHEAD, ShardFile, TornTailWarning
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError, SetteeError
+from settee.spec.format import ShardHeader, as_root
 
 B = fmt.BLOCK_SIZE
 PATH = "/db/shard"
@@ -37,7 +39,12 @@ class Commit:
 
     offset: int
     end: int
-    payload: Any
+    header: ShardHeader
+
+
+def hdr(seq: int, pad: int = 0) -> ShardHeader:
+    """A header carrying ``seq``; ``pad`` lengthens it (for headers spanning blocks)."""
+    return ShardHeader(db="d" + "x" * pad, shard=0, shards=1, seq=seq, by_id=None, by_seq=None)
 
 
 def open_quietly(fs: MemoryFileSystem | OsFileSystem, path: str = PATH) -> ShardFile:
@@ -46,7 +53,7 @@ def open_quietly(fs: MemoryFileSystem | OsFileSystem, path: str = PATH) -> Shard
         return ShardFile.open(fs, path, create=False)
 
 
-def commit(shard: ShardFile, terms: list[Any], header: Any) -> tuple[list[int], Commit]:
+def commit(shard: ShardFile, terms: list[Any], header: ShardHeader) -> tuple[list[int], Commit]:
     """The writer's durability order: batch, sync, header, sync."""
     batch = shard.new_batch()
     positions = [batch.add(t) for t in terms]
@@ -54,8 +61,8 @@ def commit(shard: ShardFile, terms: list[Any], header: Any) -> tuple[list[int], 
     shard.sync()
     shard.write_header(header)
     shard.sync()
-    assert shard.header_offset is not None
-    return positions, Commit(shard.header_offset, shard.size(), header)
+    assert shard.header_offset is not None and shard.header is not None
+    return positions, Commit(shard.header_offset, shard.size(), shard.header)
 
 
 def damaged(data: bytes, offset: int, xor: int) -> bytes:
@@ -88,31 +95,36 @@ def test_round_trip_across_reopen(tmp_path: Path) -> None:
     fs, path = OsFileSystem(), str(tmp_path / "s")
     terms = [None, 1, "x", b"\x00" * 5000, {"a": [1, 2, {"b": "c" * 9000}]}, list(range(3000))]
     with ShardFile.open(fs, path, create=True) as shard:
-        positions, _ = commit(shard, terms, {"root": 1})
-        more, second = commit(shard, ["after"], ("tuple", "becomes", "list"))
-        assert shard.header == ["tuple", "becomes", "list"]
+        positions, first = commit(shard, terms, hdr(1))
+        root = [positions[1], [3, 0, [5, 6]]]  # lists and tuples compare alike once stored
+        more, second = commit(shard, ["after"], replace(hdr(2), by_id=as_root(root)))
+        assert shard.header == second.header and shard.header.by_id == (
+            positions[1],
+            (3, 0, (5, 6)),
+        )
     with ShardFile.open(fs, path, create=False) as shard:
-        assert shard.header == ["tuple", "becomes", "list"]
+        assert shard.header == second.header
+        assert (shard.header.prev, shard.header.data_start) == (first.offset, first.end)
         assert shard.header_offset == second.offset and shard.size() == second.end
         assert [shard.read_term(p) for p in positions + more] == [*terms, "after"]
 
 
 def test_header_is_padded_to_a_block_boundary(memfs: MemoryFileSystem) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        _, c = commit(shard, ["abc"], {"n": 1})
+        _, c = commit(shard, ["abc"], hdr(1))
     data = memfs.contents(PATH)
     assert c.offset == B and data[c.offset] == fmt.BLOCK_HEADER
     assert set(data[len(fmt.lay_out(fmt.encode_frame(fmt.encode_payload("abc")), 0)) : B]) == {0}
 
 
 def test_multi_block_header_round_trip(memfs: MemoryFileSystem) -> None:
-    big = {"blob": "h" * (3 * B)}
+    big = hdr(1, pad=3 * B)
     with ShardFile.open(memfs, PATH, create=True) as shard:
         commit(shard, [1], big)
-        pos, _ = commit(shard, [2], {"small": True})
+        pos, _ = commit(shard, [2], hdr(2))
         _, last = commit(shard, [3], big)
     with open_quietly(memfs) as shard:
-        assert shard.header == big and shard.header_offset == last.offset
+        assert shard.header == last.header and shard.header_offset == last.offset
         assert shard.read_term(pos[0]) == 2
 
 
@@ -124,7 +136,7 @@ def test_batch_positions_are_real_positions(batches: list[list[int]], lead: int)
     fs = MemoryFileSystem()
     fs.set_contents(PATH, b"")
     with ShardFile.open(fs, PATH, create=False) as shard:
-        shard.write_header({"lead": "x" * lead})  # starts the batches at an arbitrary offset
+        shard.write_header(hdr(0, pad=lead))  # starts the batches at an arbitrary offset
         written: list[tuple[int, bytes]] = []
         for sizes in batches:
             batch = shard.new_batch()
@@ -155,7 +167,7 @@ def test_small_term_is_one_pread_and_batch_is_one_append() -> None:
     fs = CountingFileSystem(MemoryFileSystem())
     with ShardFile.open(fs, PATH, create=True) as shard:
         fs.reset()
-        positions, _ = commit(shard, [{"n": i, "body": "b" * 300} for i in range(50)], "h")
+        positions, _ = commit(shard, [{"n": i, "body": "b" * 300} for i in range(50)], hdr(0))
         assert fs.counts["append"] == 2 and fs.counts["pwrite"] == 0  # batch + header
         fs.reset()
         assert shard.read_term(positions[7]) == {"n": 7, "body": "b" * 300}
@@ -179,7 +191,7 @@ def test_forty_megabyte_term_is_one_append_and_two_preads(tmp_path: Path) -> Non
 
 def test_open_never_writes(memfs: MemoryFileSystem) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        commit(shard, ["a"], 1)
+        commit(shard, ["a"], hdr(1))
         shard.write_batch(_batch_of(shard, ["torn"]))
     before = memfs.contents(PATH)
     fs = CountingFileSystem(memfs)
@@ -203,7 +215,7 @@ def test_open_missing_file_without_create_is_clear(memfs: MemoryFileSystem) -> N
 
 def test_closed_shard_file_refuses_reads(memfs: MemoryFileSystem) -> None:
     shard = ShardFile.open(memfs, PATH, create=True)
-    (pos,), _ = commit(shard, ["x"], 1)
+    (pos,), _ = commit(shard, ["x"], hdr(1))
     shard.close()
     shard.close()
     with pytest.raises(SetteeError, match="closed"):
@@ -215,10 +227,10 @@ def test_closed_shard_file_refuses_reads(memfs: MemoryFileSystem) -> None:
 
 def _history(fs: MemoryFileSystem, big_last_header: bool) -> list[Commit]:
     with ShardFile.open(fs, PATH, create=True) as shard:
-        commits = [commit(shard, ["a", "b" * 100], {"n": 0})[1]]
-        commits.append(commit(shard, ["c" * 3000], {"n": 1})[1])
-        commits.append(commit(shard, ["d"], {"n": 2})[1])
-        last = {"n": 3, "pad": "p" * (5000 if big_last_header else 10)}
+        commits = [commit(shard, ["a", "b" * 100], hdr(0))[1]]
+        commits.append(commit(shard, ["c" * 3000], hdr(1))[1])
+        commits.append(commit(shard, ["d"], hdr(2))[1])
+        last = hdr(3, pad=5000 if big_last_header else 10)
         commits.append(commit(shard, ["e" * 200], last)[1])
     return commits
 
@@ -235,7 +247,7 @@ def test_truncation_at_every_offset_of_last_two_blocks(big_last_header: bool) ->
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             shard = ShardFile.open(fs, PATH, create=False)
-        assert shard.header == (expected.payload if expected else None), cut
+        assert shard.header == (expected.header if expected else None), cut
         tail = cut - (expected.end if expected else 0)
         messages = [str(w.message) for w in caught if w.category is TornTailWarning]
         assert len(messages) == (1 if tail else 0), (cut, messages)
@@ -246,13 +258,13 @@ def test_truncation_at_every_offset_of_last_two_blocks(big_last_header: bool) ->
 def _file_with_straddling_term(fs: MemoryFileSystem, term: Any) -> tuple[int, int]:
     """A committed file whose ``term`` crosses a block boundary; returns (pos, laid-out span)."""
     with ShardFile.open(fs, PATH, create=True) as shard:
-        commit(shard, ["first"], {"n": 0})
+        commit(shard, ["first"], hdr(0))
         filler = 2 * B - 6 - shard.size() - fmt.FRAME_SIZE - 5
         batch = shard.new_batch()
         batch.add(b"f" * filler)
         pos = batch.add(term)
         shard.write_batch(batch)
-        shard.write_header({"n": 1})
+        shard.write_header(hdr(1))
     frame = fmt.encode_frame(fmt.encode_payload(term))
     span = fmt.laid_out_size(pos, len(frame))
     assert pos < 2 * B < pos + span, "term must straddle the boundary at 2 * B"
@@ -266,7 +278,7 @@ def test_every_bit_flip_in_a_term_raises_corruption() -> None:
     for bit in range(span * 8):
         fs.set_contents(PATH, damaged(data, pos + bit // 8, 1 << (bit % 8)))
         with open_quietly(fs) as shard:
-            assert shard.header == {"n": 1}
+            assert shard.header is not None and shard.header.seq == 1
             with pytest.raises(CorruptionError):
                 shard.read_term(pos)
 
@@ -275,7 +287,7 @@ def test_every_bit_flip_in_a_term_raises_corruption() -> None:
 def test_random_bit_flip_in_any_term_raises_corruption(payload: bytes, data: st.DataObject) -> None:
     fs = MemoryFileSystem()
     with ShardFile.open(fs, PATH, create=True) as shard:
-        (pos,), _ = commit(shard, [payload], "h")
+        (pos,), _ = commit(shard, [payload], hdr(0))
     span = fmt.laid_out_size(pos, fmt.FRAME_SIZE + len(fmt.encode_payload(payload)))
     bit = data.draw(st.integers(0, span * 8 - 1))
     fs.set_contents(PATH, damaged(fs.contents(PATH), pos + bit // 8, 1 << (bit % 8)))
@@ -283,27 +295,27 @@ def test_random_bit_flip_in_any_term_raises_corruption(payload: bytes, data: st.
         shard.read_term(pos)
 
 
-def _two_headers(fs: MemoryFileSystem, last_header: Any) -> tuple[Commit, Commit]:
+def _two_headers(fs: MemoryFileSystem, last_header: ShardHeader) -> tuple[Commit, Commit]:
     with ShardFile.open(fs, PATH, create=True) as shard:
-        _, older = commit(shard, ["a"], {"v": 1})
+        _, older = commit(shard, ["a"], hdr(1))
         _, newer = commit(shard, ["b"], last_header)
     return older, newer
 
 
 def test_every_bit_flip_in_newest_header_falls_back_to_previous() -> None:
     fs = MemoryFileSystem()
-    older, newer = _two_headers(fs, {"v": 2})
+    older, newer = _two_headers(fs, hdr(2))
     data = fs.contents(PATH)
     for bit in range((newer.end - newer.offset) * 8):
         fs.set_contents(PATH, damaged(data, newer.offset + bit // 8, 1 << (bit % 8)))
         with pytest.warns(TornTailWarning), ShardFile.open(fs, PATH, create=False) as shard:
-            assert shard.header == older.payload, bit
+            assert shard.header == older.header, bit
             assert shard.header_offset == older.offset
 
 
 def test_bit_flips_in_multi_block_header_fall_back_to_previous() -> None:
     fs = MemoryFileSystem()
-    older, newer = _two_headers(fs, {"v": 2, "blob": "z" * (2 * B)})
+    older, newer = _two_headers(fs, hdr(2, pad=2 * B))
     data = fs.contents(PATH)
     rng = random.Random(1234)
     size = newer.end - newer.offset
@@ -312,7 +324,7 @@ def test_bit_flips_in_multi_block_header_fall_back_to_previous() -> None:
     for bit in bits:
         fs.set_contents(PATH, damaged(data, newer.offset + bit // 8, 1 << (bit % 8)))
         with open_quietly(fs) as shard:
-            assert shard.header == older.payload, bit
+            assert shard.header == older.header, bit
 
 
 # -- the damage table of FORMAT.md, one test per row --------------------------------------------
@@ -328,70 +340,125 @@ def test_damage_empty_file(memfs: MemoryFileSystem) -> None:
 
 def test_damage_torn_tail(memfs: MemoryFileSystem) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        (pos,), c = commit(shard, ["kept"], {"n": 1})
+        (pos,), c = commit(shard, ["kept"], hdr(1))
         batch = _batch_of(shard, ["uncommitted" * 50])
         shard.write_batch(batch)
     torn = memfs.contents(PATH)[: c.end + 300]
     memfs.set_contents(PATH, torn)
     with pytest.warns(TornTailWarning, match="ignoring 300 bytes"):
         shard = ShardFile.open(memfs, PATH, create=False)
-    assert shard.header == {"n": 1} and shard.read_term(pos) == "kept"
+    assert shard.header == c.header and shard.read_term(pos) == "kept"
     assert memfs.contents(PATH) == torn  # bytes kept
-    (more,), _ = commit(shard, ["next"], {"n": 2})  # appends go after the tail
+    (more,), after = commit(shard, ["next"], hdr(2))  # appends go after the tail
     assert more >= len(torn) and shard.read_term(more) == "next"
+    # The next header records where its data began: after the kept tail, not at c.end.
+    assert (after.header.data_start, after.header.prev) == (len(torn), c.offset)
     shard.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert open_quietly(memfs).header == {"n": 2}
+        assert open_quietly(memfs).header == after.header
 
 
 def test_damage_torn_header(memfs: MemoryFileSystem) -> None:
-    older, newer = _two_headers(memfs, {"v": 2, "pad": "x" * 100})
+    older, newer = _two_headers(memfs, hdr(2, pad=100))
     memfs.set_contents(PATH, memfs.contents(PATH)[: newer.end - 1])
     with pytest.warns(TornTailWarning):
-        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+        assert ShardFile.open(memfs, PATH, create=False).header == older.header
 
 
 def test_damage_bad_crc_in_header(memfs: MemoryFileSystem) -> None:
-    older, newer = _two_headers(memfs, {"v": 2})
+    older, newer = _two_headers(memfs, hdr(2))
     crc_offset = newer.offset + 1 + fmt.HEADER_SIZE - 4
     memfs.set_contents(PATH, damaged(memfs.contents(PATH), crc_offset, 0xFF))
     with pytest.warns(TornTailWarning):
-        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+        assert ShardFile.open(memfs, PATH, create=False).header == older.header
 
 
 def test_damage_bad_marker_in_header(memfs: MemoryFileSystem) -> None:
-    older, newer = _two_headers(memfs, {"v": 2, "blob": "y" * B})
+    older, newer = _two_headers(memfs, hdr(2, pad=B))
     memfs.set_contents(PATH, damaged(memfs.contents(PATH), newer.offset + B, 0x02))
     with pytest.warns(TornTailWarning):
-        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+        assert ShardFile.open(memfs, PATH, create=False).header == older.header
 
 
 def test_damage_wrong_magic(memfs: MemoryFileSystem) -> None:
-    older, newer = _two_headers(memfs, {"v": 2})
+    older, newer = _two_headers(memfs, hdr(2))
     # A data block whose marker flipped to HEADER is a candidate with the wrong magic.
     with ShardFile.open(memfs, PATH, create=False) as shard:
         shard.write_batch(_batch_of(shard, ["w" * (2 * B)]))
-        (pos,), _ = commit(shard, ["z"], {"v": 3})
+        (pos,), last = commit(shard, ["z"], hdr(3))
     flipped_block = newer.end // B * B + B
     data = damaged(memfs.contents(PATH), flipped_block, fmt.BLOCK_HEADER)
     data = damaged(data, newer.offset + 1, 0x40)  # newer's magic too
     memfs.set_contents(PATH, data)
     with open_quietly(memfs) as shard:
-        assert shard.header == {"v": 3} and shard.read_term(pos) == "z"
+        assert shard.header == last.header and shard.read_term(pos) == "z"
     memfs.set_contents(PATH, data[: flipped_block + 100])  # now the bad block is the newest
     with pytest.warns(TornTailWarning):
-        assert ShardFile.open(memfs, PATH, create=False).header == older.payload
+        assert ShardFile.open(memfs, PATH, create=False).header == older.header
 
 
 def test_damage_wrong_version(memfs: MemoryFileSystem) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        commit(shard, ["a"], 1)
+        commit(shard, ["a"], hdr(1))
     data = memfs.contents(PATH)
     future = fmt.lay_out(fmt.encode_header(b"\xc0", version=fmt.FORMAT_VERSION + 1), B, 1)
     memfs.set_contents(PATH, data[:B] + future)
-    with pytest.raises(SetteeError, match=r"format version 2.*reads version 1"):
+    with pytest.raises(SetteeError, match=r"format version 3.*reads version 2 only"):
         ShardFile.open(memfs, PATH, create=False)
+
+
+def test_version_1_shard_file_is_refused_with_dump_and_load_advice(memfs: MemoryFileSystem) -> None:
+    """A file written before headers chained (format 1) is refused, not misread."""
+    v1_payload = fmt.encode_payload({"db": "d", "shard": 0, "shards": 1, "seq": 0})
+    old = b"\x00" + bytes(B - 1) + fmt.lay_out(fmt.encode_header(v1_payload, version=1), B, 1)
+    memfs.set_contents(PATH, old)
+    with pytest.raises(SetteeError, match="format version 1") as info:
+        ShardFile.open(memfs, PATH, create=False)
+    assert "`settee dump`" in str(info.value) and "`settee load`" in str(info.value)
+    assert memfs.contents(PATH) == old  # refused, never rewritten
+
+
+def test_version_1_database_metadata_is_refused_with_dump_and_load_advice(tmp_path: Path) -> None:
+    path = str(tmp_path / "db")
+    settee.open(path, shards=1).close()
+    meta = tmp_path / "db" / "settee.meta"
+    info = fmt.decode_payload(fmt.decode_frame(meta.read_bytes()))
+    meta.write_bytes(fmt.encode_frame(fmt.encode_payload({**info, "format": 1})))
+    with pytest.raises(SetteeError, match="format version 1") as info:
+        settee.open(path)
+    assert "`settee dump`" in str(info.value) and "`settee load`" in str(info.value)
+
+
+def test_damage_malformed_header_payload(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        commit(shard, ["a"], hdr(1))
+    data = memfs.contents(PATH)
+    data += bytes(fmt.padding_size(len(data)))
+    bad = fmt.encode_payload({"db": "d", "shard": 0, "shards": 1, "seq": 0})  # no roots etc.
+    memfs.set_contents(PATH, data + fmt.lay_out(fmt.encode_header(bad), len(data), 1))
+    with pytest.raises(CorruptionError, match="malformed shard header") as info:
+        ShardFile.open(memfs, PATH, create=False)
+    assert info.value.offset == len(data)
+
+
+def test_write_header_refuses_a_malformed_header_before_writing(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        _, c = commit(shard, ["a"], hdr(1))
+        with pytest.raises(CorruptionError, match="shard 1 is not below"):
+            shard.write_header(replace(hdr(2), shard=1))
+        assert shard.size() == c.end and shard.header == c.header
+    assert len(memfs.contents(PATH)) == c.end
+
+
+def test_every_damage_row_of_format_md_has_its_test() -> None:
+    text = (Path(fmt.__file__).parent / "FORMAT.md").read_text()
+    table = text.split("## Damaged files")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| `(\w+)`", table, re.M)
+    here = Path(__file__).parent
+    tests = (here / "test_shard_file.py").read_text() + (here / "test_walker.py").read_text()
+    assert len(rows) >= 18
+    assert [r for r in rows if f"def test_damage_{r}(" not in tests] == []
 
 
 @pytest.mark.parametrize("start", [b"\x00", b"\x01", b"\x01" + fmt.MAGIC[:5], b"\x00" * 9000])
@@ -400,8 +467,9 @@ def test_damage_no_valid_header(memfs: MemoryFileSystem, start: bytes) -> None:
     with pytest.warns(TornTailWarning, match=f"ignoring {len(start)} bytes"):
         shard = ShardFile.open(memfs, PATH, create=False)
     assert shard.header is None and shard.size() == len(start)
-    _, c = commit(shard, ["fresh"], {"n": 1})
-    assert open_quietly(memfs).header == {"n": 1} and c.offset == -(-len(start) // B) * B
+    _, c = commit(shard, ["fresh"], hdr(1))
+    assert open_quietly(memfs).header == c.header and c.offset == -(-len(start) // B) * B
+    assert (c.header.prev, c.header.data_start) == (None, len(start))  # the tail is kept
 
 
 @pytest.mark.parametrize("content", [b"hello world\n", b"\x01NOTMAGIC" + bytes(100), b"\xff"])
@@ -414,7 +482,7 @@ def test_damage_not_a_settee_file(memfs: MemoryFileSystem, content: bytes) -> No
 
 def test_damage_bad_crc_in_term(memfs: MemoryFileSystem) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        (pos, other), _ = commit(shard, ["victim", "bystander"], 1)
+        (pos, other), _ = commit(shard, ["victim", "bystander"], hdr(1))
     memfs.set_contents(PATH, damaged(memfs.contents(PATH), pos + fmt.FRAME_SIZE + 2, 0x01))
     with ShardFile.open(memfs, PATH, create=False) as shard:
         with pytest.raises(CorruptionError, match="crc") as info:
@@ -436,7 +504,7 @@ def test_damage_bad_marker_in_term() -> None:
 @pytest.mark.parametrize("size", [10, READ_AHEAD * 3])
 def test_damage_truncated_term(memfs: MemoryFileSystem, size: int) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        commit(shard, ["a"], 1)
+        commit(shard, ["a"], hdr(1))
         batch = _batch_of(shard, [])
         pos = batch.add(b"t" * size)
         shard.write_batch(batch)
@@ -449,7 +517,7 @@ def test_damage_length_past_eof() -> None:
     mem = MemoryFileSystem()
     fs = CountingFileSystem(mem)
     with ShardFile.open(fs, PATH, create=True) as shard:
-        (pos,), _ = commit(shard, [b"p" * 20_000], 1)
+        (pos,), _ = commit(shard, [b"p" * 20_000], hdr(1))
     mem.set_contents(PATH, damaged(mem.contents(PATH), pos + 3, 0x80))  # length += 2**31
     with ShardFile.open(fs, PATH, create=False) as shard:
         fs.reset()
@@ -461,7 +529,7 @@ def test_damage_length_past_eof() -> None:
 @pytest.mark.parametrize("pos", [0, -3, B, 7 * B])
 def test_damage_position_on_block_boundary(memfs: MemoryFileSystem, pos: int) -> None:
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        commit(shard, ["a"], 1)
+        commit(shard, ["a"], hdr(1))
         with pytest.raises(CorruptionError, match="not a term position"):
             shard.read_term(pos)
 
@@ -471,7 +539,7 @@ def test_damage_undecodable_payload(memfs: MemoryFileSystem) -> None:
         batch = shard.new_batch()
         pos = batch.add_encoded(b"\xc1")  # 0xc1 is never valid msgpack
         shard.write_batch(batch)
-        shard.write_header(1)
+        shard.write_header(hdr(1))
         with pytest.raises(CorruptionError, match="undecodable"):
             shard.read_term(pos)
 
@@ -516,11 +584,14 @@ def _tiny_newest_header(data: bytes) -> tuple[int, Any]:
 def test_independent_decoder_reads_fresh_file(memfs: MemoryFileSystem) -> None:
     terms = ["x" * n for n in (0, 1, 100, B - 20, B, 3 * B + 5)] + [{"k": [1, 2]}] * 30
     with ShardFile.open(memfs, PATH, create=True) as shard:
-        positions, _ = commit(shard, terms[:4], {"n": 1})
-        more, last = commit(shard, terms[4:], {"n": 2, "roots": [positions[0], None]})
+        positions, first = commit(shard, terms[:4], hdr(1))
+        root = as_root([positions[0], 4])
+        more, last = commit(shard, terms[4:], replace(hdr(2), by_seq=root))
     data = memfs.contents(PATH)
     assert [_tiny_read_term(data, p) for p in positions + more] == terms
-    assert _tiny_newest_header(data) == (last.offset, last.payload)
+    payload = {"db": "d", "shard": 0, "shards": 1, "seq": 2, "by_id": None}
+    payload |= {"by_seq": [positions[0], 4], "data_start": first.end, "prev": first.offset}
+    assert _tiny_newest_header(data) == (last.offset, payload)
     # Every block boundary holds a marker: HEADER exactly where headers start.
     header_blocks = [b for b in range(0, len(data), B) if data[b] == fmt.BLOCK_HEADER]
     assert set(data[::B]) <= {fmt.BLOCK_DATA, fmt.BLOCK_HEADER} and last.offset in header_blocks
@@ -550,7 +621,7 @@ def test_format_md_worked_example_matches_bytes(memfs: MemoryFileSystem) -> None
         batch = shard.new_batch()
         assert [batch.add("hello"), batch.add([1, 2])] == [1, 15]
         shard.write_batch(batch)
-        shard.write_header({"root": 1})
+        shard.write_header(ShardHeader("9f1c6e0a4b2d4e8f8a7b3c2d1e0f5a6b", 0, 1, 0, None, None))
     assert memfs.contents(PATH) == _format_md_example()
 
 
@@ -574,7 +645,7 @@ def test_concurrent_readers_while_writer_appends(tmp_path: Path) -> None:
             positions = [batch.add(t) for t in terms]
             shard.write_batch(batch)
             if n % 10 == 0:
-                shard.write_header({"n": n})
+                shard.write_header(hdr(n))
             published.extend(zip(positions, terms, strict=True))  # only after the write
         done.set()
 
