@@ -14,7 +14,7 @@ implementation is a factory named ``"MODULE:CALLABLE"`` that is called as
 
 * ``settee.reference:open`` always;
 * ``settee:open`` with ``shards`` 1, 2, 4 and ``read_mode`` ``parallel`` and
-  ``serialized`` (skipped with a reason while ``settee.open`` does not exist).
+  ``serialized``, in strict mode (every commit checks what it changed).
 
 ``--engine MODULE:CALLABLE`` (repeatable) or ``SETTEE_ENGINE`` (comma
 separated) replaces ``settee:open`` as the engine under test. A replacement
@@ -34,9 +34,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Strict mode: the engine runs the shared checker after every commit (impl/shard.py).
-# Set before settee is first imported (the line below); SETTEE_STRICT=0 turns it off.
-os.environ.setdefault("SETTEE_STRICT", "1")
 from settee.engines import load_factory
 
 __all__ = ["EngineParam", "Opener"]
@@ -112,7 +109,10 @@ def engine_params(engine_specs: list[str]) -> list[EngineParam]:
             continue
         for shards in SHARDS:
             for mode in READ_MODES:
-                opts = {"shards": shards, "read_mode": mode}
+                opts: dict[str, Any] = {"shards": shards, "read_mode": mode}
+                if spec == DEFAULT_ENGINE:
+                    # Strict mode: every commit checks what it changed (impl/strict.py).
+                    opts["strict"] = True
                 params.append(EngineParam(spec, opts, reason))
     return params
 

@@ -33,6 +33,10 @@ class _Walk:
     leaf_depths: set[int] = field(default_factory=set)
     key_type: type | None = None
     last_key: Any = None  # largest key seen so far, across nodes (in-order walk)
+    #: Only nodes at or after this position are read (strict mode: one commit's nodes).
+    since: int = 0
+    #: (depth, is leaf) of each older child a partial walk skipped.
+    skipped: list[tuple[int, bool]] = field(default_factory=list)
 
     def problem(self, pos: Any, what: str) -> None:
         self.problems.append(f"{self.path}:{pos}: {what}")
@@ -49,7 +53,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def check_tree(tree: BTree) -> Iterator[str]:
+def check_tree(tree: BTree, *, since: int = 0) -> Iterator[str]:
     """Yield every problem found in ``tree`` as ``"path:pos: what"``.
 
     Checks: node shape, key type, strict key order inside and across nodes,
@@ -57,16 +61,34 @@ def check_tree(tree: BTree) -> Iterator[str]:
     within ``tree.node_bytes`` (a leaf of one entry or an inner node of two
     may exceed it), all leaves at one depth, child positions below their parent's
     (append-only), and every stored reduction equal to a recount.
+
+    ``since``: check only the nodes at positions ``>= since`` — what one commit
+    wrote, when it started at file offset ``since`` (strict mode). Older children
+    are trusted for their contents (an earlier check saw them) but still checked
+    for their place: key order against their neighbours, and their level.
     """
-    walk = _Walk(tree, str(getattr(tree.store, "path", "<memory>")))
+    walk = _Walk(tree, str(getattr(tree.store, "path", "<memory>")), since=since)
     root = tree.root
-    if root is not None:
+    if root is not None and root[0] >= since:
         red = _check_node(walk, root[0], None, 1, "root")
         if red is not None and not _same(red[1], root[1]):
             walk.problem(root[0], f"root reduction {root[1]!r} != recomputed {red[1]!r}")
-        if len(walk.leaf_depths) > 1:
-            walk.problem(root[0], f"leaves at different depths {sorted(walk.leaf_depths)}")
+        _check_levels(walk, root[0])
     yield from walk.problems
+
+
+def _check_levels(walk: _Walk, root: int) -> None:
+    if len(walk.leaf_depths) > 1:
+        walk.problem(root, f"leaves at different depths {sorted(walk.leaf_depths)}")
+    if len(walk.leaf_depths) != 1:
+        return
+    [leaf_depth] = walk.leaf_depths
+    for depth, is_leaf in walk.skipped:
+        if is_leaf != (depth == leaf_depth):
+            kind = "leaf" if is_leaf else "inner node"
+            walk.problem(
+                root, f"an older {kind} hangs at depth {depth}, leaves are at {leaf_depth}"
+            )
 
 
 def _read(walk: _Walk, pos: Any, where: str) -> tuple[str, list[Any]] | None:
@@ -134,7 +156,10 @@ def _check_node(walk: _Walk, pos: Any, parent: int | None, depth: int, where: st
         return entries[-1][0], walk.tree.reduce_fun(entries)
     reds: list[Any] | None = []
     for i, (key, child, stored) in enumerate(entries):
-        sub = _check_node(walk, child, pos, depth + 1, f"{where}/{i}")
+        if type(child) is int and child < walk.since:
+            sub = _skip_older(walk, child, key, stored, depth + 1, f"{where}/{i}")
+        else:
+            sub = _check_node(walk, child, pos, depth + 1, f"{where}/{i}")
         if sub is None:
             reds = None  # keep checking siblings, but no recount is possible
             continue
@@ -146,3 +171,23 @@ def _check_node(walk: _Walk, pos: Any, parent: int | None, depth: int, where: st
         if reds is not None:
             reds.append(red)
     return None if reds is None else (entries[-1][0], walk.tree.rereduce_fun(reds))
+
+
+def _skip_older(walk: _Walk, pos: int, key: Any, stored: Any, depth: int, where: str) -> Any:
+    """An older child of a node being checked: trust its subtree, check its place."""
+    try:
+        is_kp, keys, _entries = walk.tree.node(pos)
+    except SetteeError as exc:
+        walk.problem(pos, f"{where}: unreadable node: {exc}")
+        return None
+    if not keys or keys[-1] != key:
+        walk.problem(pos, f"{where}: kp key {key!r} != older child's max key")
+        return None
+    ordered = walk.last_key is None or type(keys[0]) is not type(walk.last_key)
+    if not ordered and not walk.last_key < keys[0]:
+        walk.problem(
+            pos, f"{where}: older child starts at {keys[0]!r}, at or below {walk.last_key!r}"
+        )
+    walk.last_key = key
+    walk.skipped.append((depth, not is_kp))
+    return key, stored

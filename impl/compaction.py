@@ -45,22 +45,31 @@ def compact_shard(shard: Shard, *, revs_limit: int) -> None:
     """Compact one shard; returns once the shard runs on the new file."""
     # One compaction per shard at a time: two would share the target file and the
     # second would delete the first's, so the first could install a file with no name.
-    with shard.compaction_lock:
-        try:
-            _compact(shard, revs_limit)
-        except OSError as exc:
-            raise SetteeError(f"{shard.path}: compaction failed: {exc}") from exc
+    # acquire() rather than ``with``, as in Shard._enqueue: a second compaction waiting
+    # here is then visible to the interleaving scheduler.
+    shard.compaction_lock.acquire()
+    try:
+        _compact(shard, revs_limit)
+    except OSError as exc:
+        raise SetteeError(f"{shard.path}: compaction failed: {exc}") from exc
+    finally:
+        shard.compaction_lock.release()
 
 
 def _compact(shard: Shard, revs_limit: int) -> None:
-    target = shard.path + COMPACT_SUFFIX
-    if shard.fs.exists(target):
-        shard.fs.remove(target)
-    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+    shard._step("compact_start")
+    # reading() refuses a closed shard before the target is touched: after close()
+    # another process may own this database and its own compaction target.
+    with shard.reading() as snapshot:
+        target = shard.path + COMPACT_SUFFIX
+        if shard.fs.exists(target):
+            shard.fs.remove(target)
+        copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
     try:
-        copier.copy_all(shard.snapshot)
+        copier.copy_all(snapshot)
         while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
             copier.catch_up(shard.snapshot)
+        shard._step("compact_swap")
         shard.call_in_writer(copier.finish)
     except BaseException:
         copier.file.close()
@@ -80,8 +89,8 @@ class _Copier:
         self.file = file
         self.revs_limit = revs_limit
         cache = NodeCache(256)
-        self.by_id = by_id_tree(file, None, cache)
-        self.by_seq = by_seq_tree(file, None, cache)
+        self.by_id = by_id_tree(file, None, cache, shard.node_size)
+        self.by_seq = by_seq_tree(file, None, cache, shard.node_size)
         self.seq = 0
 
     def copy_all(self, snap: Snapshot) -> None:
@@ -123,7 +132,7 @@ class _Copier:
         """Final catch-up and the switch; runs on the writer, between commits."""
         shard = self.shard
         self.catch_up(shard.snapshot)
-        self.file.write_header(shard.header_payload(self.by_id.root, self.by_seq.root, self.seq))
+        self.file.write_header(shard.shard_header(self.by_id.root, self.by_seq.root, self.seq))
         # The new file must be durable before its name replaces the old one's.
         self.file.sync()
         try:

@@ -14,19 +14,9 @@ from collections import defaultdict
 from typing import Any
 
 from settee import views
-from settee.arguments import (
-    check_bool,
-    check_count,
-    check_key,
-    check_keys,
-    check_rev,
-    check_revs_diff,
-    validate_docid,
-)
 from settee.compaction import compact_shard
 from settee.io import FileSystem, OsFileSystem
 from settee.layout import (
-    COMPACT_SUFFIX,
     acquire_lock,
     open_layout,
     release_lock,
@@ -34,6 +24,17 @@ from settee.layout import (
 )
 from settee.shard import Shard, ShardIdentity
 from settee.spec import revtree
+from settee.spec.arguments import (
+    check_bool,
+    check_count,
+    check_key,
+    check_keys,
+    check_optional_rev,
+    check_path,
+    check_revs_diff,
+    check_since,
+    validate_docid,
+)
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
 from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
@@ -55,8 +56,7 @@ class Database:
     """An open settee database. Thread-safe; also a context manager."""
 
     def __init__(self, path: str, *, fs: FileSystem | None = None, **options: Any) -> None:
-        if not isinstance(path, str) or not path:
-            raise BadRequest(f"path must be a non-empty str, not {path!r}")
+        path = check_path(path, optional=False)
         self.config = validate_options(**options)
         self.path = path
         self.fs = fs if fs is not None else OsFileSystem()
@@ -70,6 +70,8 @@ class Database:
     def _open(self, path: str, options: dict[str, Any]) -> None:
         # Lock before reading or creating anything, so two processes can never
         # both create the same database or open it for writing at once.
+        if not self.config["create"] and not self.fs.exists(path):
+            raise SetteeError(f"{path} does not exist: check the path (create=False)")
         self.fs.makedirs(path)
         self._lock_fd = acquire_lock(self.fs, path)
         try:
@@ -78,6 +80,7 @@ class Database:
                 path,
                 self.config["shards"],
                 shards_explicit=options.get("shards") is not None,
+                create=self.config["create"],
             )
             self.shards = self._open_shards(layout.uuid, layout.shards)
         except BaseException:
@@ -88,19 +91,19 @@ class Database:
         shards: list[Shard] = []
         try:
             for index in range(count):
-                path = shard_path(self.path, index)
-                if self.fs.exists(path + COMPACT_SUFFIX):
-                    # An unfinished compaction: the original file is intact and newer.
-                    self.fs.remove(path + COMPACT_SUFFIX)
+                # An unfinished compaction's <shard>.compact is left alone: the
+                # shard file is intact, and the next compaction replaces it.
                 shards.append(
                     Shard(
                         self.fs,
-                        path,
+                        shard_path(self.path, index),
                         ShardIdentity(db_uuid, index, count),
                         fsync=self.config["fsync"],
                         serialized=self.config["read_mode"] == "serialized",
                         revs_limit=self.config["revs_limit"],
                         cache_nodes=CACHE_NODES_PER_SHARD,
+                        strict=self.config["strict"],
+                        node_size=self.config["node_size"],
                     )
                 )
         except BaseException:
@@ -159,8 +162,8 @@ class Database:
     def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
         """Leave a tombstone on top of ``rev``; raises NotFound, Conflict, BadRequest."""
         self._check_open()
-        validate_docid(doc_id)
-        check_rev(rev)
+        doc_id = validate_docid(doc_id)
+        rev = check_optional_rev(rev)
         tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
         valid = self._validate(tombstone, new_edits=True)
         [result] = self._write([valid], new_edits=True, deleting=True)
@@ -174,7 +177,7 @@ class Database:
         if not isinstance(docs, list | tuple):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
-        valid = [self._validate(doc, new_edits=new_edits) for doc in docs]
+        valid = [self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs]
         results = self._write(valid, new_edits=new_edits)
         out = []
         for doc, result in zip(valid, results, strict=True):
@@ -186,9 +189,12 @@ class Database:
                 out.append({"ok": True, "id": doc.id, "rev": result})
         return out
 
-    def _validate(self, doc: Any, *, new_edits: bool) -> ValidDoc:
+    def _validate(self, doc: Any, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         return validate_doc(
-            doc, new_edits=new_edits, max_document_size=self.config["max_document_size"]
+            doc,
+            new_edits=new_edits,
+            max_document_size=self.config["max_document_size"],
+            generate_id=generate_id,
         )
 
     def _write(self, docs: list[ValidDoc], *, new_edits: bool, deleting: bool = False) -> list[Any]:
@@ -218,8 +224,8 @@ class Database:
     ) -> dict[str, Any]:
         """The winning (or the given) revision of a document; raises NotFound."""
         self._check_open()
-        validate_docid(doc_id)
-        check_rev(rev)
+        doc_id = validate_docid(doc_id)
+        rev = check_optional_rev(rev)
         check_bool("revs", revs)
         check_bool("conflicts", conflicts)
         with self._shard(doc_id).reading() as snap:
@@ -274,10 +280,9 @@ class Database:
     ) -> dict[str, Any]:
         """Each changed document once, at its latest change (SEMANTICS.md §9)."""
         self._check_open()
-        check_count("limit", limit, optional=True)
+        since = check_since(since)
+        limit = check_count("limit", limit, optional=True)
         check_bool("include_docs", include_docs)
-        if isinstance(since, bool) or (isinstance(since, int) and since != 0):
-            raise BadRequest(f"since must be 0, 'now' or a token from this database, not {since!r}")
         snaps = self._snapshots()
         return views.changes(snaps, since, limit, include_docs)
 

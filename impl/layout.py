@@ -4,26 +4,45 @@
 <path>/
   settee.meta          one frame: {"format", "shards", "uuid"}; written last at creation
   shard-000.settee     one file per shard (FORMAT.md)
-  shard-000.settee.compact   a compaction in progress (removed on open)
-  LOCK                 flock'd by the process that has the database open
+  shard-000.settee.compact   a compaction in progress (left alone by open; the next
+                       compaction of that shard replaces it)
 ```
 
 Creation writes every shard file (with its first header) and fsyncs the
 directory before the metadata file appears, by write-to-temp, fsync, rename,
 fsync-directory. So a database either has its metadata file and all its
-shards, or it was never created and holds nothing acknowledged.
+shards, or its creation never finished and it holds nothing acknowledged.
+
+Opening never deletes or truncates anything it finds (SEMANTICS.md §16):
+
+* ``settee.meta`` present: every shard it names must exist and carry a valid
+  header (checked by the shard), else the database is refused.
+* ``settee.meta`` missing, no shard files: a new database (unless
+  ``create=False``).
+* ``settee.meta`` missing beside shard files: the metadata is rebuilt from
+  the shards' own headers (:func:`_recover`) when they agree and nothing can
+  be lost: either every shard is present with a valid header, or no shard
+  holds a commit (a creation that crashed before its metadata was durable,
+  which is then finished with the same uuid). Anything else is refused.
+
+The single-writer lock is an ``flock`` on the database directory itself, so
+no file can be unlinked to bypass it, and a killed holder releases it at once.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import uuid
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from settee.io import FileSystem, OsFileSystem
 from settee.spec.errors import BadRequest, CorruptionError, SetteeError
 from settee.spec.format import (
+    BLOCK_SIZE,
     FORMAT_VERSION,
     decode_frame,
     decode_payload,
@@ -35,6 +54,7 @@ __all__ = [
     "COMPACT_SUFFIX",
     "META_NAME",
     "Layout",
+    "MetadataRebuiltWarning",
     "acquire_lock",
     "open_layout",
     "read_layout",
@@ -43,8 +63,12 @@ __all__ = [
 ]
 
 META_NAME = "settee.meta"
-LOCK_NAME = "LOCK"
 COMPACT_SUFFIX = ".compact"
+_SHARD_NAME = re.compile(r"shard-(\d{3,})\.settee")
+
+
+class MetadataRebuiltWarning(UserWarning):
+    """Opening found no ``settee.meta`` and rebuilt it from the shard headers."""
 
 
 def shard_path(path: str, index: int) -> str:
@@ -62,24 +86,37 @@ class Layout:
     created: bool
 
 
-def open_layout(fs: FileSystem, path: str, shards: int, *, shards_explicit: bool) -> Layout:
-    """Read the database's metadata, or create the database with ``shards`` shards."""
+def open_layout(
+    fs: FileSystem, path: str, shards: int, *, shards_explicit: bool, create: bool = True
+) -> Layout:
+    """Read the database's metadata, rebuild it from the shard headers, or create
+    the database with ``shards`` shards (see the module docstring)."""
     meta = os.path.join(path, META_NAME)
     if fs.exists(meta):
         layout = _read_meta(fs, path, meta)
-        if shards_explicit and shards != layout.shards:
-            raise BadRequest(
-                f"{path} was created with shards={layout.shards}, not {shards}; open it "
-                "without the shards option (the shard count is fixed at creation)"
+    elif _shard_files(fs, path):
+        if not create:
+            raise SetteeError(
+                f"{path} has shard files but no {META_NAME}: open it with settee.open(path) "
+                "to rebuild the metadata from the shard headers"
             )
-        for index in range(layout.shards):
-            if not fs.exists(shard_path(path, index)):
-                raise SetteeError(
-                    f"{shard_path(path, index)} is missing: the database is incomplete; "
-                    "restore the file from a backup"
-                )
-        return layout
-    return _create(fs, path, shards)
+        layout = _recover(fs, path, shards)
+    elif not create:
+        raise SetteeError(f"{path} holds no settee database (no {META_NAME}); check the path")
+    else:
+        return _create(fs, path, shards, uuid.uuid4().hex)
+    if shards_explicit and shards != layout.shards:
+        raise BadRequest(
+            f"{path} was created with shards={layout.shards}, not {shards}; open it "
+            "without the shards option (the shard count is fixed at creation)"
+        )
+    for index in range(layout.shards):
+        if not fs.exists(shard_path(path, index)):
+            raise SetteeError(
+                f"{shard_path(path, index)} is missing: the database is incomplete; "
+                "restore the file from a backup"
+            )
+    return layout
 
 
 def read_layout(fs: FileSystem, path: str) -> Layout:
@@ -96,38 +133,154 @@ def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
         raw = handle.pread(0, handle.size())
     finally:
         handle.close()
-    info = decode_payload(decode_frame(raw, path=meta, offset=0))
+    payload = decode_frame(raw, path=meta, offset=0)
+    try:
+        info = decode_payload(payload)
+    except Exception as exc:  # crc held: a writer bug or a crc collision
+        raise CorruptionError(meta, 0, f"undecodable metadata: {exc}") from exc
     if not isinstance(info, dict) or not {"format", "shards", "uuid"} <= info.keys():
         raise CorruptionError(meta, 0, "metadata lacks format, shards or uuid")
     if info["format"] != FORMAT_VERSION:
         raise SetteeError(
             f"{path} uses settee format version {info.get('format')}, this settee reads "
-            f"version {FORMAT_VERSION}: dump it with the settee that wrote it and load it here"
+            f"version {FORMAT_VERSION}: run `settee dump` with the settee that wrote it, "
+            "then `settee load` into a new database with this one"
         )
-    return Layout(path, int(info["shards"]), str(info["uuid"]), created=False)
+    shards, db_uuid = info["shards"], info["uuid"]
+    if type(shards) is not int or not 1 <= shards <= 1024 or type(db_uuid) is not str:
+        raise CorruptionError(meta, 0, f"metadata names shards={shards!r}, uuid={db_uuid!r}")
+    return Layout(path, shards, db_uuid, created=False)
 
 
-def _create(fs: FileSystem, path: str, shards: int) -> Layout:
-    from settee.file import ShardFile
-    from settee.shard import ShardIdentity, header_payload
-
-    fs.makedirs(path)
-    db_uuid = uuid.uuid4().hex
+def _shard_files(fs: FileSystem, path: str) -> dict[int, str]:
+    """``{index: file}`` of every ``shard-NNN.settee`` file in ``path``."""
+    if not fs.exists(path):
+        return {}
+    found = {}
     for name in fs.listdir(path):
-        # Left by a creation that crashed before its metadata file was durable:
-        # such a database never acknowledged a write, so nothing is lost.
-        if (
-            name.startswith("shard-") and name.endswith((".settee", ".compact"))
-        ) or name == META_NAME + ".tmp":
-            fs.remove(os.path.join(path, name))
-    layout = Layout(path, shards, db_uuid, created=True)
-    for index in range(shards):
+        match = _SHARD_NAME.fullmatch(name)
+        if match:
+            found[int(match.group(1))] = os.path.join(path, name)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What one shard file's newest header says, for :func:`_recover`."""
+
+    index: int
+    identity: tuple[str, int, int] | None  # (db uuid, shard index, shard count)
+    seq: int
+
+
+def _read_found(fs: FileSystem, index: int, file_path: str) -> _Found:
+    from settee.file import ShardFile
+
+    handle = fs.open(file_path, create=False)
+    try:
+        size = handle.size()
+    finally:
+        handle.close()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a torn tail is reported when the shard opens
+            with ShardFile.open(fs, file_path, create=False) as file:
+                header = file.header
+    except SetteeError:
+        header = None  # not readable as a shard (garbled bytes): judged by its size below
+    if header is not None:
+        return _Found(index, (header.db, header.shard, header.shards), header.seq)
+    if size > BLOCK_SIZE:
+        raise CorruptionError(
+            file_path,
+            0,
+            f"no valid header in {size} bytes and no {META_NAME}: cannot tell what the "
+            "shard held; restore the database from a backup",
+        )
+    # At most one block and no header: a creation that crashed inside its first header.
+    return _Found(index, None, 0)
+
+
+def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
+    """Rebuild ``settee.meta`` from the shard headers; refuse whatever could lose data."""
+    found = [_read_found(fs, i, p) for i, p in sorted(_shard_files(fs, path).items())]
+    identities = {f.identity[0::2] for f in found if f.identity is not None}
+    if len(identities) > 1:
+        raise SetteeError(
+            f"{path} has no {META_NAME} and its shard files belong to different databases "
+            f"{sorted(identities)}; move the foreign files away"
+        )
+    db_uuid, count = identities.pop() if identities else (uuid.uuid4().hex, shards)
+    wrong = [
+        f.index for f in found if f.index >= count or (f.identity and f.identity[1] != f.index)
+    ]
+    if wrong:
+        raise SetteeError(
+            f"{path} has no {META_NAME} and shard files {wrong} do not fit a database of "
+            f"{count} shards; move them away"
+        )
+    complete = {f.index for f in found if f.identity is not None}
+    if complete != set(range(count)) and any(f.seq > 0 for f in found):
+        missing = sorted(set(range(count)) - complete)
+        raise SetteeError(
+            f"{path} has no {META_NAME}, and shards {missing} are missing or have no valid "
+            "header while others hold data: restore the files from a backup"
+        )
+    if complete != set(range(count)):
+        # A creation that crashed before its metadata: nothing was ever committed.
+        # Finish it with the same uuid (torn first headers are appended after, not cut).
+        _write_shards(fs, path, db_uuid, count, sorted(set(range(count)) - complete))
+    else:
+        warnings.warn(
+            MetadataRebuiltWarning(
+                f"{path}: {META_NAME} was missing; rebuilt it from the {count} shard headers"
+            ),
+            stacklevel=4,
+        )
+    _write_meta(fs, path, db_uuid, count)
+    return Layout(path, count, db_uuid, created=False)
+
+
+def _create(fs: FileSystem, path: str, shards: int, db_uuid: str) -> Layout:
+    fs.makedirs(path)
+    _write_shards(fs, path, db_uuid, shards, range(shards))
+    _write_meta(fs, path, db_uuid, shards)
+    # The database directory's own entry must be durable too, or a crash could
+    # lose the directory with every acknowledged write in it.
+    fs.fsync_dir(
+        os.path.dirname(os.path.abspath(path))
+        if isinstance(fs, OsFileSystem)
+        else os.path.dirname(path) or "."
+    )
+    return Layout(path, shards, db_uuid, created=True)
+
+
+def _write_shards(
+    fs: FileSystem, path: str, db_uuid: str, shards: int, indexes: Iterable[int]
+) -> None:
+    """Give each shard in ``indexes`` its first header, durably."""
+    from settee.file import ShardFile
+    from settee.shard import ShardIdentity, shard_header
+
+    for index in indexes:
         # Each shard's first header is durable before the metadata file can be,
-        # so a database whose metadata exists always has openable shards.
-        with ShardFile.open(fs, shard_path(path, index), create=True) as file:
-            file.write_header(header_payload(ShardIdentity(db_uuid, index, shards), None, None, 0))
+        # so a database whose metadata exists always has openable shards. The file
+        # is new, or holds at most a crashed creation's torn first header: it is not
+        # scanned, and the header goes after those bytes (appended, never cut).
+        target = shard_path(path, index)
+        existed = fs.exists(target)
+        with ShardFile(fs.open(target, create=True), created=not existed) as file:
+            file.write_header(shard_header(ShardIdentity(db_uuid, index, shards), None, None, 0))
             file.sync()
+
+
+def _write_meta(fs: FileSystem, path: str, db_uuid: str, shards: int) -> None:
+    """Write ``settee.meta`` atomically: temp file, fsync, rename, fsync the directory."""
     tmp = os.path.join(path, META_NAME + ".tmp")
+    if fs.exists(tmp):
+        # Our own temp file, left by a crash before its rename: at most a copy of
+        # the metadata being written now, never the only copy of anything.
+        fs.remove(tmp)
     handle = fs.open(tmp, create=True)
     try:
         handle.append(
@@ -140,24 +293,17 @@ def _create(fs: FileSystem, path: str, shards: int) -> Layout:
         handle.close()
     fs.rename(tmp, os.path.join(path, META_NAME))
     fs.fsync_dir(path)
-    # The database directory's own entry must be durable too, or a crash could
-    # lose the directory with every acknowledged write in it.
-    fs.fsync_dir(
-        os.path.dirname(os.path.abspath(path))
-        if isinstance(fs, OsFileSystem)
-        else os.path.dirname(path) or "."
-    )
-    return layout
 
 
 def acquire_lock(fs: FileSystem, path: str) -> int | None:
-    """Take the database's advisory write lock; SetteeError if another process holds it.
+    """Take the database's write lock: an ``flock`` on the directory itself, which
+    no unlink can bypass; SetteeError if another process (or open) holds it.
 
-    Only real files can be locked; simulated file systems return None.
+    Only real directories can be locked; simulated file systems return None.
     """
     if not isinstance(fs, OsFileSystem):
         return None
-    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -20,16 +20,15 @@ single ``couch_file`` process CouchDB used before 3.5.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from settee.btree import NodeCache
+from settee.btree import MAX_NODE_BYTES, NodeCache
 from settee.docinfo import DocInfo, apply_edit
 from settee.file import ShardFile
 from settee.io import FileSystem, FileSystemWrapper
@@ -37,9 +36,10 @@ from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
-from settee.spec.format import encode_payload
+from settee.spec.format import ShardHeader, as_root, encode_payload
+from settee.strict import require_consistent_commit
 
-__all__ = ["STEPS", "Shard", "ShardIdentity", "header_payload"]
+__all__ = ["STEPS", "Shard", "ShardIdentity", "shard_header"]
 
 #: Group-commit bounds: one commit takes at most this many documents or body bytes,
 #: so one huge burst cannot delay every acknowledgement behind it indefinitely.
@@ -48,9 +48,12 @@ MAX_COMMIT_BYTES = 64 * 1024 * 1024
 
 #: Every named step of a write, in order, reported to ``Shard.step_hook`` (when set)
 #: on the thread that takes the step: crash tests name the step they crash at,
-#: the interleaving scheduler pauses threads there. "enqueue" runs on the caller's
-#: thread, the rest on the shard's writer.
+#: the interleaving scheduler pauses threads there. "admit" (before the caller
+#: takes the submit lock) and "enqueue" (inside the queue's ``put``, wherever that
+#: call sits) run on the caller's thread, the commit steps on the shard's writer,
+#: the "compact_*" steps on the thread calling ``compact``.
 STEPS = (
+    "admit",
     "enqueue",
     "dequeue",
     "before_data_write",
@@ -59,6 +62,8 @@ STEPS = (
     "before_header_fsync",
     "after_header_fsync",
     "publish",
+    "compact_start",
+    "compact_swap",
 )
 
 
@@ -71,16 +76,14 @@ class ShardIdentity:
     shards: int
 
 
-def header_payload(identity: ShardIdentity, by_id: Any, by_seq: Any, seq: int) -> dict[str, Any]:
-    """The payload of a shard header (FORMAT.md "Shard header payload")."""
-    return {
-        "db": identity.db_uuid,
-        "shard": identity.index,
-        "shards": identity.shards,
-        "seq": seq,
-        "by_id": by_id,
-        "by_seq": by_seq,
-    }
+def shard_header(
+    identity: ShardIdentity, by_id: Sequence[Any] | None, by_seq: Sequence[Any] | None, seq: int
+) -> ShardHeader:
+    """The header of a commit of ``identity``'s shard with these tree roots and seq;
+    ``ShardFile.write_header`` fills in where its data starts and the previous header."""
+    return ShardHeader(
+        identity.db_uuid, identity.index, identity.shards, seq, as_root(by_id), as_root(by_seq)
+    )
 
 
 class SerializedFileSystem(FileSystemWrapper):
@@ -120,21 +123,34 @@ class _Call:
 
 _STOP = object()
 
-#: Strict mode (``SETTEE_STRICT=1``, on in the test suite): run the shared checker
-#: on every committed snapshot of a shard holding up to STRICT_MAX_DOCS documents,
-#: so an engine bug fails the write that caused it rather than a later read.
-STRICT = os.environ.get("SETTEE_STRICT", "") not in ("", "0")
-STRICT_MAX_DOCS = 2000
+
+class _Requests:
+    """The writer's queue. ``put`` is the step "enqueue" itself, so a scheduler can
+    pause a caller exactly where its request becomes the writer's, whichever
+    lock does or does not surround the call."""
+
+    def __init__(self, step: Callable[[str], None]) -> None:
+        self._step = step
+        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def put(self, item: Any) -> None:
+        if item is not _STOP:  # close() puts it holding the submit lock: nothing to interleave
+            self._step("enqueue")
+        self._items.put(item)
+
+    def get(self) -> Any:
+        return self._items.get()
+
+    def get_nowait(self) -> Any:
+        return self._items.get_nowait()
 
 
-def _strict_check(snap: Snapshot) -> None:
-    from settee.check import check_snapshot
+class _NothingWritten(Exception):
+    """A commit failed before any of its bytes reached the file: the shard is unchanged."""
 
-    if sum(snap.counts()[:2]) > STRICT_MAX_DOCS:
-        return
-    problems = list(check_snapshot(snap))
-    if problems:
-        raise SetteeError("strict mode: commit left an inconsistent shard: " + "; ".join(problems))
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
 
 
 class Shard:
@@ -150,6 +166,8 @@ class Shard:
         serialized: bool,
         revs_limit: int,
         cache_nodes: int,
+        strict: bool = False,
+        node_size: int = MAX_NODE_BYTES,
     ) -> None:
         self.path = path
         self.identity = identity
@@ -159,9 +177,13 @@ class Shard:
         self._fsync = fsync
         self._revs_limit = revs_limit
         self._cache_nodes = cache_nodes
+        #: Check what every commit changed, and fail the write on any inconsistency.
+        self.strict = strict
+        #: Largest encoded B+tree node this session writes (the ``node_size`` option).
+        self.node_size = node_size
         self.step_hook: Callable[[str], None] | None = None
-        self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=True))
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=False))
+        self._queue = _Requests(self._step)
         self._submit_lock = threading.Lock()
         self.compaction_lock = threading.Lock()
         self._closed = False
@@ -174,11 +196,18 @@ class Shard:
     # -- opening ----------------------------------------------------------------------------
 
     def _open_snapshot(self, file: ShardFile) -> Snapshot:
-        """The snapshot of ``file``'s newest header; writes the first header of a new file."""
+        """The snapshot of ``file``'s newest header. The database's metadata says the
+        shard exists, and creation made its first header durable before that, so a
+        file without a valid header lost its contents: refuse it, never start over."""
         try:
             if file.header is None:
-                self._write_header(file, None, None, 0)
-                return self._snapshot_of(file)
+                raise CorruptionError(
+                    file.path,
+                    0,
+                    f"no valid shard header in {file.size()} bytes (the file is empty, "
+                    "truncated or overwritten); settee.meta says this shard exists, so its "
+                    "documents are gone from this file: restore it from a backup",
+                )
             self._check_identity(file)
             return self._snapshot_of(file)
         except BaseException:
@@ -187,6 +216,7 @@ class Shard:
 
     def _snapshot_of(self, file: ShardFile) -> Snapshot:
         header = file.header
+        assert header is not None  # invariant: _open_snapshot gave every file a header
         cache = NodeCache(self._cache_nodes)
         # The OS descriptor must outlive every snapshot that reads this file (a
         # compaction retires it while old readers still hold snapshots), so it is
@@ -194,17 +224,16 @@ class Shard:
         self._close_file = weakref.finalize(file, _close_handle, file.handle)
         return Snapshot(
             file,
-            by_id_tree(file, header["by_id"], cache),
-            by_seq_tree(file, header["by_seq"], cache),
-            header["seq"],
+            by_id_tree(file, header.by_id, cache, self.node_size),
+            by_seq_tree(file, header.by_seq, cache, self.node_size),
+            header.seq,
         )
 
     def _check_identity(self, file: ShardFile) -> None:
         header = file.header
+        assert header is not None  # invariant: only called for a file that has a header
         expected = self.identity
-        if not isinstance(header, dict) or not {"db", "shard", "shards", "seq"} <= header.keys():
-            raise CorruptionError(file.path, file.header_offset or 0, "header lacks shard fields")
-        found = (header["db"], header["shard"], header["shards"])
+        found = (header.db, header.shard, header.shards)
         if found != (expected.db_uuid, expected.index, expected.shards):
             raise SetteeError(
                 f"{file.path}: belongs to database {found[0]} shard {found[1]} of {found[2]}, "
@@ -212,12 +241,14 @@ class Shard:
                 "shard files cannot be moved between databases"
             )
 
-    def header_payload(self, by_id: Any, by_seq: Any, seq: int) -> dict[str, Any]:
-        """The payload of a shard header (FORMAT.md "Shard header payload")."""
-        return header_payload(self.identity, by_id, by_seq, seq)
+    def shard_header(
+        self, by_id: Sequence[Any] | None, by_seq: Sequence[Any] | None, seq: int
+    ) -> ShardHeader:
+        """The header of a commit of this shard (FORMAT.md "Shard header payload")."""
+        return shard_header(self.identity, by_id, by_seq, seq)
 
     def _write_header(self, file: ShardFile, by_id: Any, by_seq: Any, seq: int) -> None:
-        file.write_header(self.header_payload(by_id, by_seq, seq))
+        file.write_header(self.shard_header(by_id, by_seq, seq))
         file.sync()
 
     # -- reading ------------------------------------------------------------------------------
@@ -250,13 +281,20 @@ class Shard:
         return future.result()
 
     def _enqueue(self, item: Any) -> None:
-        self._step("enqueue")
-        with self._submit_lock:
+        # Admission and the put are one critical section: a request admitted before
+        # close() must be in the queue before _STOP, or no writer would ever answer it.
+        self._step("admit")
+        # acquire() rather than ``with`` (here and in close): a waiting thread is then
+        # in a C call the interleaving scheduler can see, not invisibly blocked.
+        self._submit_lock.acquire()
+        try:
             if self._closed:
                 raise SetteeError("database is closed; open it again with settee.open(path)")
             if self._failure is not None:
                 raise self._refusal()
             self._queue.put(item)
+        finally:
+            self._submit_lock.release()
 
     def _refusal(self) -> SetteeError:
         return SetteeError(
@@ -266,11 +304,14 @@ class Shard:
 
     def close(self) -> None:
         """Finish every queued write, stop the writer, close the file. Idempotent."""
-        with self._submit_lock:
+        self._submit_lock.acquire()
+        try:
             if self._closed:
                 return
             self._closed = True
             self._queue.put(_STOP)
+        finally:
+            self._submit_lock.release()
         self._writer.join()
         # Mark the file closed before its descriptors go, so a snapshot still held
         # by a reader fails cleanly instead of reading a reused descriptor number.
@@ -314,7 +355,19 @@ class Shard:
                 return writes, None
 
     def _fail_queued(self) -> None:
-        error = SetteeError("database is closed; the write was not applied")
+        """The writer is stopping: answer what is queued, and refuse what comes later."""
+        self._submit_lock.acquire()
+        try:
+            if not self._closed and self._failure is None:
+                # The writer died without close(): a request admitted now would wait forever.
+                self._failure = SetteeError("the shard's writer thread stopped")
+            closed = self._closed
+        finally:
+            self._submit_lock.release()
+        if closed:
+            error = SetteeError("database is closed; the write was not applied")
+        else:
+            error = self._refusal()
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -324,35 +377,85 @@ class Shard:
                 item.future.set_exception(error)
 
     def _commit_group(self, writes: list[_Write]) -> None:
+        try:
+            self._commit_writes(writes)
+        except BaseException as exc:
+            # Not an error of one request (a crash, an interrupt): the writer stops, and
+            # every caller it holds must hear of it, or they would wait forever.
+            self._failure = exc
+            error = _write_failed(self.path, exc)
+            for w in writes:
+                if not w.future.done():
+                    w.future.set_exception(error)
+            raise
+
+    def _commit_writes(self, writes: list[_Write]) -> None:
+        """Decide, commit and acknowledge ``writes``. A failure caused by one request
+        (an edit the validation let through, a value that cannot be encoded) fails that
+        request only; the shard refuses later writes only when the file itself may now
+        be in an unknown state (a write or fsync failed, strict mode found damage)."""
         if self._failure is not None:
             # After a failed write or fsync the file's state is unknown (the page
             # cache cannot be trusted after an fsync error): commit nothing more.
             for w in writes:
                 w.future.set_exception(self._refusal())
             return
-        try:
-            group = _Group(self.snapshot, self._revs_limit)
-            results = [group.apply(w.docs, w.encoded, w.new_edits, w.deleting) for w in writes]
-            if group.changed:
-                self.snapshot = self._commit(group)
+        writes, results, group = self._decide(writes)
+        if group.changed:
+            try:
+                before = self.snapshot
+                start = before.file.size()
+                after = self._commit(group)
+                if self.strict:
+                    require_consistent_commit(before, after, group.pending, start)
+                self.snapshot = after
                 self._step("publish")
-                if STRICT:
-                    _strict_check(self.snapshot)
-        except BaseException as exc:  # every caller must hear of it, or it would wait forever
-            self._failure = exc
-            error = exc if isinstance(exc, SetteeError) else _write_failed(self.path, exc)
-            for w in writes:
-                w.future.set_exception(error)
-            return
+            except _NothingWritten as exc:
+                self._retry_alone(writes, exc.cause)
+                return
+            except BaseException as exc:  # every caller must hear of it, or it would wait
+                self._failure = exc
+                error = exc if isinstance(exc, SetteeError) else _write_failed(self.path, exc)
+                for w in writes:
+                    w.future.set_exception(error)
+                return
         for w, result in zip(writes, results, strict=True):
             w.future.set_result(result)
+
+    def _decide(self, writes: list[_Write]) -> tuple[list[_Write], list[Any], _Group]:
+        """Decide every edit of ``writes`` against the latest state. A request whose
+        edits raise is failed alone and the group decided again without it."""
+        while True:
+            group = _Group(self.snapshot, self._revs_limit)
+            results = []
+            for i, w in enumerate(writes):
+                try:
+                    results.append(group.apply(w.docs, w.encoded, w.new_edits, w.deleting))
+                except Exception as exc:
+                    w.future.set_exception(_write_refused(self.path, exc))
+                    writes = writes[:i] + writes[i + 1 :]
+                    break
+            else:
+                return writes, results, group
+
+    def _retry_alone(self, writes: list[_Write], cause: BaseException) -> None:
+        """Nothing of a failed group reached the file: commit each request on its own,
+        so the one that cannot be committed fails alone."""
+        if len(writes) == 1:
+            writes[0].future.set_exception(_write_refused(self.path, cause))
+            return
+        for w in writes:
+            self._commit_writes([w])
 
     def _commit(self, group: _Group) -> Snapshot:
         snap = self.snapshot
         file = snap.file
         with self._lock if self._serialized else contextlib.nullcontext():
             batch = file.new_batch()
-            by_id, by_seq = group.write_trees(batch)
+            try:
+                by_id, by_seq = group.write_trees(batch)
+            except Exception as exc:  # nothing is written yet: the shard is unchanged
+                raise _NothingWritten(exc) from exc
             self._step("before_data_write")
             file.write_batch(batch)
             if self._fsync:
@@ -360,7 +463,7 @@ class Shard:
                 self._step("before_data_fsync")
                 file.sync()
             self._step("before_header_write")
-            file.write_header(self.header_payload(by_id.root, by_seq.root, group.seq))
+            file.write_header(self.shard_header(by_id.root, by_seq.root, group.seq))
             if self._fsync:
                 self._step("before_header_fsync")
                 file.sync()
@@ -476,6 +579,15 @@ def _write_failed(path: str, exc: BaseException) -> SetteeError:
     error = SetteeError(
         f"{path}: write failed ({exc!r}); it was not acknowledged and the shard refuses "
         "further writes until the database is reopened"
+    )
+    error.__cause__ = exc
+    return error
+
+
+def _write_refused(path: str, exc: BaseException) -> SetteeError:
+    error = SetteeError(
+        f"{path}: the writer could not apply this write ({exc!r}); nothing of it was "
+        "stored and the shard goes on accepting other writes"
     )
     error.__cause__ = exc
     return error

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from settee.btree import BTree, NodeCache
+from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
 from settee.docinfo import DocInfo
 from settee.file import ShardFile
 from settee.spec.errors import CorruptionError
@@ -53,14 +53,32 @@ def _rereduce_by_seq(reds: list[int]) -> int:
     return sum(reds)
 
 
-def by_id_tree(file: ShardFile, root: Any, cache: NodeCache) -> BTree:
+def by_id_tree(
+    file: ShardFile, root: Any, cache: NodeCache, node_bytes: int = MAX_NODE_BYTES
+) -> BTree:
     """The ``by_id`` tree (doc id -> DocInfo value) rooted at ``root``."""
-    return BTree(file, root, reduce=_reduce_by_id, rereduce=_rereduce_by_id, cache=cache)
+    return BTree(
+        file,
+        root,
+        reduce=_reduce_by_id,
+        rereduce=_rereduce_by_id,
+        cache=cache,
+        node_bytes=node_bytes,
+    )
 
 
-def by_seq_tree(file: ShardFile, root: Any, cache: NodeCache) -> BTree:
+def by_seq_tree(
+    file: ShardFile, root: Any, cache: NodeCache, node_bytes: int = MAX_NODE_BYTES
+) -> BTree:
     """The ``by_seq`` tree (seq -> [doc id, winning rev, deleted]) rooted at ``root``."""
-    return BTree(file, root, reduce=_reduce_by_seq, rereduce=_rereduce_by_seq, cache=cache)
+    return BTree(
+        file,
+        root,
+        reduce=_reduce_by_seq,
+        rereduce=_rereduce_by_seq,
+        cache=cache,
+        node_bytes=node_bytes,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,6 @@ def run_one(
 ) -> CampaignResult:
     """Run campaign ``name`` until ``budget`` seconds pass (or once, with ``examples``)."""
     _source_root()
-    os.environ.setdefault("SETTEE_STRICT", "1")
     result = CampaignResult(name, engine)
     if why := _unsupported(name, engine):
         result.skipped = why

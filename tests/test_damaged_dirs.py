@@ -1,0 +1,204 @@
+"""Damaged database directories: refused with a clear error, never "repaired" by deletion.
+
+Each test is named after what a damaged directory used to do (silent data loss,
+deleted shards, a bypassable lock) or does now (SEMANTICS.md §16, README
+"Caveats"). ``open()`` never deletes or truncates anything it finds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import settee
+import settee.reference
+from settee.check import check_database
+from settee.cli import main as cli_main
+from settee.layout import META_NAME, MetadataRebuiltWarning, shard_path
+from settee.spec.errors import CorruptionError, SetteeError
+
+
+def _make(path: Path, shards: int = 2, docs: int = 50) -> dict[str, str]:
+    with settee.open(str(path), shards=shards) as db:
+        results = db.bulk_docs([{"_id": f"d{i:03d}", "n": i} for i in range(docs)])
+    return {r["id"]: r["rev"] for r in results}
+
+
+def _listing(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["zero length", "garbage", "torn first block"])
+def test_shard_without_a_valid_header_is_a_corruption_error_naming_the_file(
+    tmp_path: Path, damage: str
+) -> None:
+    """Regression: a zero-length or headerless shard opened as an empty shard (20 of 50
+    docs served, no error), and after one write `settee check` said OK."""
+    db_path = tmp_path / "db"
+    _make(db_path)
+    shard = Path(shard_path(str(db_path), 1))
+    content = {"zero length": b"", "garbage": os.urandom(9000), "torn first block": b"\x01\x89SE"}
+    shard.write_bytes(content[damage])
+    before = _listing(db_path)
+    with pytest.raises(CorruptionError) as caught:
+        settee.open(str(db_path))
+    assert caught.value.path == str(shard)
+    assert "restore" in str(caught.value)
+    assert _listing(db_path) == before, "open() must not change a damaged directory"
+    assert list(check_database(str(db_path))), "settee check must report the damage too"
+
+
+def test_missing_metadata_is_rebuilt_from_the_shard_headers_without_losing_data(
+    tmp_path: Path,
+) -> None:
+    """Regression: a missing settee.meta made open() delete every shard file and create
+    an empty database."""
+    db_path = tmp_path / "db"
+    revs = _make(db_path, shards=3)
+    (db_path / META_NAME).unlink()
+    with pytest.warns(MetadataRebuiltWarning), settee.open(str(db_path)) as db:
+        assert db.info()["doc_count"] == len(revs)
+        assert {r["id"]: r["value"]["rev"] for r in db.all_docs()["rows"]} == revs
+        assert len(db.shards) == 3
+    assert not list(check_database(str(db_path)))
+
+
+@pytest.mark.parametrize("damage", ["shard missing", "shard headerless"])
+def test_missing_metadata_beside_a_damaged_shard_is_refused_and_nothing_deleted(
+    tmp_path: Path, damage: str
+) -> None:
+    db_path = tmp_path / "db"
+    _make(db_path, shards=3)
+    (db_path / META_NAME).unlink()
+    shard = Path(shard_path(str(db_path), 2))
+    if damage == "shard missing":
+        shard.unlink()
+    else:
+        shard.write_bytes(b"")
+    before = _listing(db_path)
+    with pytest.raises(SetteeError, match="restore"):
+        settee.open(str(db_path))
+    assert _listing(db_path) == before
+
+
+def test_missing_metadata_beside_shards_of_two_databases_is_refused(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    _make(one, shards=2)
+    _make(two, shards=2)
+    os.replace(shard_path(str(two), 1), shard_path(str(one), 1))
+    (one / META_NAME).unlink()
+    before = _listing(one)
+    with pytest.raises(SetteeError, match="different databases"):
+        settee.open(str(one))
+    assert _listing(one) == before
+
+
+def test_metadata_of_another_shard_count_is_kept(tmp_path: Path) -> None:
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2)
+    (db_path / META_NAME).unlink()
+    with pytest.warns(MetadataRebuiltWarning), pytest.raises(SetteeError, match="shards=2"):
+        settee.open(str(db_path), shards=4)
+
+
+def test_leftover_metadata_temp_file_does_not_stop_creation(tmp_path: Path) -> None:
+    db_path = tmp_path / "db"
+    db_path.mkdir()
+    (db_path / (META_NAME + ".tmp")).write_bytes(b"half a frame")
+    with settee.open(str(db_path)) as db:
+        db.put({"_id": "a"})
+    with settee.open(str(db_path)) as db:
+        assert db.get("a")["_id"] == "a"
+
+
+def _holder(path: Path) -> subprocess.Popen[str]:
+    """A process that opens ``path``, writes, says "ready" and sleeps until killed."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time, settee
+        db = settee.open({str(path)!r})
+        db.put({{"_id": "held"}})
+        print("ready", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_single_writer_lock_cannot_be_bypassed_by_unlinking_a_file(tmp_path: Path) -> None:
+    """Regression: deleting the LOCK file while a database was open let a second process
+    open it for writing (300 of 600 acknowledged writes lost). The lock is now an flock
+    on the directory itself: no file in it can be unlinked to get around it."""
+    db_path = tmp_path / "db"
+    holder = _holder(db_path)
+    try:
+        for name in os.listdir(db_path):
+            if name in ("LOCK", META_NAME):
+                os.unlink(db_path / name)
+        with pytest.raises(SetteeError, match="another process"):
+            settee.open(str(db_path))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_kill_9_of_the_holder_releases_the_lock_at_once(tmp_path: Path) -> None:
+    db_path = tmp_path / "db"
+    holder = _holder(db_path)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    started = time.monotonic()
+    with settee.open(str(db_path)) as db:
+        assert db.get("held")["_id"] == "held"
+    assert time.monotonic() - started < 5
+
+
+def test_second_open_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    with settee.open(str(tmp_path / "db")), pytest.raises(SetteeError, match="another"):
+        settee.open(str(tmp_path / "db"))
+
+
+@pytest.mark.parametrize("command", ["dump", "check"])
+def test_dump_and_check_on_a_path_without_a_database_create_nothing(
+    tmp_path: Path, command: str, capsys: Any
+) -> None:
+    """Regression: `settee dump` on a mistyped path created an empty database there."""
+    missing = tmp_path / "no-such-db"
+    assert cli_main([command, str(missing)]) != 0
+    assert not missing.exists()
+    empty = tmp_path / "empty-dir"
+    empty.mkdir()
+    assert cli_main([command, str(empty)]) != 0
+    assert list(empty.iterdir()) == []
+    assert "no settee database" in capsys.readouterr().err.lower() or command == "check"
+
+
+def test_open_with_create_false_refuses_a_path_without_a_database(tmp_path: Path) -> None:
+    for opener in (settee.open, settee.reference.open):
+        with pytest.raises(SetteeError, match="check the path"):
+            opener(str(tmp_path / "nothing"), create=False)
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_compaction_leftover_is_not_deleted_by_open(tmp_path: Path) -> None:
+    db_path = tmp_path / "db"
+    _make(db_path, shards=1)
+    leftover = Path(shard_path(str(db_path), 0) + ".compact")
+    leftover.write_bytes(b"half a compaction")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        settee.open(str(db_path)).close()
+    assert leftover.read_bytes() == b"half a compaction"
