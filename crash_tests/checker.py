@@ -9,28 +9,39 @@ How one workload is checked (ALICE's record-then-replay method):
    done when the client saw the answer) and, per shard, the order in which
    calls were submitted to the shard's writer queue (``queues``) — that is the
    order the writer commits them in, whatever the threads raced to do.
+   Reads run alongside: a reader thread reads whenever a shard's writer
+   reaches one of ``PROBE_STEPS`` (the writer waits for it, so the read lands
+   inside the commit, before its fsyncs), and each client reads after each of
+   its calls. Every completed read is kept as a ``Read``: the revisions it saw
+   (tombstones included) and ``completed_at``, counted like ``acked_at``.
 2. The per-shard reference replay (``Oracle``) feeds each shard's calls, in
    queue order, to its own ``settee.reference`` store and checks every engine
    answer against it; the view of the shard after each prefix of its queue is
-   kept. Shards are independent (a call's documents are split by shard
-   routing), so any combination of per-shard prefixes is a legal state.
+   kept, and so is the first prefix holding each revision a read saw. Shards
+   are independent (a call's documents are split by shard routing), so any
+   combination of per-shard prefixes is a legal state.
 3. ``check_point`` rebuilds the disk as it was before op ``step`` (``SimFS.replay``),
    crashes it into a ``CrashState``, reopens the engine and checks: it opens;
    every shard's view equals the view after *some* prefix of its queue that
    includes every call acknowledged before ``step`` (so no acknowledged write is
-   lost and no partial call is visible); every read succeeds; new writes work
-   and survive a second crash.
+   lost and no partial call is visible) and every revision a read completed
+   before ``step`` saw (readers are served durable commits only, so what they
+   saw cannot be undone by a crash); every read succeeds; new writes work and
+   survive a second crash.
 
 A crash at step ``N`` means ops ``0..N-1`` happened and op ``N`` did not; the
-acknowledgements that happened before op ``N`` in the recorded run are exactly
-what clients would have seen before such a crash.
+acknowledgements and reads that completed before op ``N`` in the recorded run
+are exactly what clients would have seen before such a crash.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import queue
 import random
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -40,13 +51,16 @@ from typing import Any
 
 import settee
 import settee.reference
+import settee.shard
 from crash_tests.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
 from settee.spec.routing import shard_of
 
 __all__ = [
     "DB_PATH",
+    "PROBE_STEPS",
     "Call",
     "Oracle",
+    "Read",
     "Recording",
     "Workload",
     "check_point",
@@ -57,9 +71,22 @@ __all__ = [
 
 DB_PATH = "/db"
 #: Options every crash-test database is opened with unless the workload says otherwise.
-BASE_OPTIONS: dict[str, Any] = {"fsync": True}
+#: Strict mode is on: every commit checks what it changed before it is published.
+BASE_OPTIONS: dict[str, Any] = {"fsync": True, "strict": True}
 
 EngineFactory = Callable[..., Any]
+
+#: Writer steps at which the recorder's reader reads while the writer waits for it: the
+#: commit under way is not durable until its header fsync returns, so no read may see it.
+PROBE_STEPS = frozenset({"before_data_fsync", "before_header_fsync"})
+assert PROBE_STEPS.issubset(settee.shard.STEPS), "a probe step the writer no longer reports"
+#: What a read asks for; the probing reader takes them in turn, each client after each call.
+READ_KINDS = ("changes", "all_docs", "get")
+#: Longest a writer waits for its probe; in parallel read mode a read never waits for a writer.
+PROBE_TIMEOUT = 10.0
+#: Longest a recorded run may take; a client still waiting then holds a request the
+#: engine never answered (reported, so a lost request fails the run instead of hanging it).
+RUN_TIMEOUT = 120.0
 
 
 def default_factory(path: str, **options: Any) -> Any:
@@ -158,6 +185,21 @@ class Call:
     acked_at: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One completed read: which revisions it returned, and when."""
+
+    thread: str
+    kind: str
+    #: (doc id, rev) for every winner, conflict and deleted winner in the answer.
+    seen: frozenset[tuple[str, str]]
+    #: Ops done when the reader had the answer (as ``Call.acked_at``).
+    completed_at: int
+
+    def describe(self) -> str:
+        return f"{self.kind} on {self.thread}, done at op {self.completed_at}"
+
+
 @dataclass(slots=True)
 class Recording:
     """Everything one run of a workload left behind."""
@@ -172,6 +214,8 @@ class Recording:
     strict_mkdir: bool = False
     #: A call whose client saw an exception that is not a SetteeError (an engine bug).
     unexpected: list[str] = field(default_factory=list)
+    #: Every read that completed, in completion order.
+    reads: list[Read] = field(default_factory=list)
 
     def acked_before(self, step: int) -> set[int]:
         """Calls answered before op ``step``: their outcome must be durable."""
@@ -189,6 +233,8 @@ class _Recorder:
         self.local = threading.local()
         self.known: dict[str, list[str]] = {}
         self.unexpected: list[str] = []
+        self.reads: list[Read] = []
+        self.prober: _Prober | None = None
         fs.labeler = self.label
 
     def label(self) -> str:
@@ -209,10 +255,32 @@ class _Recorder:
                 return future
 
             shard.submit = submit
-            shard.step_hook = self._step
+            shard.step_hook = self._hook(shard.step_hook, index)
 
-    def _step(self, name: str) -> None:
-        self.local.step = name
+    def _hook(self, previous: Callable[[str], None] | None, shard: int) -> Callable[[str], None]:
+        """Name the step; at a probe step, have the reader read before the writer goes on.
+        A hook the engine set already (a mutant's) runs first."""
+
+        def hook(name: str) -> None:
+            if previous is not None:
+                previous(name)
+            self.local.step = name
+            if name in PROBE_STEPS and self.prober is not None:
+                self.prober.probe(shard)
+
+        return hook
+
+    def read(self, db: Any, kind: str, ids: list[str]) -> None:
+        """Read ``kind`` on this thread and keep what it saw (SimulatedCrash propagates)."""
+        try:
+            seen = _observe(db, kind, ids)
+        except settee.SetteeError as exc:
+            if not self.fs.crashed:
+                self.unexpected.append(f"{kind} read raised {type(exc).__name__}: {exc}")
+            return
+        read = Read(threading.current_thread().name, kind, seen, self.fs.op_count)
+        with self.lock:
+            self.reads.append(read)
 
     @contextmanager
     def calling(self, call: Call) -> Iterator[None]:
@@ -233,6 +301,70 @@ class _Recorder:
             if not revs or mode == "none":
                 return None
             return revs[0] if mode == "stale" else revs[-1]
+
+
+def _observe(db: Any, kind: str, ids: list[str]) -> frozenset[tuple[str, str]]:
+    """The (doc id, rev) pairs one read of ``kind`` returns."""
+    if kind == "changes":
+        return frozenset((r["id"], c["rev"]) for r in db.changes()["results"] for c in r["changes"])
+    if kind == "all_docs":
+        rows = db.all_docs(include_docs=True)["rows"]
+        return frozenset(
+            pair
+            for r in rows
+            for pair in ((r["id"], r["value"]["rev"]), (r["id"], r["doc"]["_rev"]))
+        )
+    seen: set[tuple[str, str]] = set()
+    for doc_id in ids:
+        try:
+            doc = db.get(doc_id, conflicts=True)
+        except settee.NotFound:
+            continue
+        seen.update((doc_id, rev) for rev in [doc["_rev"], *doc.get("_conflicts", [])])
+    return frozenset(seen)
+
+
+class _Prober:
+    """The reader thread that reads while a writer waits at one of ``PROBE_STEPS``."""
+
+    def __init__(self, db: Any, rec: _Recorder, ids: list[list[str]]) -> None:
+        self.db, self.rec, self.ids = db, rec, ids
+        self.requests: queue.SimpleQueue[tuple[int, threading.Event] | None] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name="reader", daemon=True)
+        self.thread.start()
+
+    def probe(self, shard: int) -> None:
+        """Read once on the reader thread, from the calling writer's shard step; wait for it."""
+        done = threading.Event()
+        with self.lock:
+            if self.stopped:
+                return
+            self.requests.put((shard, done))
+        done.wait(PROBE_TIMEOUT)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            self.requests.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        crashed = False
+        count = 0
+        while (request := self.requests.get()) is not None:
+            shard, done = request
+            try:
+                if not crashed:
+                    self.rec.read(self.db, READ_KINDS[count % len(READ_KINDS)], self.ids[shard])
+                    count += 1
+            except SimulatedCrash:
+                crashed = True  # the machine is down: no later read completes
+            except BaseException:  # an engine bug: report it, never hang the writer
+                self.rec.unexpected.append(traceback.format_exc())
+            finally:
+                done.set()
 
 
 def _doc(rec: _Recorder, doc_id: str, body: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -324,10 +456,14 @@ def _results(call: Call) -> list[tuple[dict[str, Any], str | None]]:
     return [(call.docs[0], call.result)]
 
 
-def _client(db: Any, rec: _Recorder, client: int, plan: tuple[tuple[Any, ...], ...]) -> None:
+def _client(
+    db: Any, rec: _Recorder, client: int, plan: tuple[tuple[Any, ...], ...], ids: list[str]
+) -> None:
     try:
-        for op in plan:
+        for n, op in enumerate(plan):
             _run_op(db, rec, client, op)
+            # A read racing the other clients' commits: it may see them before their acks.
+            rec.read(db, READ_KINDS[(client + n) % len(READ_KINDS)], ids)
     except SimulatedCrash:
         return  # the machine is down: this client stops, its call is unacknowledged
     except BaseException:  # an engine bug: report it, never hang the run
@@ -347,21 +483,36 @@ def record(
     opts = {**BASE_OPTIONS, "shards": workload.shards, **(options or {})}
     fs = SimFS(base, crash_at=crash_at, strict_mkdir=strict_mkdir)
     rec = _Recorder(fs, workload.shards)
+    ids = sorted(workload.ids)
     db = None
     try:
         db = factory(DB_PATH, fs=fs, **opts)
         rec.install(db)
+        if opts.get("read_mode") != "serialized":
+            # Serialized readers queue on the lock the writer holds at the probe steps.
+            per_shard = [
+                [i for i in ids if shard_of(i, workload.shards) == s]
+                for s in range(workload.shards)
+            ]
+            rec.prober = _Prober(db, rec, per_shard)
         threads = [
-            threading.Thread(target=_client, args=(db, rec, i, plan), name=f"client-{i}")
+            threading.Thread(
+                target=_client, args=(db, rec, i, plan, ids), name=f"client-{i}", daemon=True
+            )
             for i, plan in enumerate(workload.clients)
         ]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + RUN_TIMEOUT
         for t in threads:
-            t.join()
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                rec.unexpected.append(f"{t.name}: a call got no answer in {RUN_TIMEOUT:.0f} s")
     except SimulatedCrash:
         pass  # crashed while opening: nothing was acknowledged
     finally:
+        if rec.prober is not None:
+            rec.prober.stop()
         fs.halt()
         if db is not None:
             db.close()
@@ -374,6 +525,7 @@ def record(
         rec.queues,
         strict_mkdir,
         rec.unexpected,
+        rec.reads,
     )
 
 
@@ -418,7 +570,8 @@ def shard_view(db: Any, ids: list[str]) -> tuple[str, str]:
 
 
 class Oracle:
-    """Each shard's reference states, after every prefix of its writer queue."""
+    """Each shard's reference states, after every prefix of its writer queue, and where in
+    that queue each revision a read saw first exists."""
 
     def __init__(self, rec: Recording) -> None:
         self.rec = rec
@@ -430,19 +583,75 @@ class Oracle:
         self.views: list[dict[tuple[str, str], list[int]]] = []
         #: Problems found while replaying (engine answers that no serial order explains).
         self.problems: list[str] = list(rec.unexpected)
+        #: Each (doc id, rev) a read returned -> the first read (by completion) to return it.
+        self.first_read: dict[tuple[str, str], Read] = {}
+        for read in rec.reads:
+            for pair in read.seen:
+                known = self.first_read.get(pair)
+                if known is None or read.completed_at < known.completed_at:
+                    self.first_read[pair] = read
+        #: Each (doc id, rev) a read returned -> the shortest prefix of its shard's queue
+        #: holding it. A reader is served published commits only, and the writer publishes
+        #: in queue order once a commit is durable, so a read completed before a crash
+        #: proves the shard durable up to at least this prefix.
+        self.introduced: dict[tuple[str, str], int] = {}
         for s in range(shards):
             self.views.append(self._replay_shard(s))
+        self._read_steps, self._read_needs = self._read_needs_by_step()
 
     def _replay_shard(self, s: int) -> dict[tuple[str, str], list[int]]:
         ref = settee.reference.open(None, revs_limit=self.rec.options.get("revs_limit", 1000))
         views: dict[tuple[str, str], list[int]] = {}
         views.setdefault(shard_view(ref, self.ids[s]), []).append(0)
+        unplaced: dict[str, set[str]] = {}
+        for doc_id, rev in self.first_read:
+            if shard_of(doc_id, self.rec.workload.shards) == s:
+                unplaced.setdefault(doc_id, set()).add(rev)
         for j, index in enumerate(self.rec.queues[s], start=1):
             call = self.rec.calls[index]
             self._replay_call(ref, s, call)
             views.setdefault(shard_view(ref, self.ids[s]), []).append(j)
+            self._place_reads(ref, j, unplaced)
         ref.close()
+        for doc_id, revs in sorted(unplaced.items()):
+            for rev in sorted(revs):
+                self.problems.append(
+                    f"a read ({self.first_read[(doc_id, rev)].describe()}) returned {doc_id} "
+                    f"{rev}, which no commit of shard {s} wrote"
+                )
         return views
+
+    def _place_reads(self, ref: Any, j: int, unplaced: dict[str, set[str]]) -> None:
+        """Note prefix ``j`` for the revisions reads returned that first exist after it."""
+        if not unplaced:
+            return
+        diff = ref.revs_diff({doc_id: sorted(revs) for doc_id, revs in unplaced.items()})
+        for doc_id in list(unplaced):
+            missing = set(diff.get(doc_id, {}).get("missing", []))
+            for rev in unplaced[doc_id] - missing:
+                self.introduced[(doc_id, rev)] = j
+            unplaced[doc_id] &= missing
+            if not unplaced[doc_id]:
+                del unplaced[doc_id]
+
+    def _read_needs_by_step(self) -> tuple[list[int], list[list[int]]]:
+        """Read completion steps, ascending, each with the per-shard prefix that every read
+        completed by then requires."""
+        shards = self.rec.workload.shards
+        events = sorted(
+            (read.completed_at, shard_of(pair[0], shards), self.introduced[pair])
+            for pair, read in self.first_read.items()
+            if pair in self.introduced
+        )
+        steps: list[int] = []
+        needs: list[list[int]] = []
+        need = [0] * shards
+        for at, s, j in events:
+            need = list(need)
+            need[s] = max(need[s], j)
+            steps.append(at)
+            needs.append(need)
+        return steps, needs
 
     def _replay_call(self, ref: Any, s: int, call: Call) -> None:
         shards = self.rec.workload.shards
@@ -483,12 +692,46 @@ class Oracle:
                 )
 
     def need(self, step: int) -> list[int]:
+        """Per shard, the shortest queue prefix a crash at ``step`` must keep: it holds every
+        call acknowledged and every revision a read returned before ``step``."""
+        return [max(a, r) for a, r in zip(self.need_acked(step), self.need_read(step), strict=True)]
+
+    def need_acked(self, step: int) -> list[int]:
         """Per shard, the shortest queue prefix holding every call acknowledged before ``step``."""
         acked = self.rec.acked_before(step)
         return [
             max((j + 1 for j, index in enumerate(queue) if index in acked), default=0)
             for queue in self.rec.queues
         ]
+
+    def need_read(self, step: int) -> list[int]:
+        """Per shard, the shortest queue prefix holding every revision a read completed
+        before ``step`` returned."""
+        i = bisect.bisect_right(self._read_steps, step)
+        return list(self._read_needs[i - 1]) if i else [0] * self.rec.workload.shards
+
+    def lost(self, s: int, recovered: int, step: int) -> str:
+        """Why recovering shard ``s`` to ``recovered`` commits fails a crash at ``step``."""
+        order = self.rec.queues[s]
+        acked = self.need_acked(step)[s]
+        if acked > recovered:
+            return (
+                f"shard {s}: acknowledged write lost: recovered the state after {recovered} "
+                f"commits, but calls {order[recovered:acked]} were acknowledged (need {acked})"
+            )
+        shards = self.rec.workload.shards
+        j, pair, read = max(
+            (self.introduced[pair], pair, read)
+            for pair, read in self.first_read.items()
+            if pair in self.introduced
+            and shard_of(pair[0], shards) == s
+            and read.completed_at <= step
+        )
+        return (
+            f"shard {s}: a revision a read returned was lost: {read.describe()} returned "
+            f"{pair[0]} {pair[1]}, written by call #{order[j - 1]} (commit {j} of the shard's "
+            f"queue), but the crash recovered the state after {recovered} commits"
+        )
 
 
 def _all_ids(rec: Recording) -> set[str]:
@@ -528,7 +771,7 @@ def check_point(
     except Exception as exc:
         return [f"reopen raised {type(exc).__name__}: {exc}"]
     try:
-        problems, docs = _check_recovered(oracle, db, oracle.need(step))
+        problems, docs = _check_recovered(oracle, db, step)
         if not problems:
             problems = _check_second_crash(oracle, db, fs, docs, factory, second_seed)
         return problems
@@ -539,7 +782,8 @@ def check_point(
         db.close()
 
 
-def _check_recovered(oracle: Oracle, db: Any, need: list[int]) -> tuple[list[str], dict[str, Any]]:
+def _check_recovered(oracle: Oracle, db: Any, step: int) -> tuple[list[str], dict[str, Any]]:
+    need = oracle.need(step)
     problems: list[str] = []
     docs: dict[str, Any] = {}
     for s, ids in enumerate(oracle.ids):
@@ -553,12 +797,7 @@ def _check_recovered(oracle: Oracle, db: Any, need: list[int]) -> tuple[list[str
                 f"{_diff(oracle, s, view, need[s])}"
             )
         elif max(prefixes) < need[s]:
-            lost = oracle.rec.queues[s][max(prefixes) : need[s]]
-            problems.append(
-                f"shard {s}: acknowledged write lost: recovered the state after "
-                f"{max(prefixes)} commits, but calls {lost} were acknowledged "
-                f"(need {need[s]})"
-            )
+            problems.append(oracle.lost(s, max(prefixes), step))
     live = sorted(
         i
         for i, d in docs.items()

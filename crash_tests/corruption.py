@@ -1,7 +1,10 @@
 """Damage durable bytes of a real database and check what reads do.
 
 ``terms`` maps a shard file into its headers and frames (bodies and tree nodes)
-using only ``settee.spec.format``. ``Damage.check`` copies a database directory,
+using only ``settee.spec.format``; ``long_term_offsets`` names the bytes of a
+term longer than ``settee.file.READ_AHEAD`` (which a read fetches with two
+preads) worth damaging: its length and crc, its payload and its block markers
+in each pread. ``Damage.check`` copies a database directory,
 damages one file, opens it on the real OS file system and checks the promise of
 FORMAT.md: a read either returns exactly what was written or raises
 ``CorruptionError``; reads that do not touch the damaged bytes are unaffected;
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import random
 import shutil
 import warnings
 from collections.abc import Callable
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import settee
+from settee.file import READ_AHEAD
 from settee.io import FileSystemWrapper, OsFileSystem
 from settee.spec.errors import CorruptionError
 from settee.spec.format import (
@@ -37,7 +42,14 @@ from settee.spec.format import (
     strip_markers,
 )
 
-__all__ = ["Term", "TracingFileSystem", "read_pieces", "run_with_watchdog", "terms"]
+__all__ = [
+    "Term",
+    "TracingFileSystem",
+    "long_term_offsets",
+    "read_pieces",
+    "run_with_watchdog",
+    "terms",
+]
 
 WATCHDOG_SECONDS = 30.0
 
@@ -93,6 +105,32 @@ def terms(data: bytes) -> list[Term]:
             continue
         out.append(frame)
         pos = frame.end
+    return out
+
+
+def _physical(start: int, k: int) -> int:
+    """File offset of logical byte ``k`` of a frame laid out from ``start``."""
+    return start + laid_out_size(start, k + 1) - 1
+
+
+def long_term_offsets(term: Term, rng: random.Random) -> list[tuple[int, str]]:
+    """(file offset, what it is) of bytes to damage in a frame longer than ``READ_AHEAD``:
+    one in its length field, one in its crc, and a payload byte and a block marker in
+    each of the two preads ``ShardFile.read_term`` makes (the second only where the frame
+    has one there)."""
+    assert term.kind != "header" and term.end - term.start > READ_AHEAD, term
+    split = term.start + READ_AHEAD
+    out = [
+        (_physical(term.start, rng.randrange(0, 4)), "length"),
+        (_physical(term.start, rng.randrange(4, FRAME_SIZE)), "crc"),
+    ]
+    payload_start = _physical(term.start, FRAME_SIZE)
+    for lo, hi, which in ((payload_start, split, "first"), (split, term.end, "second")):
+        payload = [o for o in range(lo, hi) if o % BLOCK_SIZE]
+        markers = [o for o in range(lo, hi) if not o % BLOCK_SIZE]
+        out.append((rng.choice(payload), f"payload, {which} pread"))
+        if markers:
+            out.append((rng.choice(markers), f"block marker, {which} pread"))
     return out
 
 

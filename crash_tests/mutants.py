@@ -1,9 +1,10 @@
 """Durability mutants: engines that break one io rule, as engine factories.
 
 Each factory is ``(path, fs=None, **options) -> db`` (settee's engine on a
-wrapped io layer), so ``crash_tests.mutants:NAME`` is an engine spec for
-``settee verify --engine ... --only crash`` and for the crash suite's
-meta-test (test_mutants.py), which shows each one is caught.
+wrapped io layer, or with one writer step moved), so ``crash_tests.mutants:NAME``
+is an engine spec for ``settee verify --engine ... --only crash`` and for the
+crash suite's meta-test (test_mutants.py), which shows each one is caught.
+``MUTANTS`` lists every factory by name.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 import settee
 from settee.io import FileSystemWrapper, OsFileSystem
+from settee.shard import Shard
+from settee.snapshot import Snapshot
 from settee.spec import format as fmt
 
-__all__ = ["IO_MUTANTS", "tracking"]
+__all__ = ["ENGINE_MUTANTS", "IO_MUTANTS", "MUTANTS", "tracking"]
 
 Factory = Callable[..., Any]
 
@@ -119,4 +122,52 @@ IO_MUTANTS = {
     "header_before_data": _HeaderBeforeData,
 }
 
-globals().update({name: tracking(cls) for name, cls in IO_MUTANTS.items()})
+
+class _PublishBeforeHeaderFsync(Shard):
+    """(vii) readers are served a commit before it is durable: the writer publishes the new
+    snapshot after writing the header but before its fsync, so a crash can take back what
+    a reader saw, and a failed header fsync leaves the failed commit published until reopen.
+    The io order on disk is the correct one; only what readers see moves."""
+
+    _early: tuple[Any, Any, int] | None = None
+
+    def _commit(self, group: Any) -> Snapshot:
+        # Keep the trees the commit builds, to publish the snapshot _commit would return.
+        write_trees = group.write_trees
+
+        def keep(batch: Any) -> Any:
+            by_id, by_seq = write_trees(batch)
+            self._early = (by_id, by_seq, group.seq)
+            return by_id, by_seq
+
+        group.write_trees = keep
+        try:
+            return super()._commit(group)
+        finally:
+            self._early = None
+
+    def _step(self, name: str) -> None:
+        if name == "before_header_fsync" and self._early is not None:
+            by_id, by_seq, seq = self._early
+            self.snapshot = Snapshot(self.snapshot.file, by_id, by_seq, seq)
+        super()._step(name)
+
+
+def publish_before_header_fsync(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine with each shard publishing its commits before the header fsync."""
+    db = settee.Database(path, fs=fs, **options)
+    for shard in db.shards:
+        shard.__class__ = _PublishBeforeHeaderFsync  # the real Shard, one step moved
+    return db
+
+
+#: Mutants that change the engine itself rather than its io layer: name -> factory.
+ENGINE_MUTANTS: dict[str, Factory] = {"publish_before_header_fsync": publish_before_header_fsync}
+
+#: Every mutant of this module: name -> engine factory.
+MUTANTS: dict[str, Factory] = {
+    **{name: tracking(cls) for name, cls in IO_MUTANTS.items()},
+    **ENGINE_MUTANTS,
+}
+
+globals().update(MUTANTS)

@@ -4,10 +4,16 @@ A database is written on the OS file system (one client, so the order of
 commits is the order of calls), then each damage case copies it, damages one
 shard file and reopens it. Which documents a damaged term can affect is learned
 by tracing the preads of each document's reads on the clean copy.
+
+Most terms fit in the first pread of a read (``settee.file.READ_AHEAD``); the
+database also holds bodies of 10-40 KiB and a B+tree leaf over 8 KiB (a document
+with a long revision path), and every live one of those long terms is damaged in
+its length, its crc, and its payload and block markers in each of its two preads.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from dataclasses import dataclass
@@ -17,17 +23,19 @@ from typing import Any
 import pytest
 
 import settee
-from crash_tests.checker import Oracle, Recording, make_workload, record, shard_view
+from crash_tests.checker import Oracle, Recording, Workload, make_workload, record, shard_view
 from crash_tests.corruption import (
     Term,
     TracingFileSystem,
     copy_damaged,
     is_corruption,
+    long_term_offsets,
     open_quietly,
     read_pieces,
     run_with_watchdog,
     terms,
 )
+from settee.file import READ_AHEAD
 from settee.layout import shard_path
 from settee.spec.errors import CorruptionError
 from settee.spec.format import BLOCK_SIZE
@@ -35,6 +43,11 @@ from settee.spec.routing import shard_of
 
 SHARDS = 2
 SECTOR = 512
+#: Bodies longer than READ_AHEAD, written on every shard: their reads take two preads.
+LONG_BODIES = (10_500, 24_000, 40_000)
+#: Revisions in one document's path on every shard: its by_id value, and so the leaf
+#: node holding it, outgrows READ_AHEAD too.
+LONG_PATH = 150
 
 
 @dataclass
@@ -62,7 +75,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> CleanDB:
 
 def build_clean(path: str) -> CleanDB:
     """Write the corruption suite's database at ``path`` and learn its layout."""
-    workload = make_workload(99, ops=40, clients=1, shards=SHARDS, compactions=0)
+    workload = _with_long_terms(make_workload(99, ops=40, clients=1, shards=SHARDS, compactions=0))
 
     def on_disk(_path: str, fs: Any, **options: Any) -> Any:
         return settee.Database(path, **options)  # the real OS file system, not the SimFS
@@ -80,7 +93,44 @@ def build_clean(path: str) -> CleanDB:
     deps = {i: _trace_deps(path, i, files, file_terms) for i in ids}
     kinds = {t.kind for ts in file_terms for t in ts}
     assert kinds == {"header", "node", "body"}, kinds
+    live_long = {file_terms[s][k].kind for s, k in _live_long_terms(file_terms, deps)}
+    assert live_long == {"node", "body"}, f"no live term longer than READ_AHEAD: {live_long}"
     return CleanDB(path, rec, oracle, ids, files, file_terms, expected, aggregates, deps)
+
+
+def _with_long_terms(workload: Workload) -> Workload:
+    """``workload`` (one client) with, for every shard, the LONG_BODIES and a LONG_PATH
+    replication spread between its calls."""
+    rng = random.Random(workload.seed)
+    names = (f"long{n}" for n in itertools.count())
+    extra: list[tuple[Any, ...]] = []
+    for s in range(SHARDS):
+        ids = (i for i in names if shard_of(i, SHARDS) == s)
+        for size in LONG_BODIES:
+            extra.append(("put", next(ids), {"big": rng.randbytes(size // 2).hex()}, "auto"))
+        path = tuple(f"{rng.getrandbits(128):032x}" for _ in range(LONG_PATH))
+        extra.append(("replicate", next(ids), path, False, {"deep": s}, False))
+    (plan,) = workload.clients
+    # One long call after every few others, so later commits rewrite the trees around them.
+    gap = -(-len(plan) // len(extra))
+    merged: list[tuple[Any, ...]] = []
+    for i, op in enumerate(plan):
+        merged.append(op)
+        if i % gap == gap - 1 and extra:
+            merged.append(extra.pop(0))
+    merged += extra
+    return Workload(workload.seed, workload.shards, (tuple(merged),), workload.ids)
+
+
+def _live_long_terms(file_terms: list[list[Term]], deps: Any) -> set[tuple[int, int]]:
+    """(shard, term index) of every frame longer than READ_AHEAD that some read uses."""
+    return {
+        (s, k)
+        for used in deps.values()
+        for s, k in used
+        if file_terms[s][k].kind != "header"
+        and file_terms[s][k].end - file_terms[s][k].start > READ_AHEAD
+    }
 
 
 def _trace_deps(path: str, doc_id: str, files: list[str], file_terms: list[list[Term]]) -> Any:
@@ -138,11 +188,15 @@ def _check_reads(clean: CleanDB, path: str, shard: int, hit: set[int], fallback:
 
 
 def _flip_cases(clean: CleanDB, rng: random.Random) -> list[tuple[int, int, str]]:
-    """(shard, byte offset, term kind): one random byte of every term, plus padding."""
+    """(shard, byte offset, what): one random byte of every term, some padding, and the
+    ``long_term_offsets`` of every live term longer than READ_AHEAD."""
     cases = []
+    long = _live_long_terms(clean.terms, clean.deps)
     for s, file_terms in enumerate(clean.terms):
-        for t in file_terms:
+        for k, t in enumerate(file_terms):
             cases.append((s, rng.randrange(t.start, t.end), t.kind))
+            if (s, k) in long:
+                cases += [(s, o, f"long {t.kind}: {what}") for o, what in long_term_offsets(t, rng)]
         size = os.path.getsize(clean.files[s])
         covered = {o for t in file_terms for o in range(t.start, t.end)}
         free = [o for o in range(size) if o not in covered]
@@ -164,7 +218,14 @@ def check_bit_flips(clean: CleanDB, tmp_path: Path, seed: int = 1) -> int:
             _check_damage(clean, tmp_path / f"flip{n}", shard, offset, offset + 1, flip)
         except AssertionError as exc:
             raise AssertionError(f"bit {bit:#x} of byte {offset} ({kind}), shard {shard}") from exc
-    assert {kind for _, _, kind in cases} == {"header", "node", "body", "padding"}
+    kinds = {kind for _, _, kind in cases}
+    wanted = {"header", "node", "body", "padding", "long node: length", "long node: crc"}
+    wanted |= {
+        f"long body: {what}, {which} pread"
+        for what in ("payload", "block marker")
+        for which in ("first", "second")
+    }
+    assert wanted <= kinds, sorted(wanted - kinds)
     return len(cases)
 
 

@@ -160,6 +160,34 @@ def test_random_workloads_crash_points_and_states(
         assert not problems, f"seed={seed} step={step} ({op}) {state.describe()}: {problems}"
 
 
+def test_a_crash_while_the_writer_decides_edits_still_answers_the_caller(
+    crash_factory: Any,
+) -> None:
+    """Found by the reader oracle's live crashes (Proof III): the power going out while
+    the writer reads the shard to decide a write (a SimulatedCrash from its pread) must
+    reach the caller as an exception; a writer that dies holding a request it took off
+    the queue leaves its caller waiting forever."""
+    fs = SimFS()
+    db = crash_factory(DB_PATH, fs=fs, shards=1)
+    db.bulk_docs([{"_id": f"doc{i}", "n": i} for i in range(50)])
+    db.close()
+    db = crash_factory(DB_PATH, fs=fs, shards=1)  # a cold node cache: deciding must pread
+    fs.halt()
+    answers: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            db.put({"_id": "doc7", "n": 0})
+        except BaseException as exc:
+            answers.append(exc)
+
+    caller = threading.Thread(target=put, daemon=True)
+    caller.start()
+    caller.join(10)
+    assert not caller.is_alive(), "the put got no answer: the writer died holding it"
+    assert answers, "a write acknowledged after the machine crashed"
+
+
 def test_database_directory_entry_is_made_durable(crash_factory: Any) -> None:
     workload = Workload(5, 2, ((("put", "doc0", {"n": 0}, "auto"),),), ("doc0",))
     rec = record(workload, factory=crash_factory, strict_mkdir=True)

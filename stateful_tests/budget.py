@@ -9,13 +9,17 @@ applies as it is.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from stateful_tests.engines import hypothesis_profile
 
 __all__ = ["equivalence_settings", "interleaving_settings", "scaled"]
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+#: Every phase but "explain": it re-runs the shrunk example under a line tracer to list
+#: "lines only failing runs reached", which costs minutes on these machines and adds
+#: nothing the printed steps and the replay blob do not already say.
+PHASES = [phase for phase in Phase if phase is not Phase.explain]
 
 
 def scaled(ci_examples: int) -> int:
@@ -32,6 +36,7 @@ def equivalence_settings(max_examples: int | None = None) -> settings:
         deadline=None,
         suppress_health_check=_SUPPRESS,
         print_blob=True,
+        phases=PHASES,
     )
 
 
@@ -41,4 +46,5 @@ def interleaving_settings(max_examples: int | None = None) -> settings:
         deadline=None,
         suppress_health_check=_SUPPRESS,
         print_blob=True,
+        phases=PHASES,
     )

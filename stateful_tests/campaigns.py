@@ -32,7 +32,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful_tests import equivalence
-from stateful_tests.budget import equivalence_settings, interleaving_settings
+from stateful_tests.budget import PHASES, equivalence_settings, interleaving_settings
 from stateful_tests.history import Scenario, random_scenario, scenarios
 from stateful_tests.interleavings import run_scheduled, run_threads
 
@@ -99,7 +99,7 @@ def _capture(summary: Summary, body: Callable[[], None]) -> None:
 
 
 def _base(max_examples: int | None, shrink: bool, maker: Callable[[int | None], settings]) -> Any:
-    phases = list(Phase) if shrink else [Phase.explicit, Phase.generate]
+    phases = PHASES if shrink else [Phase.explicit, Phase.generate]
     return settings(maker(max_examples), phases=phases, database=None)
 
 

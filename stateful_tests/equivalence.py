@@ -24,7 +24,11 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from settee.spec.docids import deterministic_docids
 from settee.spec.errors import SetteeError
+from settee.spec.routing import shard_of
+from settee.spec.values import describe
+from stateful_tests import hostile
 from stateful_tests.engines import REFERENCE, load_factory, scratch_dir
 from stateful_tests.known_bugs import STEER_AROUND
 from stateful_tests.observe import (
@@ -128,6 +132,10 @@ INVALID_CALLS: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...] = (
 )
 
 
+#: The calls the ``hostile`` rule makes with arguments from ``hostile.py``.
+HOSTILE_CALLS = ("put", "bulk_docs", "get", "delete", "all_docs", "changes", "revs_diff", "open")
+
+
 class EquivalenceMachine(RuleBasedStateMachine):
     """Engine (``engine_spec``) and reference side by side; see the module docstring."""
 
@@ -149,8 +157,21 @@ class EquivalenceMachine(RuleBasedStateMachine):
         shards=st.integers(1, 4),
         read_mode=st.sampled_from(["parallel", "serialized"]),
         revs_limit=st.sampled_from([1000, 3, 2]),
+        node_size=st.sampled_from([128, 256, 4096]),
+        ids=st.lists(st.sampled_from(IDS), unique=True, max_size=len(IDS)),
+        body=bodies(),
     )
-    def open_both(self, shards: int, read_mode: str, revs_limit: int) -> None:
+    def open_both(
+        self,
+        shards: int,
+        read_mode: str,
+        revs_limit: int,
+        node_size: int,
+        ids: list[str],
+        body: dict[str, Any],
+    ) -> None:
+        """Open both, and start most runs with live documents so that range queries
+        have rows to get wrong (one initializer: Hypothesis orders initializers freely)."""
         # fsync only changes durability, which the crash tests prove; without it a
         # step costs microseconds instead of a disk flush.
         self.options = {
@@ -158,17 +179,14 @@ class EquivalenceMachine(RuleBasedStateMachine):
             "read_mode": read_mode,
             "revs_limit": revs_limit,
             "fsync": False,
+            "node_size": node_size,
         }
+        if _settee_family(self.engine_spec):
+            self.options["strict"] = True
+        self.probes = _probe_ids(shards)
         self._open()
         self.book_eng = ChangesBook(shards)
         self.book_ref = ChangesBook(shards)
-
-    @initialize(
-        ids=st.lists(st.sampled_from(IDS), unique=True, max_size=len(IDS)),
-        body=bodies(),
-    )
-    def seed_documents(self, ids: list[str], body: dict[str, Any]) -> None:
-        """Start most runs with live documents, so range queries have rows to get wrong."""
         self.both("bulk_docs", [{"_id": i, **body} for i in ids])
 
     def _open(self) -> None:
@@ -185,10 +203,12 @@ class EquivalenceMachine(RuleBasedStateMachine):
     # -- helpers ------------------------------------------------------------------------------
 
     def both(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``name`` on both; fail unless the outcomes are equal; return it."""
+        """Call ``name`` on both; fail unless the outcomes are equal and neither is a
+        raw Python error; return it. Ids either invents are the same (one seed)."""
         STATS[name] += 1
-        got = outcome(lambda: getattr(self.eng, name)(*args, **kwargs))
-        want = outcome(lambda: getattr(self.ref, name)(*args, **kwargs))
+        seed = f"{STATS['examples']}/{sum(STATS.values())}"
+        got = self._call(self.eng, "engine", seed, name, args, kwargs)
+        want = self._call(self.ref, "reference", seed, name, args, kwargs)
         if got != want:
             lines = "\n  ".join(diff(got, want)) or f"{got!r} != {want!r}"
             raise AssertionError(
@@ -197,6 +217,25 @@ class EquivalenceMachine(RuleBasedStateMachine):
             )
         self._learn(want)
         return want
+
+    @staticmethod
+    def _call(
+        db: Any, side: str, seed: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        def call() -> Any:
+            with deterministic_docids(seed):
+                return getattr(db, name)(*args, **kwargs)
+
+        answer = outcome(call)
+        if answer[0] == "error" and answer[1].startswith("!"):
+            try:  # run again for the traceback: a raw error is a bug on its own
+                call()
+            except Exception as exc:
+                raise AssertionError(
+                    f"{side} raised a raw {type(exc).__name__} (not a SetteeError) from "
+                    f"{name}{_call_text(args, kwargs)}"
+                ) from exc
+        return answer
 
     def _learn(self, answer: Any) -> None:
         """Remember every revision an answer names, for later stale/leaf edits."""
@@ -334,8 +373,10 @@ class EquivalenceMachine(RuleBasedStateMachine):
         self.both("get", doc_id, rev=self.draw_rev(data, doc_id), revs=revs, conflicts=conflicts)
 
     @rule(
-        startkey=st.none() | st.sampled_from(KEYS),
-        endkey=st.none() | st.sampled_from(KEYS),
+        # Bounds equal to a stored id half the time: that is where inclusive_end and
+        # offset differ from a bound between ids.
+        startkey=st.none() | st.sampled_from(IDS) | st.sampled_from(KEYS),
+        endkey=st.none() | st.sampled_from(IDS) | st.sampled_from(KEYS),
         include_docs=st.booleans(),
         limit=st.none() | st.integers(0, 4),
         skip=st.just(0) | st.integers(0, 4),
@@ -427,6 +468,188 @@ class EquivalenceMachine(RuleBasedStateMachine):
         assert answer[0] == "error", f"{name}{_call_text(args, kwargs)} was accepted: {answer}"
         after = (self._digest(self.eng), self._digest(self.ref))
         assert before == after, f"{name}{_call_text(args, kwargs)} changed the store"
+        self._probe_writers()
+
+    # -- hostile input ------------------------------------------------------------------------
+
+    @rule(data=st.data(), call=st.sampled_from(HOSTILE_CALLS))
+    def hostile(self, data: Any, call: str) -> None:
+        """One call with hostile arguments (one rule, so that the well-formed rules keep
+        their share of the steps)."""
+        getattr(self, f"_hostile_{call}")(data)
+
+    def _maybe(self, data: Any, what: str, valid: Any, table: dict[str, Any]) -> Any:
+        """``valid``, or (half the time) a value from the hostile ``table``."""
+        if data.draw(st.booleans(), label=f"hostile {what}?"):
+            return hostile.build(table, data.draw(hostile.labels(table), label=what))
+        return valid
+
+    def draw_hostile_doc(self, data: Any) -> Any:
+        doc: dict[Any, Any] = self.draw_doc(data)
+        part = data.draw(st.sampled_from(_HOSTILE_DOC_PARTS), label="hostile part")
+        table = {
+            "_id": hostile.TEXTS,
+            "_rev": hostile.REVS,
+            "_deleted": hostile.FLAGS,
+            "value": hostile.BODY_VALUES,
+            "key": hostile.TEXTS,
+            "not a dict": hostile.TEXTS,
+            "_revisions.start": hostile.COUNTS,
+            "_revisions.ids": hostile.TEXTS,
+        }.get(part)
+        value = None if table is None else hostile.build(table, data.draw(hostile.labels(table)))
+        if part in ("_id", "_rev", "_deleted"):
+            doc[part] = value
+        elif part == "value":
+            doc[data.draw(st.sampled_from(["x", "y"]), label="key")] = value
+        elif part == "key":
+            doc[value if _hashable(value) else "k"] = 1
+        elif part == "not a dict":
+            return value
+        elif part == "no _id":
+            doc.pop("_id")
+        elif part == "_revisions.start":
+            doc["_revisions"] = {"start": value, "ids": ["a"]}
+        elif part == "_revisions.ids":
+            doc["_revisions"] = {"start": 2, "ids": [value, "a"]}
+        elif part == "_attachments":
+            doc["_attachments"] = {}
+        elif part == "ignored _local_seq":
+            doc["_local_seq"] = 7
+        return doc
+
+    def _hostile_put(self, data: Any) -> None:
+        self._hostile("put", self.draw_hostile_doc(data))
+
+    def _hostile_bulk_docs(self, data: Any) -> None:
+        docs: Any = [
+            self.draw_hostile_doc(data) if data.draw(st.booleans()) else self.draw_doc(data)
+            for _ in range(data.draw(st.integers(0, 3), label="docs"))
+        ]
+        shape = data.draw(st.sampled_from(["list", "tuple", "generator", "dict"]), label="shape")
+        docs = {"list": docs, "tuple": tuple(docs), "generator": iter(docs)}.get(
+            shape, {"docs": docs}
+        )
+        new_edits = self._maybe(data, "new_edits", data.draw(st.booleans()), hostile.FLAGS)
+        self._hostile("bulk_docs", docs, new_edits=new_edits)
+
+    def _hostile_get(self, data: Any) -> None:
+        doc_id = data.draw(st.sampled_from(IDS), label="id")
+        self._hostile(
+            "get",
+            self._maybe(data, "id", doc_id, hostile.TEXTS),
+            rev=self._maybe(data, "rev", self.draw_rev(data, doc_id), hostile.REVS),
+            revs=self._maybe(data, "revs", False, hostile.FLAGS),
+            conflicts=self._maybe(data, "conflicts", True, hostile.FLAGS),
+        )
+
+    def _hostile_delete(self, data: Any) -> None:
+        doc_id = data.draw(st.sampled_from(IDS), label="id")
+        self._hostile(
+            "delete",
+            self._maybe(data, "id", doc_id, hostile.TEXTS),
+            self._maybe(data, "rev", self.draw_rev(data, doc_id), hostile.REVS),
+        )
+
+    def _hostile_all_docs(self, data: Any) -> None:
+        keyed = data.draw(st.booleans(), label="keys?")
+        keys = data.draw(st.lists(st.sampled_from(KEYS), max_size=3)) if keyed else None
+        if keyed and data.draw(st.booleans(), label="hostile key in keys?"):
+            keys = [*keys, hostile.build(hostile.TEXTS, data.draw(hostile.labels(hostile.TEXTS)))]
+        self._hostile(
+            "all_docs",
+            startkey=None if keyed else self._maybe(data, "startkey", None, hostile.TEXTS),
+            endkey=None if keyed else self._maybe(data, "endkey", "c", hostile.TEXTS),
+            keys=self._maybe(data, "keys", keys, hostile.TEXTS),
+            include_docs=self._maybe(data, "include_docs", True, hostile.FLAGS),
+            limit=self._maybe(data, "limit", None, hostile.COUNTS),
+            skip=self._maybe(data, "skip", 0, hostile.COUNTS),
+            descending=self._maybe(data, "descending", False, hostile.FLAGS),
+            inclusive_end=self._maybe(data, "inclusive_end", True, hostile.FLAGS),
+        )
+
+    def _hostile_changes(self, data: Any) -> None:
+        """Tokens are opaque (SEMANTICS.md §9): answers are compared without them."""
+        since = hostile.build(hostile.SINCES, data.draw(hostile.labels(hostile.SINCES)))
+        limit = self._maybe(data, "limit", None, hostile.COUNTS)
+        include_docs = self._maybe(data, "include_docs", False, hostile.FLAGS)
+        before = (self._digest(self.eng), self._digest(self.ref))
+        STATS["changes"] += 1
+        got, want = (
+            _without_tokens(
+                self._call(
+                    db,
+                    side,
+                    "",
+                    "changes",
+                    (),
+                    {"since": since, "limit": limit, "include_docs": include_docs},
+                )
+            )
+            for db, side in ((self.eng, "engine"), (self.ref, "reference"))
+        )
+        text = _call_text((), {"since": since, "limit": limit, "include_docs": include_docs})
+        assert got == want, f"engine and reference disagree on changes{text}: {got} != {want}"
+        assert before == (self._digest(self.eng), self._digest(self.ref)), "changes() wrote"
+        self._probe_writers()
+
+    def _hostile_revs_diff(self, data: Any) -> None:
+        doc_id = data.draw(st.sampled_from(IDS), label="id")
+        rev = self.draw_rev(data, doc_id, allow_none=False)
+        kind = data.draw(st.sampled_from(["id", "rev", "revs", "request"]), label="hostile part")
+        request: Any = {doc_id: [rev]}
+        value = hostile.build(hostile.TEXTS, data.draw(hostile.labels(hostile.TEXTS)))
+        if kind == "id" and _hashable(value):
+            request = {value: [rev]}
+        elif kind == "rev":
+            request = {
+                doc_id: [hostile.build(hostile.REVS, data.draw(hostile.labels(hostile.REVS)))]
+            }
+        elif kind == "revs":
+            request = {doc_id: value}
+        elif kind == "request":
+            request = value
+        self._hostile("revs_diff", request)
+
+    def _hostile_open(self, data: Any) -> None:
+        """Options are arguments too: both refuse the same ones, and what either opens
+        it closes again (the engine's directory must not stay locked)."""
+        name = data.draw(st.sampled_from(sorted(_OPEN_OPTIONS)), label="option")
+        table = _OPEN_OPTIONS[name]
+        options = {name: hostile.build(table, data.draw(hostile.labels(table), label=name))}
+        STATS["open"] += 1
+        answers = []
+        for side, spec in (("engine", self.engine_spec), ("reference", self.reference_spec)):
+            path = f"{self.tmp}/open-{side}-{STATS['open']}"
+            answer = outcome(lambda spec=spec, path=path: load_factory(spec)(path, **options))
+            if answer[0] == "ok":
+                answer[1].close()
+                answer = ("ok", None)
+            assert not (answer[0] == "error" and answer[1].startswith("!")), (
+                f"{side} open({options}) raised a raw error: {answer}"
+            )
+            answers.append(answer)
+        assert answers[0] == answers[1], f"open(**{options}): engine {answers[0]} != {answers[1]}"
+
+    def _hostile(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """One hostile call: compared like any call; if refused, nothing changed; after
+        it, every engine shard still accepts writes."""
+        before = (self._digest(self.eng), self._digest(self.ref))
+        answer = self.both(name, *args, **kwargs)
+        if answer[0] == "error":
+            after = (self._digest(self.eng), self._digest(self.ref))
+            assert before == after, f"refused {name}{_call_text(args, kwargs)} changed the store"
+        self._probe_writers()
+
+    def _probe_writers(self) -> None:
+        """Every shard's writer is alive and accepting: an edit of a revision no document
+        has is a Conflict that only the shard's writer decides (a refusing shard raises
+        SetteeError instead)."""
+        for doc_id in self.probes:
+            got = outcome(lambda doc_id=doc_id: self.eng.put({"_id": doc_id, "_rev": _NO_REV}))
+            assert got[:2] == ("error", "Conflict"), (
+                f"shard of {doc_id!r} no longer accepts writes: probe answered {got}"
+            )
 
     # -- the invariant ------------------------------------------------------------------------
 
@@ -443,6 +666,56 @@ class EquivalenceMachine(RuleBasedStateMachine):
             raise AssertionError(f"engine and reference contents differ:\n  {lines}")
 
 
+_HOSTILE_DOC_PARTS = (
+    "_id",
+    "_rev",
+    "_deleted",
+    "value",
+    "key",
+    "not a dict",
+    "no _id",
+    "_revisions.start",
+    "_revisions.ids",
+    "_attachments",
+    "ignored _local_seq",
+)
+_OPEN_OPTIONS = {
+    "shards": hostile.COUNTS,
+    "revs_limit": hostile.COUNTS,
+    "max_document_size": hostile.COUNTS,
+    "node_size": hostile.COUNTS,
+    "fsync": hostile.FLAGS,
+    "strict": hostile.FLAGS,
+    "read_mode": hostile.TEXTS,
+}
+#: A revision no document ever has: a hash outside HASHES and what new_rev makes.
+_NO_REV = "999-probe"
+
+
+def _settee_family(spec: str) -> bool:
+    """Engines that take settee's own options (strict): settee and the repo's mutants."""
+    return spec.split(":")[0].split(".")[0] in ("settee", "stateful_tests", "crash_tests")
+
+
+def _probe_ids(shards: int) -> list[str]:
+    """One id per shard, never written (they are probes, see ``_probe_writers``)."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < shards:
+        doc_id = f"probe-{n}"
+        found.setdefault(shard_of(doc_id, shards), doc_id)
+        n += 1
+    return [found[i] for i in range(shards)]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _path_of(doc: dict[str, Any]) -> list[str]:
     if "_revisions" in doc:
         start, ids = doc["_revisions"]["start"], doc["_revisions"]["ids"]
@@ -451,8 +724,17 @@ def _path_of(doc: dict[str, Any]) -> list[str]:
 
 
 def _call_text(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
     return f"({', '.join(parts)})"
+
+
+def _without_tokens(answer: Any) -> Any:
+    """A changes() outcome with its opaque tokens dropped and rows in id order (shards
+    interleave freely; the ChangesBook checks order and tokens in the ``changes`` rule)."""
+    if answer[0] != "ok":
+        return answer
+    rows = [{k: v for k, v in row.items() if k != "seq"} for row in answer[1]["results"]]
+    return ("ok", sorted(rows, key=lambda row: row["id"]))
 
 
 def equivalence_machine(engine_spec: str) -> type[EquivalenceMachine]:

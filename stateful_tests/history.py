@@ -19,6 +19,11 @@ Checks on a finished run:
   *group* of ids that live in one shard, all of them in each ``bulk_docs``
   call, generation after generation; every read that shows group members
   must show them all at the same generation.
+* :func:`check_closed`: the lifecycle. A client may ``close()`` the database
+  mid-run; the model then answers "closed" to everything, and a call invoked
+  after a close returned must raise a ``SetteeError`` saying so. ``compact()``
+  is an operation too, per shard like ``bulk_docs`` (each shard compacts on
+  its own): afterwards ``get(id, rev=<non-leaf>)`` finds no body.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 import settee.reference
+from settee.spec.errors import SetteeError
 from settee.spec.routing import shard_of
 from stateful_tests.known_bugs import STEER_AROUND
 from stateful_tests.linearizability import CheckResult, Operation, check
@@ -44,6 +50,7 @@ __all__ = [
     "Recorder",
     "ReferenceModel",
     "Scenario",
+    "check_closed",
     "check_history",
     "check_mvcc",
     "group_ids",
@@ -54,6 +61,8 @@ __all__ = [
 IDS = ("a", "b", "c")
 SETUP = (("put", {"_id": "a", "v": 0}), ("put", {"_id": "b", "v": 0}))
 WRITES = ("put", "delete", "bulk_docs")
+#: Calls that change the model's state: the writes and the lifecycle.
+CHANGES = (*WRITES, "compact", "close")
 
 
 def group_ids(shards: int, size: int = 3) -> tuple[str, ...]:
@@ -89,10 +98,13 @@ def _op_specs() -> st.SearchStrategy[Any]:
             st.just("bulk"), st.lists(st.tuples(ids, body, st.booleans()), min_size=1, max_size=3)
         ),
         st.tuples(st.just("get"), ids),
+        st.tuples(st.just("get_rev"), ids),
         st.tuples(st.just("all_docs")),
         st.tuples(st.just("group")),
         st.tuples(st.just("changes")),
         st.tuples(st.just("info")),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("close")),
     )
 
 
@@ -102,16 +114,28 @@ def scenarios(
     ops: tuple[int, int] = (1, 3),
     read_modes: tuple[str, ...] = ("parallel",),
 ) -> st.SearchStrategy[Scenario]:
-    """Scenarios of ``clients`` clients with ``ops`` operations each, plus the group writer."""
-    programs = st.lists(
-        st.lists(_op_specs(), min_size=ops[0], max_size=ops[1]).map(tuple),
-        min_size=clients[0],
-        max_size=clients[1],
-    ).map(tuple)
+    """Scenarios of ``clients`` clients with ``ops`` operations each, plus the group
+    writer; in about half, the last client ends by closing the database while the
+    others may still be working (``close`` may also come up anywhere)."""
+    programs = st.tuples(
+        st.lists(
+            st.lists(_op_specs(), min_size=ops[0], max_size=ops[1]).map(tuple),
+            min_size=clients[0],
+            max_size=clients[1],
+        ),
+        st.booleans(),
+    ).map(_closing)
     options = st.fixed_dictionaries(
         {"shards": st.integers(1, 3), "read_mode": st.sampled_from(read_modes)}
     )
     return st.builds(Scenario, options, programs, st.integers(0, 2))
+
+
+def _closing(drawn: tuple[list[tuple[Any, ...]], bool]) -> tuple[tuple[Any, ...], ...]:
+    programs, closes = drawn
+    if closes:
+        programs[-1] = (*programs[-1], ("close",))
+    return tuple(programs)
 
 
 def random_scenario(
@@ -124,13 +148,16 @@ def random_scenario(
 
     def spec() -> Any:
         doc_id = rng.choice(IDS)
-        kind = rng.choice(["put", "put", "delete", "bulk", "get", "all_docs", "group", "changes"])
+        if rng.random() < 0.03:  # about one run in four closes the database midway
+            return ("close",)
+        kinds = ["put", "put", "delete", "bulk", "get", "get_rev", "all_docs", "group"]
+        kind = rng.choice([*kinds, "changes", "compact"])
         if kind == "put":
             return ("put", doc_id, body(), rng.random() < 0.7)
         if kind == "bulk":
             docs = [(rng.choice(IDS), body(), rng.random() < 0.7) for _ in range(rng.randint(1, 3))]
             return ("bulk", docs)
-        if kind in ("delete", "get"):
+        if kind in ("delete", "get", "get_rev"):
             return (kind, doc_id)
         return (kind,)
 
@@ -149,6 +176,8 @@ class Record:
     call: int
     output: Any = None
     ret: int | None = None
+    #: The message of a SetteeError the call raised (the output keeps only the class).
+    message: str = ""
 
 
 class Recorder:
@@ -172,7 +201,7 @@ class Recorder:
     def text(self) -> str:
         return "\n".join(
             f"  [{r.call:>3}..{'?' if r.ret is None else r.ret:>3}] client {r.client}: "
-            f"{r.input!r} -> {r.output!r}"
+            f"{r.input!r} -> {r.output!r}" + (f" {r.message!r}" if r.message else "")
             for r in sorted(self.records, key=lambda r: r.call)
         )
 
@@ -190,7 +219,8 @@ class Client:
     """Runs one program against ``db``, recording each call.
 
     ``before_call`` (the scheduler's hook) runs before each invocation.
-    ``seen`` is the last revision this client saw per id.
+    ``seen`` is the last revision this client saw per id, ``oldest`` the first
+    (``get_rev`` asks for it: once the id is updated, a non-leaf revision).
     """
 
     index: int
@@ -199,6 +229,10 @@ class Client:
     recorder: Recorder
     seen: dict[str, str] = field(default_factory=dict)
     before_call: Callable[[str], None] | None = None
+    oldest: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.oldest = {**self.seen, **self.oldest}
 
     def run(self, db: Any) -> None:
         for spec in self.program:
@@ -206,9 +240,17 @@ class Client:
             if self.before_call is not None:
                 self.before_call(f"call {input[0]}")
             record = self.recorder.invoke(self.index, input)
-            answer = outcome(lambda input=input: perform(db, input))
+            answer = outcome(lambda input=input, record=record: self._call(db, input, record))
             self.recorder.respond(record, answer)
             self.learn(answer)
+
+    @staticmethod
+    def _call(db: Any, input: Any, record: Record) -> Any:
+        try:
+            return perform(db, input)
+        except SetteeError as exc:
+            record.message = str(exc)
+            raise
 
     def concrete(self, spec: Any) -> Any:
         kind = spec[0]
@@ -225,6 +267,8 @@ class Client:
             return ("bulk_docs", [self.doc(*d) for d in spec[1]], True)
         if kind == "get":
             return ("get", spec[1], {})
+        if kind == "get_rev":
+            return ("get", spec[1], {"rev": self.oldest.get(spec[1], "1-a")})
         if kind == "all_docs":
             return ("all_docs", {})
         if kind == "group":
@@ -249,6 +293,8 @@ class Client:
                 self.seen[row["id"]] = row["rev"]
             elif isinstance(row, dict) and isinstance(row.get("_rev"), str):
                 self.seen[row["_id"]] = row["_rev"]
+        for doc_id, rev in self.seen.items():
+            self.oldest.setdefault(doc_id, rev)
 
 
 def clients_for(scenario: Scenario, recorder: Recorder, seen: dict[str, str]) -> list[Client]:
@@ -270,36 +316,67 @@ def run_setup(db: Any) -> dict[str, str]:
 class ReferenceModel:
     """The reference store as a sequential model for ``linearizability.check``.
 
-    A state is the tuple of writes applied so far (after ``SETUP``), as
+    A state is the tuple of changes applied so far (after ``SETUP``), as
     ``repr`` strings; the database for a state is built once by replaying
     them into a memory-only reference and cached. Two states are the same for
     memoisation when everything a reader can see is the same (``key``).
+
+    Compaction is per shard (``("compact", shard)``), and the reference only
+    compacts whole: so when ``compacting`` the model keeps one reference copy
+    per shard, every change applied to each, a shard's compaction to its own
+    copy, and a read of one document asks the copy of that document's shard.
+    After ``("close",)`` the state stops changing and every call answers
+    "closed".
     """
 
-    def __init__(self, ids: list[str], revs_limit: int = 1000) -> None:
+    def __init__(
+        self, ids: list[str], revs_limit: int = 1000, shards: int = 1, compacting: bool = False
+    ) -> None:
         self.ids = ids
         self.revs_limit = revs_limit
+        self.shards = shards
+        self.copies = shards if compacting else 1
         self._inputs: dict[str, Any] = {}
-        self._dbs: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._dbs: dict[tuple[str, ...], tuple[list[Any], Any, frozenset[tuple[str, str]]]] = {}
         self._keys: dict[tuple[str, ...], str] = {}
 
     def init(self) -> tuple[str, ...]:
         return ()
 
-    def _db(self, state: tuple[str, ...]) -> tuple[Any, Any]:
+    def _db(self, state: tuple[str, ...]) -> tuple[list[Any], Any, frozenset[tuple[str, str]]]:
+        """The copies for ``state``, the last change's answer, and every (id, rev) made."""
         if state not in self._dbs:
-            db = settee.reference.open(None, revs_limit=self.revs_limit)
-            run_setup(db)
+            dbs = [
+                settee.reference.open(None, revs_limit=self.revs_limit) for _ in range(self.copies)
+            ]
+            revs = {(i, r) for db in dbs for i, r in run_setup(db).items()}
             last = None
             for text in state:
-                last = outcome(lambda text=text: perform(db, self._inputs[text]))
-            self._dbs[state] = (db, last)
+                last = self._call(dbs, self._inputs[text])
+                revs |= _created(last)
+            self._dbs[state] = (dbs, last, frozenset(revs))
         return self._dbs[state]
 
+    def _call(self, dbs: list[Any], input: Any) -> Any:
+        """``input``'s answer from the copies (and its effect on them)."""
+        if input[0] == "compact":
+            return outcome(dbs[input[1] if self.copies > 1 else 0].compact)
+        if input[0] not in CHANGES:
+            routed = input[0] == "get" and self.copies > 1
+            copy = dbs[shard_of(input[1], self.shards)] if routed else dbs[0]
+            return outcome(lambda: perform(copy, input))
+        answers = [outcome(lambda db=db: perform(db, input)) for db in dbs]
+        # Invariant: the reference is deterministic, so every copy answers alike.
+        assert all(a == answers[0] for a in answers), answers
+        return answers[0]
+
+    def _closed(self, state: tuple[str, ...]) -> bool:
+        return bool(state) and self._inputs[state[-1]][0] == "close"
+
     def step(self, state: tuple[str, ...], input: Any) -> tuple[Any, Any]:
-        if input[0] not in WRITES:
-            db, _ = self._db(state)
-            return state, outcome(lambda: perform(db, input))
+        dbs = self._db(state)[0]
+        if input[0] not in CHANGES or self._closed(state):
+            return state, self._call(dbs, input)
         text = repr(input)
         self._inputs[text] = input
         new = (*state, text)
@@ -307,17 +384,35 @@ class ReferenceModel:
 
     def key(self, state: tuple[str, ...]) -> str:
         if state not in self._keys:
-            db, _ = self._db(state)
-            order = [c["id"] for c in db.changes()["results"]]
-            self._keys[state] = digest((contents(db, self.ids), order))
+            dbs, _, revs = self._db(state)
+            if self._closed(state):
+                self._keys[state] = "closed"
+            else:
+                order = [c["id"] for c in dbs[0].changes()["results"]]
+                # Which revisions still have a body: compaction changes nothing else.
+                bodies = [(i, r, self._call(dbs, ("get", i, {"rev": r}))) for i, r in sorted(revs)]
+                self._keys[state] = digest((contents(dbs[0], self.ids), order, bodies))
         return self._keys[state]
 
     def matches(self, input: Any, model_output: Any, observed: Any) -> bool:
         return normalise(input, model_output) == normalise(input, observed)
 
     def close(self) -> None:
-        for db, _ in self._dbs.values():
-            db.close()
+        for dbs, _, _ in self._dbs.values():
+            for db in dbs:
+                db.close()
+
+
+def _created(answer: Any) -> set[tuple[str, str]]:
+    """The (id, rev) pairs a write's answer reports as made."""
+    if answer is None or answer[0] != "ok":
+        return set()
+    rows = answer[1] if isinstance(answer[1], list) else [answer[1]]
+    return {
+        (row["id"], row["rev"])
+        for row in rows
+        if isinstance(row, dict) and isinstance(row.get("rev"), str)
+    }
 
 
 def normalise(input: Any, answer: Any) -> Any:
@@ -341,33 +436,68 @@ def normalise(input: Any, answer: Any) -> Any:
 
 
 def operations(recorder: Recorder, shards: int) -> list[Operation]:
-    """The history for the checker; ``bulk_docs`` split into one operation per shard."""
+    """The history for the checker; ``bulk_docs`` and ``compact`` split into one
+    operation per shard they touch. A split call that failed may have taken
+    effect in some shards and not others (``close()`` stopped it midway), so its
+    parts are pending: each may or may not have happened."""
     ops = []
     for r in sorted(recorder.records, key=lambda r: r.call):
-        if r.input[0] != "bulk_docs":
-            ops.append(Operation(r.client, r.input, r.output, r.call, r.ret))
-            continue
-        _, docs, new_edits = r.input
-        parts: dict[int, list[int]] = {}
-        for i, doc in enumerate(docs):
-            parts.setdefault(shard_of(doc["_id"], shards), []).append(i)
-        for indexes in parts.values():
-            part_input = ("bulk_docs", [docs[i] for i in indexes], new_edits)
-            output = r.output
-            if r.output is not None and r.output[0] == "ok" and new_edits:
-                output = ("ok", [r.output[1][i] for i in indexes])
-            ops.append(Operation(r.client, part_input, output, r.call, r.ret))
+        parts = _parts(r.input, r.output, shards)
+        failed = len(parts) > 1 and r.output is not None and r.output[0] != "ok"
+        for part_input, output in parts:
+            ops.append(Operation(r.client, part_input, output, r.call, None if failed else r.ret))
     return ops
+
+
+def _parts(input: Any, output: Any, shards: int) -> list[tuple[Any, Any]]:
+    """``(input, output)`` of each shard's share of one call."""
+    if input[0] == "compact":
+        return [(("compact", s), output) for s in range(shards)]
+    if input[0] != "bulk_docs":
+        return [(input, output)]
+    _, docs, new_edits = input
+    by_shard: dict[int, list[int]] = {}
+    for i, doc in enumerate(docs):
+        by_shard.setdefault(shard_of(doc["_id"], shards), []).append(i)
+    parts = []
+    for indexes in by_shard.values():
+        part_output = output
+        if output is not None and output[0] == "ok" and new_edits:
+            part_output = ("ok", [output[1][i] for i in indexes])
+        parts.append((("bulk_docs", [docs[i] for i in indexes], new_edits), part_output))
+    return parts
 
 
 def check_history(recorder: Recorder, scenario: Scenario) -> CheckResult:
     """Linearizability of a finished run against the reference."""
-    ids = sorted({*IDS, *group_ids(scenario.options["shards"])})
-    model = ReferenceModel(ids, scenario.options.get("revs_limit", 1000))
+    shards = scenario.options["shards"]
+    ids = sorted({*IDS, *group_ids(shards)})
+    compacting = any(r.input[0] == "compact" for r in recorder.records)
+    model = ReferenceModel(ids, scenario.options.get("revs_limit", 1000), shards, compacting)
     try:
-        return check(model, operations(recorder, scenario.options["shards"]))
+        return check(model, operations(recorder, shards))
     finally:
         model.close()
+
+
+def check_closed(recorder: Recorder) -> list[str]:
+    """A call invoked after a ``close()`` returned must fail saying the database is
+    closed, and no plain ``SetteeError`` (these workloads have no other cause) may
+    say anything else."""
+    problems = []
+    closes = [r.ret for r in recorder.records if r.input[0] == "close" and r.ret is not None]
+    closed_at = min(closes, default=None)
+    for r in recorder.records:
+        if r.output is None:
+            continue
+        refused = r.output[:2] == ("error", "SetteeError")
+        if refused and "closed" not in r.message:
+            problems.append(f"client {r.client} {r.input!r} raised SetteeError({r.message!r})")
+        elif not refused and closed_at is not None and r.call > closed_at and r.input[0] != "close":
+            problems.append(
+                f"client {r.client} {r.input!r} answered {r.output!r} after close() returned"
+            )
+    return problems
 
 
 def check_mvcc(recorder: Recorder, group: tuple[str, ...]) -> list[str]:

@@ -5,14 +5,17 @@ over ``settee.io.MemoryFileSystem`` (an engine whose factory refuses ``fs=``
 is opened plainly and scheduled at call and write-step granularity only),
 applies the setup, runs the clients under the scheduler with ``choose``
 picking each step, and checks the history: linearizable against the
-reference, and no read saw half a batch. :func:`run_threads` does the same
-with free-running OS threads on real files.
+reference, no read saw half a batch, every call after a ``close()`` refused
+saying so, and every call returned (a run that stops with a call that never
+can fails with the schedule and the stacks). :func:`run_threads` does the
+same with free-running OS threads on real files.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,15 +26,26 @@ from stateful_tests.engines import load_factory, scratch_dir
 from stateful_tests.history import (
     Recorder,
     Scenario,
+    check_closed,
     check_history,
     check_mvcc,
     clients_for,
     group_ids,
     run_setup,
 )
-from stateful_tests.scheduler import Scheduler, SchedulerFileSystem
+from stateful_tests.scheduler import Scheduler, SchedulerFileSystem, ScheduleStuck
 
-__all__ = ["RunResult", "run_scheduled", "run_threads"]
+__all__ = [
+    "ADMIT_THEN_CLOSE",
+    "STRESS_TIMEOUT",
+    "RunResult",
+    "hold_admitted_write",
+    "run_scheduled",
+    "run_threads",
+]
+
+#: Seconds a real-threads run may take before its unfinished calls count as hung.
+STRESS_TIMEOUT = 30.0
 
 
 @dataclass(slots=True)
@@ -55,6 +69,22 @@ class RunResult:
             + f"\nhistory:\n{self.recorder.text()}"
             + (f"\nschedule ({len(self.schedule)} steps): {self.schedule}" if self.schedule else "")
         )
+
+
+#: Client 0 puts while client 1 closes the database: with ``hold_admitted_write``,
+#: the put is admitted, then close() runs as far as it can, then the put goes on.
+ADMIT_THEN_CLOSE = Scenario(
+    {"shards": 1, "read_mode": "parallel"},
+    ((("put", "a", {"v": 1}, True),), (("close",),)),
+    0,
+)
+
+
+def hold_admitted_write(labels: list[str]) -> int:
+    """A ``choose``: run client 0 until it is admitted and parked at "enqueue", then
+    anything else before it (never deferring), so the put is enqueued as late as
+    the engine lets it be."""
+    return next((i for i, label in enumerate(labels) if label != "client-0@enqueue"), 0)
 
 
 def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) -> Any:
@@ -83,13 +113,29 @@ def run_scheduled(
         for client in clients:
             client.before_call = scheduler.point
             body = scheduler.controlled(f"client-{client.index}", lambda c=client: c.run(db))
-            threads.append(threading.Thread(target=body, name=f"client-{client.index}"))
+            # Daemon: a client stuck for good must not keep the test process alive.
+            threads.append(
+                threading.Thread(target=body, name=f"client-{client.index}", daemon=True)
+            )
         scheduler.run(threads)
+    except ScheduleStuck as exc:
+        result.problems.append(str(exc))
     finally:
         scheduler.release_all()
-        db.close()
+        _close(db, stall if result.problems else None)
     _check(result)
     return result
+
+
+def _close(db: Any, timeout: float | None) -> None:
+    """Close ``db``; after a stuck run, give up after ``timeout`` seconds (the engine
+    may be wedged, and the failure is already recorded)."""
+    if timeout is None:
+        db.close()
+        return
+    closer = threading.Thread(target=db.close, name="closer", daemon=True)
+    closer.start()
+    closer.join(timeout)
 
 
 def run_threads(spec: str, scenario: Scenario) -> RunResult:
@@ -107,17 +153,21 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
             barrier.wait()
             client.run(db)
 
-        threads = [threading.Thread(target=body, args=(c,)) for c in clients]
+        threads = [threading.Thread(target=body, args=(c,), daemon=True) for c in clients]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + STRESS_TIMEOUT
         for t in threads:
-            t.join(30)
+            t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
-            result.problems.append(f"threads {stuck} did not finish within 30 s")
+            result.problems.append(
+                f"a call never returned: threads {stuck} did not finish within "
+                f"{STRESS_TIMEOUT} s\n{recorder.text()}"
+            )
             return result
     finally:
-        db.close()
+        _close(db, STRESS_TIMEOUT if result.problems else None)
         shutil.rmtree(tmp, ignore_errors=True)
     _check(result)
     return result
@@ -133,6 +183,7 @@ def _check(result: RunResult) -> None:
         result.problems.append("a call never returned")
     result.problems += [f"client {r.client} {r.input!r} crashed: {r.output}" for r in crashes]
     result.problems += check_mvcc(result.recorder, group_ids(result.scenario.options["shards"]))
+    result.problems += check_closed(result.recorder)
     verdict = check_history(result.recorder, result.scenario)
     result.explored = verdict.explored
     if verdict.ok is False:

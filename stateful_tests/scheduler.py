@@ -7,28 +7,36 @@ engine starts while the database opens (its shard writers). Each of them
 * every io-layer data call (``pread``, ``append``, ``pwrite``, ``fsync``,
   ``truncate``), through :class:`SchedulerFileSystem`, a
   ``settee.io.FileSystemWrapper``;
-* every named write step (``settee.shard.STEPS``: "enqueue" on the caller,
-  "dequeue" ... "publish" on the writer) through each shard's ``step_hook``;
-* the start of each client call.
+* every named step (``settee.shard.STEPS``: "admit" and "enqueue" on the
+  caller, "dequeue" ... "publish" on the writer, "compact_*" on the
+  compacting caller) through each shard's ``step_hook``;
+* the start of each client call (``close`` and ``compact`` are calls too).
 
 The scheduler waits until the system is *settled* — every controlled thread
 parked, finished, or blocked — then asks ``choose`` which parked thread to
-release (Hypothesis draws it), and repeats. So one run is one schedule,
-reproducible from the choices alone, and shrinking moves towards "release
-the first parked thread".
+release (Hypothesis draws it), and whether to *defer* it instead (it then
+waits until no other thread is parked; ``DEFER_ODDS``), and repeats. So one
+run is one schedule, reproducible from the choices alone, and shrinking
+moves towards "release the first parked thread".
 
 Blocked is known exactly, not guessed from time: a profile hook on the
 controlled threads notes when one enters a C call that can block
 (``lock.acquire``, ``SimpleQueue.get``, ...) and on which object; the thread
 is blocked while that object is unavailable (a locked lock, an empty queue).
 When every thread is parked or blocked, nothing can change that. Locks
-taken by ``with`` are invisible to the hook, which is why only
-``read_mode="parallel"`` is scheduled (serialized mode holds its shard lock
-across io calls; the stress run covers it).
+taken by ``with`` are invisible to the hook: so the engine takes a lock that
+a thread may wait on while its holder is parked (a shard's submit and
+compaction locks) with ``acquire()``, and only ``read_mode="parallel"`` is
+scheduled (serialized mode holds its shard lock across io calls; the stress
+run covers it). A thread that has exited (a writer after ``close()``) counts
+as finished.
 
 Nothing here may hang a test: a run that does not settle within ``stall``
-seconds, or where every thread is blocked (a deadlock), fails with the
-schedule so far and every thread's stack, after releasing everyone.
+seconds fails with the schedule so far and every thread's stack, after
+releasing everyone. So does a run where no thread is parked but a client is
+still blocked: nothing can ever wake it, so "a call never returned" (a
+deadlock, or a request left in a queue no writer will read) is known at
+once, not after a timeout.
 """
 
 from __future__ import annotations
@@ -50,6 +58,13 @@ T = TypeVar("T")
 #: io-layer calls that are scheduling points.
 STEP_OPS = frozenset({"pread", "append", "pwrite", "fsync", "truncate"})
 
+#: After picking a thread the scheduler asks ``choose`` once more, among this many
+#: answers of which only the last *defers* the thread: it then stays parked until
+#: no other thread is (PCT's priority change points). Uniform choices rarely starve
+#: a thread for long, and a thread delayed across a whole ``close()`` is how a
+#: request lands after the writer stopped.
+DEFER_ODDS = 3
+
 
 class ScheduleStuck(AssertionError):
     """The controlled threads stopped making progress (a deadlock or a stall)."""
@@ -58,10 +73,14 @@ class ScheduleStuck(AssertionError):
 @dataclass(slots=True)
 class _Thread:
     name: str
+    thread: threading.Thread
     parked_at: str | None = None
     go: bool = False
     finished: bool = False
     blocking_on: Any = None
+
+    def done(self) -> bool:
+        return self.finished or not self.thread.is_alive()
 
 
 class Scheduler:
@@ -75,6 +94,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._threads: dict[int, _Thread] = {}
         self._failure: str | None = None
+        self._deferred: set[str] = set()
 
     # -- controlled threads ---------------------------------------------------------------------
 
@@ -95,7 +115,7 @@ class Scheduler:
         self._register(threading.current_thread().name)
 
     def _register(self, name: str) -> None:
-        state = _Thread(name)
+        state = _Thread(name, threading.current_thread())
         with self._cond:
             self._threads[threading.get_ident()] = state
 
@@ -128,7 +148,7 @@ class Scheduler:
         if not self.active:
             return
         state = self._threads.get(threading.get_ident())
-        if state is None or state.finished:
+        if state is None or state.done():
             return
         with self._cond:
             state.parked_at, state.go = label, False
@@ -143,23 +163,46 @@ class Scheduler:
         self.active = True
         for t in clients:
             t.start()
+        wait = self.stall
         try:
             while True:
                 parked = self._settle()
                 if not parked:
                     if all(not t.is_alive() for t in clients):
                         return
-                    self._fail("every controlled thread is blocked: deadlock")
-                labels = [f"{s.name}@{s.parked_at}" for s in parked]
-                chosen = parked[self.choose(labels)]
-                self.schedule.append(f"{chosen.name}@{chosen.parked_at}")
+                    wait = 0.1  # the blocked clients will never run again
+                    stuck = [t.name for t in clients if t.is_alive()]
+                    self._fail(
+                        f"a call never returned: {stuck} blocked, and every other controlled "
+                        "thread is blocked or finished (a deadlock, or a request nobody "
+                        "will answer)"
+                    )
+                chosen = self._pick(parked)
+                if chosen is None:
+                    continue
                 with self._cond:
                     chosen.parked_at, chosen.go = None, True
                     self._cond.notify_all()
         finally:
             self.release_all()
             for t in clients:
-                t.join(self.stall)
+                t.join(wait)
+
+    def _pick(self, parked: list[_Thread]) -> _Thread | None:
+        """The parked thread to release, or None after deferring one (see ``DEFER_ODDS``)."""
+        offered = [s for s in parked if s.name not in self._deferred] or parked
+        labels = [f"{s.name}@{s.parked_at}" for s in offered]
+        chosen = offered[self.choose(labels)]
+        label = f"{chosen.name}@{chosen.parked_at}"
+        if len(offered) > 1:
+            question = [f"run {label}"] * (DEFER_ODDS - 1) + [f"defer {label}"]
+            if self.choose(question) == DEFER_ODDS - 1:
+                self._deferred.add(chosen.name)
+                self.schedule.append(f"defer {label}")
+                return None
+        self._deferred.discard(chosen.name)
+        self.schedule.append(label)
+        return chosen
 
     def release_all(self) -> None:
         """Stop scheduling; every parked thread runs freely from now on."""
@@ -183,7 +226,7 @@ class Scheduler:
 
     def _settled(self) -> bool:
         for state in self._threads.values():
-            if state.finished or state.parked_at is not None:
+            if state.parked_at is not None or state.done():
                 continue
             if not _unavailable(state.blocking_on):
                 return False
@@ -193,9 +236,10 @@ class Scheduler:
         frames = sys._current_frames()
         stacks = []
         for ident, state in self._threads.items():
-            if ident in frames and not state.finished:
-                stack = "".join(traceback.format_stack(frames[ident], limit=6))
-                stacks.append(f"--- {state.name} (parked at {state.parked_at}):\n{stack}")
+            if ident in frames and not state.done():
+                stack = "".join(traceback.format_stack(frames[ident], limit=8))
+                where = f"parked at {state.parked_at}" if state.parked_at else "not parked"
+                stacks.append(f"--- {state.name} ({where}):\n{stack}")
         raise ScheduleStuck(
             f"{why}\nschedule so far ({len(self.schedule)} steps): {self.schedule}\n"
             + "\n".join(stacks)
@@ -218,6 +262,9 @@ def _unavailable(obj: Any) -> bool:
     locked = getattr(obj, "locked", None)
     if callable(locked):
         return bool(locked())
+    is_done = getattr(obj, "is_done", None)  # a thread's handle, in join() (3.13+)
+    if callable(is_done):
+        return not is_done()
     if type(obj).__name__ == "RLock":  # no locked() before 3.14; its repr says
         return repr(obj).startswith("<locked")
     empty = getattr(obj, "empty", None)

@@ -3,7 +3,9 @@
 Hypothesis draws the scenario (clients' programs, shards) and every
 scheduling choice, so a failure shrinks to a short program and a short
 schedule, both printed. The checks: the history is linearizable against the
-reference, and no read saw half a batch (``history.check_mvcc``).
+reference, no read saw half a batch (``history.check_mvcc``), calls after a
+``close()`` refuse saying so (``history.check_closed``), and every call
+returns. ``close()`` and ``compact()`` are operations of the clients.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import pytest
 from stateful_tests.budget import scaled
 from stateful_tests.campaigns import run_interleavings
 from stateful_tests.history import Scenario, random_scenario
-from stateful_tests.interleavings import run_scheduled, run_threads
+from stateful_tests.interleavings import (
+    ADMIT_THEN_CLOSE,
+    hold_admitted_write,
+    run_scheduled,
+    run_threads,
+)
 
 STATS: Counter[str] = Counter()
 
@@ -63,3 +70,45 @@ def test_real_threads_are_linearizable(
         result = run_threads(engine_spec, scenario)
         assert not result.problems, result.report()
     record_property("histories", runs)
+
+
+@pytest.mark.timeout(60)
+def test_write_admitted_just_before_close_is_resolved(engine_spec: str) -> None:
+    """Regression (Proof III): a put admitted, then close() run as far as it can
+    (stop the writer), then the put enqueued. Admission and enqueue are one
+    critical section, so close() waits for the put, and the put is answered; with
+    the enqueue outside the lock it landed after the writer stopped and its
+    caller waited forever (``mutants:enqueue_outside_lock``)."""
+    result = run_scheduled(engine_spec, ADMIT_THEN_CLOSE, hold_admitted_write, stall=5.0)
+    assert not result.problems, result.report()
+    [put] = [r for r in result.recorder.records if r.input[0] == "put"]
+    assert put.ret is not None
+    assert put.output[0] == "ok" or "closed" in put.message, result.report()
+    if "client-0@enqueue" in result.schedule:  # an engine with settee's named steps
+        close_started = result.schedule.index("client-1@call close")
+        assert result.schedule.index("client-0@enqueue") > close_started, result.schedule
+
+
+def test_compaction_drops_non_leaf_bodies_in_the_history() -> None:
+    """compact() is an operation: a non-leaf revision read before it has a body,
+    after it NotFound("missing"); the model (the reference, compacted per shard)
+    agrees, whatever shard the document lives in."""
+    scenario = Scenario(
+        {"shards": 2, "read_mode": "parallel"},
+        (
+            (
+                ("put", "a", {"v": 1}, True),
+                ("put", "b", {"v": 1}, True),
+                ("get_rev", "a"),
+                ("compact",),
+                ("get_rev", "a"),
+                ("get_rev", "b"),
+            ),
+        ),
+        0,
+    )
+    result = run_scheduled("settee:open", scenario, lambda labels: 0)
+    assert not result.problems, result.report()
+    answers = [r.output[:2] for r in result.recorder.records if r.input[0] == "get"]
+    assert answers[0][0] == "ok"
+    assert answers[1:] == [("error", "NotFound")] * 2, result.report()

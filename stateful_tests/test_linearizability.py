@@ -1,4 +1,5 @@
-"""Unit tests of the linearizability checker on a register and a counter.
+"""Unit tests of the linearizability checker on a register and a counter, and of
+the reference model's lifecycle (close, per-shard compaction).
 
 Histories are written as (client, input, output, call, ret); both accepted
 and rejected ones, so the checker is known to bite before it judges settee.
@@ -11,6 +12,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import settee.reference
+from stateful_tests.history import (
+    Record,
+    Recorder,
+    Scenario,
+    check_closed,
+    check_history,
+    run_setup,
+)
 from stateful_tests.linearizability import Operation, check
 
 
@@ -123,3 +133,71 @@ def test_corrupting_one_read_of_a_serial_run_is_rejected(values: list[int], data
     bad = history[2 * i + 1]
     history[2 * i + 1] = Operation(0, bad.input, bad.output + 1, bad.call, bad.ret)
     assert check(Register(), history).ok is False
+
+
+# -- the reference model's lifecycle --------------------------------------------------------------
+
+CLOSED = ("error", "SetteeError", "")
+
+
+def history(*rows: tuple[Any, ...]) -> Recorder:
+    """A recorder holding ``(client, input, output, call, ret[, message])`` rows."""
+    recorder = Recorder()
+    for client, input, output, call, ret, *message in rows:
+        recorder.records.append(Record(client, input, call, output, ret, *message))
+    return recorder
+
+
+def scenario(shards: int) -> Scenario:
+    return Scenario({"shards": shards, "read_mode": "parallel"}, (), 0)
+
+
+def test_calls_after_close_must_be_refused_saying_closed() -> None:
+    info = ("ok", {"doc_count": 2, "doc_del_count": 0})
+    close = (0, ("close",), ("ok", None), 0, 1)
+    refused = history(close, (1, ("info",), CLOSED, 2, 3, "database is closed"))
+    assert check_history(refused, scenario(1)).ok
+    assert not check_closed(refused)
+    answered = history(close, (1, ("info",), info, 2, 3))
+    assert check_history(answered, scenario(1)).ok is False
+    assert check_closed(answered)
+    overlapping = history((0, ("close",), ("ok", None), 0, 3), (1, ("info",), info, 1, 2))
+    assert check_history(overlapping, scenario(1)).ok
+    vague = history((1, ("info",), CLOSED, 0, 1, "something broke"))
+    assert check_closed(vague) == ["client 1 ('info',) raised SetteeError('something broke')"]
+
+
+def test_a_split_write_stopped_by_close_may_have_landed_in_some_shards() -> None:
+    """bulk_docs over shards 0 (b) and 1 (a) raised "closed" after shard 0 took its
+    part; a reader saw that part before the close."""
+    ref = settee.reference.open(None)
+    revs = run_setup(ref)
+    docs = [{"_id": "b", "_rev": revs["b"], "v": 1}, {"_id": "a", "_rev": revs["a"], "v": 1}]
+    ref.put(docs[0])
+    seen = ("ok", ref.get("b"))
+    rows: tuple[tuple[Any, ...], ...] = (
+        (0, ("bulk_docs", docs, True), CLOSED, 0, 5, "database is closed"),
+        (1, ("get", "b", {}), seen, 1, 2),
+        (2, ("close",), ("ok", None), 3, 4),
+    )
+    assert check_history(history(*rows), scenario(2)).ok
+    assert check_history(history(*rows), scenario(1)).ok is False  # one shard: all or nothing
+
+
+def test_compaction_is_one_operation_per_shard() -> None:
+    """A reader saw shard 0 (b) compacted, then shard 1 (a) not yet, during one
+    compact() call: fine per shard, impossible for an atomic compaction."""
+    ref = settee.reference.open(None)
+    old = run_setup(ref)
+    puts = [{"_id": i, "_rev": old[i], "v": 1} for i in ("a", "b")]
+    made = [("ok", ref.put(doc)) for doc in puts]
+    body_of_a = ("ok", ref.get("a", rev=old["a"]))
+    rows = (
+        (0, ("put", puts[0]), made[0], 0, 1),
+        (0, ("put", puts[1]), made[1], 2, 3),
+        (1, ("compact",), ("ok", None), 4, 9),
+        (2, ("get", "b", {"rev": old["b"]}), ("error", "NotFound", "missing"), 5, 6),
+        (2, ("get", "a", {"rev": old["a"]}), body_of_a, 7, 8),
+    )
+    assert check_history(history(*rows), scenario(2)).ok
+    assert check_history(history(*rows), scenario(1)).ok is False

@@ -4,6 +4,8 @@ Each mutant is a factory ``(path, **options) -> db`` wrapping the real
 engine (``settee.open``) with one bug, so ``"stateful_tests.mutants:NAME"``
 is a valid engine spec. ``MUTANTS`` maps each name to what it breaks;
 ``test_mutants.py`` runs the machines against each and asserts it is caught.
+Faults inside the engine (a lock released too early) live in ``lifecycle.py``
+and are planted into the shards of the database a wrapper opens.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import settee
 from settee.spec.errors import Conflict, NotFound
 from settee.spec.revs import new_rev
 from settee.spec.routing import shard_of
+from stateful_tests.mutants.lifecycle import EnqueueOutsideLockShard, plant
 
 __all__ = ["MUTANTS", "Wrapper"]
 
@@ -207,6 +210,15 @@ class RevsLimitIgnored(Wrapper):
         super().__init__(path, **options)
 
 
+class EnqueueOutsideLock(Wrapper):
+    """The submit lock is released before the enqueue: a write admitted just
+    before ``close()`` is never answered (see ``lifecycle.EnqueueOutsideLockShard``)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, EnqueueOutsideLockShard)
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -221,6 +233,7 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "deleted_live_in_keys": (DeletedLiveInKeys, "keys= shows a deleted doc as live"),
     "partial_batch": (PartialBatch, "a reader sees a partially applied batch"),
     "revs_limit_ignored": (RevsLimitIgnored, "stemming never happens"),
+    "enqueue_outside_lock": (EnqueueOutsideLock, "a write admitted before close() hangs"),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

@@ -1,0 +1,258 @@
+"""Hostile arguments: what a careless or malicious caller passes to every public call.
+
+Every public argument can be a ``str`` subclass whose methods lie, a
+5,000-digit number, ``2**63``, NaN, bytes or a value nested 10,000 deep (ten
+times Python's recursion limit; tests/test_hostile_input.py tries 100,000)
+(SEMANTICS.md §15.1). The equivalence machine draws each call's arguments
+from these tables as well as from well-formed ones; the rule stays the same:
+engine and reference give the same answer or raise the same ``SetteeError``
+subclass, a refused call changes nothing, and every shard still accepts writes.
+
+Values are drawn by *label* and built when used, so a failing example prints
+``'int of 5000 digits'`` rather than trying (and failing) to ``repr`` the
+number itself, and a 100,000-deep list is never held in a Hypothesis example.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = [
+    "BODY_VALUES",
+    "COUNTS",
+    "FLAGS",
+    "REVS",
+    "SINCES",
+    "TEXTS",
+    "LyingStr",
+    "build",
+    "labels",
+]
+
+
+class PlainSubclass(str):
+    """A ``str`` subclass that adds nothing (``numpy.str_`` behaves like this)."""
+
+
+class LyingStr(str):
+    """A ``str`` subclass whose every overridable method lies about its content."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __lt__(self, other: object) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "lie"
+
+    def __format__(self, spec: str) -> str:
+        return "lie"
+
+    def __len__(self) -> int:
+        return 0
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        return b"lie"
+
+
+class Letters(enum.StrEnum):
+    A = "a"
+    REV = "1-" + "a" * 32
+
+
+class Count(enum.IntEnum):
+    ZERO = 0
+    TWO = 2
+
+
+class FloatSubclass(float):
+    """A ``float`` subclass (``numpy.float64`` is one)."""
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """A list nested ``depth`` levels around ``leaf``, built without recursion."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _big_digits(n: int) -> int:
+    return 10**n - 1  # int("9" * n) itself raises beyond 4,300 digits
+
+
+Builder = Callable[[], Any]
+
+#: Where a str is expected (ids, keys, bounds): subclasses, wrong types, edge strs.
+TEXTS: dict[str, Builder] = {
+    "StrEnum 'a'": lambda: Letters.A,
+    "PlainSubclass 'ab'": lambda: PlainSubclass("ab"),
+    "LyingStr 'b'": lambda: LyingStr("b"),
+    "LyingStr ''": lambda: LyingStr(""),
+    "LyingStr '_x'": lambda: LyingStr("_x"),
+    "bytes b'a'": lambda: b"a",
+    "bytearray": lambda: bytearray(b"a"),
+    "int 7": lambda: 7,
+    "True": lambda: True,
+    "None": lambda: None,
+    "float nan": lambda: float("nan"),
+    "list ['a']": lambda: ["a"],
+    "tuple ('a',)": lambda: ("a",),
+    "empty str": lambda: "",
+    "lone surrogate": lambda: "a\ud800",
+    "'_local/x'": lambda: "_local/x",
+    "'_design/'": lambda: "_design/",
+    "'_design/x'": lambda: "_design/x",
+    "NUL inside": lambda: "a\x00b",
+    "str of 100,000 chars": lambda: "z" * 100_000,
+    "list nested 10,000 deep": lambda: nested(10_000, "a"),
+    "dict": lambda: {"a": 1},
+    "object()": object,
+}
+
+#: Where a count is expected (limit, skip).
+COUNTS: dict[str, Builder] = {
+    "0": lambda: 0,
+    "2": lambda: 2,
+    "IntEnum 2": lambda: Count.TWO,
+    "2**63": lambda: 2**63,
+    "2**64": lambda: 2**64,
+    "int of 5000 digits": lambda: _big_digits(5000),
+    "-1": lambda: -1,
+    "-(2**63)": lambda: -(2**63),
+    "minus int of 5000 digits": lambda: -_big_digits(5000),
+    "True": lambda: True,
+    "False": lambda: False,
+    "1.0": lambda: 1.0,
+    "nan": lambda: float("nan"),
+    "inf": lambda: float("inf"),
+    "'3'": lambda: "3",
+    "b'1'": lambda: b"1",
+    "None": lambda: None,
+    "list [1]": lambda: [1],
+}
+
+#: Where a bool is expected.
+FLAGS: dict[str, Builder] = {
+    "True": lambda: True,
+    "False": lambda: False,
+    "1": lambda: 1,
+    "0": lambda: 0,
+    "IntEnum 0": lambda: Count.ZERO,
+    "'true'": lambda: "true",
+    "None": lambda: None,
+    "nan": lambda: float("nan"),
+    "[]": lambda: [],
+}
+
+#: Where a revision string is expected: almost valid, huge positions, wrong types.
+REVS: dict[str, Builder] = {
+    "'1-'": lambda: "1-",
+    "'-a'": lambda: "-a",
+    "'1-ABC'": lambda: "1-ABC",
+    "' 1-a'": lambda: " 1-a",
+    "'1-a '": lambda: "1-a ",
+    "'1-a\\n'": lambda: "1-a\n",
+    "'+1-a'": lambda: "+1-a",
+    "'1_0-a'": lambda: "1_0-a",
+    "Arabic-Indic digit": lambda: "\u0661-a",
+    "fullwidth digit": lambda: "\uff11-a",
+    "'1-a-b'": lambda: "1-a-b",
+    "'0-a'": lambda: "0-a",
+    "'01-a'": lambda: "01-a",
+    "position 2**63-1": lambda: f"{2**63 - 1}-a",
+    "position 2**63": lambda: f"{2**63}-a",
+    "position 2**64": lambda: f"{2**64}-a",
+    "position of 30 digits": lambda: f"{_big_digits(30)}-a",
+    "position of 5000 digits": lambda: "9" * 5000 + "-a",
+    "StrEnum rev": lambda: Letters.REV,
+    "LyingStr '1-a'": lambda: LyingStr("1-a"),
+    "PlainSubclass '1-a'": lambda: PlainSubclass("1-a"),
+    "bytes b'1-a'": lambda: b"1-a",
+    "int 1": lambda: 1,
+    "None": lambda: None,
+    "list ['1-a']": lambda: ["1-a"],
+}
+
+#: Where ``since`` is expected. Small positive ints are left out on purpose: they are
+#: valid tokens of the reference (tokens are opaque, SEMANTICS.md §9), not of the engine.
+SINCES: dict[str, Builder] = {
+    "0": lambda: 0,
+    "'0'": lambda: "0",
+    "'now'": lambda: "now",
+    "IntEnum 0": lambda: Count.ZERO,
+    "StrEnum-like 'now'": lambda: PlainSubclass("now"),
+    "LyingStr 'now'": lambda: LyingStr("now"),
+    "0.0": lambda: 0.0,
+    "-1": lambda: -1,
+    "2**63": lambda: 2**63,
+    "int of 5000 digits": lambda: _big_digits(5000),
+    "True": lambda: True,
+    "False": lambda: False,
+    "None": lambda: None,
+    "b'0'": lambda: b"0",
+    "[0]": lambda: [0],
+    "'1-'": lambda: "1-",
+    "'x-abc'": lambda: "x-abc",
+    "'0-' + garbage": lambda: "0-!!!!",
+    "'5-AAAA'": lambda: "5-AAAA",
+    "lone surrogate": lambda: "0-\ud800",
+    "str of 100,000 chars": lambda: "9-" + "A" * 100_000,
+}
+
+#: Body values: what a document may carry, and what it may not.
+BODY_VALUES: dict[str, Builder] = {
+    "2**63": lambda: 2**63,
+    "2**64-1": lambda: 2**64 - 1,
+    "2**64": lambda: 2**64,
+    "-(2**63)": lambda: -(2**63),
+    "-(2**63)-1": lambda: -(2**63) - 1,
+    "int of 5000 digits": lambda: _big_digits(5000),
+    "nan": lambda: float("nan"),
+    "inf": lambda: float("inf"),
+    "-0.0": lambda: -0.0,
+    "1e308": lambda: 1e308,
+    "IntEnum 2": lambda: Count.TWO,
+    "FloatSubclass 1.5": lambda: FloatSubclass(1.5),
+    "StrEnum 'a'": lambda: Letters.A,
+    "LyingStr 'x'": lambda: LyingStr("x"),
+    "bytes": lambda: b"\x00\xff",
+    "set": lambda: {1, 2},
+    "frozenset": lambda: frozenset(),
+    "object()": object,
+    "complex": lambda: 1j,
+    "tuple (1, (2, 3))": lambda: (1, (2, 3)),
+    "list nested 150 deep": lambda: nested(150),
+    "list nested 501 deep": lambda: nested(501),
+    "list nested 10,000 deep": lambda: nested(10_000),
+    "dict with int key": lambda: {1: "x"},
+    "dict with LyingStr key": lambda: {LyingStr("k"): 1},
+    "dict with StrEnum key": lambda: {Letters.A: 1},
+    "lone surrogate": lambda: "x\ud800",
+    "None": lambda: None,
+    "True": lambda: True,
+}
+
+
+def labels(table: dict[str, Builder]) -> st.SearchStrategy[str]:
+    """A strategy over the labels of ``table`` (shrinks towards the first)."""
+    return st.sampled_from(sorted(table))
+
+
+def build(table: dict[str, Builder], label: str) -> Any:
+    """The value ``label`` names in ``table``, made fresh."""
+    return table[label]()
