@@ -1,7 +1,7 @@
 """Damage durable bytes of a real database and check what reads do.
 
 ``terms`` maps a shard file into its headers and frames (bodies and tree nodes)
-using only ``settee.spec.format``; ``long_term_offsets`` names the bytes of a
+with the engine's one commit walker; ``long_term_offsets`` names the bytes of a
 term longer than ``settee.file.READ_AHEAD`` (which a read fetches with two
 preads) worth damaging: its length and crc, its payload and its block markers
 in each pread. ``Damage.check`` copies a database directory,
@@ -25,22 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import settee
-from settee.file import READ_AHEAD
-from settee.io import FileSystemWrapper, OsFileSystem
+from settee.file import READ_AHEAD, ShardFile
+from settee.io import FileSystemWrapper, MemoryFileSystem, OsFileSystem
 from settee.spec.errors import CorruptionError
 from settee.spec.format import (
-    BLOCK_HEADER,
     BLOCK_SIZE,
     FRAME_SIZE,
-    HEADER_SIZE,
-    MAGIC,
-    decode_frame,
-    decode_payload,
-    frame_size,
-    header_size,
     laid_out_size,
-    strip_markers,
 )
+from settee.walker import Commit, walk
 
 __all__ = [
     "Term",
@@ -63,48 +56,25 @@ class Term:
     end: int
 
 
-def _frame_at(data: bytes, pos: int) -> Term | None:
-    prefix_end = pos + laid_out_size(pos, FRAME_SIZE)
-    if prefix_end > len(data):
-        return None
-    span = laid_out_size(pos, frame_size(strip_markers(data[pos:prefix_end], pos)[0]))
-    if pos + span > len(data):
-        return None
-    try:
-        payload = decode_frame(strip_markers(data[pos : pos + span], pos)[0])
-        obj = decode_payload(payload)
-    except Exception:
-        return None
-    is_node = isinstance(obj, list) and len(obj) == 2 and obj[0] in ("kv", "kp")
-    return Term("node" if is_node else "body", pos, pos + span)
-
-
-def _header_at(data: bytes, pos: int) -> Term | None:
-    if data[pos + 1 : pos + 1 + len(MAGIC)] != MAGIC or pos + 1 + HEADER_SIZE > len(data):
-        return None
-    span = 1 + laid_out_size(pos + 1, header_size(data[pos + 1 : pos + 1 + HEADER_SIZE]))
-    return Term("header", pos, pos + span) if pos + span <= len(data) else None
-
-
 def terms(data: bytes) -> list[Term]:
-    """Every header and valid frame of a shard file, in file order (padding is skipped)."""
+    """Every header and frame of a clean shard file, in file order, as the one commit
+    walker (``settee.walker``, the same that open and ``settee check`` use) finds them."""
+    fs = MemoryFileSystem()
+    fs.set_contents("/shard", bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a kept tail is not a term
+        file = ShardFile.open(fs, "/shard", create=False)
     out: list[Term] = []
-    pos = 0
-    while pos < len(data):
-        if pos % BLOCK_SIZE == 0:
-            header = _header_at(data, pos) if data[pos] == BLOCK_HEADER else None
-            if header is not None:
-                out.append(header)
-                pos = header.end
-                continue
-            pos += 1  # the data marker of this block
-            continue
-        frame = _frame_at(data, pos)
-        if frame is None:
-            pos = (pos // BLOCK_SIZE + 1) * BLOCK_SIZE  # padding up to the next block
-            continue
-        out.append(frame)
-        pos = frame.end
+    try:
+        for item in walk(file):
+            assert isinstance(item, Commit), f"the clean file is damaged: {item}"
+            for frame in item.frames:
+                obj = file.read_term(frame.pos)
+                is_node = isinstance(obj, list) and len(obj) == 2 and obj[0] in ("kv", "kp")
+                out.append(Term("node" if is_node else "body", frame.pos, frame.end))
+            out.append(Term("header", item.offset, item.end))
+    finally:
+        file.close()
     return out
 
 

@@ -28,7 +28,8 @@ from settee.file import ShardFile
 from settee.layout import COMPACT_SUFFIX
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
-from settee.spec.errors import SetteeError
+from settee.spec.errors import CorruptionError, SetteeError
+from settee.walker import newest_header
 
 if TYPE_CHECKING:
     from settee.shard import Shard
@@ -135,6 +136,7 @@ class _Copier:
         self.file.write_header(shard.shard_header(self.by_id.root, self.by_seq.root, self.seq))
         # The new file must be durable before its name replaces the old one's.
         self.file.sync()
+        self._check_reopens_to_its_header()
         try:
             shard.fs.rename(self.file.path, shard.path)
             shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")
@@ -145,6 +147,21 @@ class _Copier:
             raise
         self.file.path = shard.path
         shard.swap_file(self.file)
+
+
+    def _check_reopens_to_its_header(self) -> None:
+        """The header scan that a reopen runs (the commit walker's) must find exactly the
+        header just written: otherwise the rename would replace a good file with one
+        that opens to something else. One block read from the page cache."""
+        handle = self.file.handle
+        found = newest_header(handle, handle.size())
+        if found is None or found.offset != self.file.header_offset:
+            raise CorruptionError(
+                self.file.path,
+                self.file.header_offset or 0,
+                "the compacted file does not reopen to the header just written; "
+                "the original shard file is kept",
+            )
 
 
 def _chunks(items: Any, size: int) -> Any:

@@ -97,12 +97,18 @@ def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) ->
             return factory(scratch_dir("settee-sched-") + "/db", **options)
 
 
+def _strict(spec: str) -> dict[str, Any]:
+    """Strict mode for engines that take settee's options (settee and the repo's mutants)."""
+    module = spec.split(":")[0].split(".")[0]
+    return {"strict": True} if module in ("settee", "stateful_tests", "crash_tests") else {}
+
+
 def run_scheduled(
     spec: str, scenario: Scenario, choose: Callable[[list[str]], int], *, stall: float = 10.0
 ) -> RunResult:
     """Run ``scenario`` on engine ``spec`` under the scheduler; check the history."""
     scheduler = Scheduler(choose, stall=stall)
-    db = _open_scheduled(spec, scheduler, {**scenario.options, "fsync": True})
+    db = _open_scheduled(spec, scheduler, {**scenario.options, **_strict(spec), "fsync": True})
     recorder = Recorder()
     result = RunResult(scenario, recorder, scheduler.schedule)
     try:
@@ -141,7 +147,7 @@ def _close(db: Any, timeout: float | None) -> None:
 def run_threads(spec: str, scenario: Scenario) -> RunResult:
     """Run ``scenario`` with real, unscheduled threads on real files; check the history."""
     tmp = scratch_dir("settee-stress-")
-    db = load_factory(spec)(f"{tmp}/db", **scenario.options)
+    db = load_factory(spec)(f"{tmp}/db", **scenario.options, **_strict(spec))
     recorder = Recorder()
     result = RunResult(scenario, recorder)
     try:
