@@ -18,6 +18,7 @@ from settee.compaction import compact_shard
 from settee.io import FileSystem, OsFileSystem
 from settee.layout import (
     acquire_lock,
+    mark_locked,
     open_layout,
     release_lock,
     shard_path,
@@ -82,6 +83,7 @@ class Database:
                 shards_explicit=options.get("shards") is not None,
                 create=self.config["create"],
             )
+            mark_locked(self.fs, path)
             self.shards = self._open_shards(layout.uuid, layout.shards)
         except BaseException:
             release_lock(self._lock_fd)

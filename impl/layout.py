@@ -6,6 +6,7 @@
   shard-000.settee     one file per shard (FORMAT.md)
   shard-000.settee.compact   a compaction in progress (left alone by open; the next
                        compaction of that shard replaces it)
+  LOCK                 empty, informational: the lock is an flock on the directory
 ```
 
 Creation writes every shard file (with its first header) and fsyncs the
@@ -56,6 +57,7 @@ __all__ = [
     "Layout",
     "MetadataRebuiltWarning",
     "acquire_lock",
+    "mark_locked",
     "open_layout",
     "read_layout",
     "release_lock",
@@ -63,6 +65,7 @@ __all__ = [
 ]
 
 META_NAME = "settee.meta"
+LOCK_NAME = "LOCK"
 COMPACT_SUFFIX = ".compact"
 _SHARD_NAME = re.compile(r"shard-(\d{3,})\.settee")
 
@@ -313,6 +316,14 @@ def acquire_lock(fs: FileSystem, path: str) -> int | None:
             "settee allows one process per database: close the other one first"
         ) from None
     return fd
+
+
+def mark_locked(fs: FileSystem, path: str) -> None:
+    """Leave an empty LOCK file in an opened database: it says "this directory is
+    locked" to people and older tools. The lock is the directory's own flock, so
+    deleting the file changes nothing. Only databases on the OS file system."""
+    if isinstance(fs, OsFileSystem):
+        os.close(os.open(os.path.join(path, LOCK_NAME), os.O_WRONLY | os.O_CREAT, 0o644))
 
 
 def release_lock(fd: int | None) -> None:
