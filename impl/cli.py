@@ -103,7 +103,13 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``settee`` console script; returns the exit status."""
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        # Everything after "bench" is the runner's (argparse would take `--quick` as
+        # an unknown option of `settee` itself instead of passing it on).
+        args = argparse.Namespace(command="bench", func=_cmd_bench, bench_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from settee.cli import main as cli_main
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     # bench/ is not an installed package; `settee bench` puts the root on sys.path too.
@@ -67,8 +69,9 @@ EXPECTED_PREFIXES = [
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench-out")
     work = tmp_path_factory.mktemp("bench-work")
-    status = runner.main(
-        ["--smoke", "--out", str(out), "--workdir", str(work), "--no-progress"], prog="test"
+    # Through the console script's entry point, as the README documents it.
+    status = cli_main(
+        ["bench", "--smoke", "--out", str(out), "--workdir", str(work), "--no-progress"]
     )
     assert status == 0
     doc = json.loads((out / "latest.json").read_text(encoding="utf-8"))
@@ -153,6 +156,15 @@ def test_python_dash_m_bench_prints_its_usage() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--quick" in done.stdout and "--out" in done.stdout
+
+
+def test_settee_bench_passes_its_options_to_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: `settee bench --quick`, the README's command, failed with
+    "unrecognized arguments: --quick" (argparse took it as an option of `settee`)."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(runner, "main", lambda args: seen.append(list(args)) or 0)
+    assert cli_main(["bench", "--quick", "--no-plots"]) == 0
+    assert seen == [["--quick", "--no-plots"]]
 
 
 def test_unknown_group_is_refused() -> None:
