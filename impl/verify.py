@@ -32,6 +32,7 @@ import queue
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
@@ -43,6 +44,9 @@ __all__ = ["CAMPAIGNS", "CampaignResult", "add_parser", "run_verify"]
 CAMPAIGNS = ("equivalence", "interleavings", "stress", "crash", "corruption")
 #: Hypothesis examples per batch: short enough that the time budget is kept.
 BATCH_EXAMPLES = {"equivalence": 25, "interleavings": 40}
+#: Seconds a failure may always spend shrinking, even when the budget is spent: the
+#: smallest reproducer found by then is reported (so --minutes ends within this margin).
+SHRINK_FLOOR = 10.0
 
 
 @dataclass(slots=True)
@@ -95,6 +99,21 @@ def _stateful_batch(result: CampaignResult, seed: int, examples: int | None) -> 
         result.failures += summary.failures
         result.reproducer = summary.reproducer
         result.replay = {"kind": "stateful", "token": summary.replay}
+
+
+@contextlib.contextmanager
+def _shrinking_bounded_by(seconds: float) -> Iterator[None]:
+    """Make Hypothesis stop shrinking after ``seconds`` (it reports the smallest failing
+    example found so far). Hypothesis has no public setting for this; its engine reads
+    the module constant MAX_SHRINKING_SECONDS (default 300 s) each time it shrinks."""
+    from hypothesis.internal.conjecture import engine
+
+    previous = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = int(seconds) + 1
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = previous
 
 
 def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
@@ -160,7 +179,9 @@ def run_one(
             elif name == "corruption":
                 _corruption_batch(result, batch_seed)
             else:
-                _stateful_batch(result, batch_seed, examples)
+                left = 60.0 if examples is not None else deadline - time.monotonic()
+                with _shrinking_bounded_by(max(SHRINK_FLOOR, left)):
+                    _stateful_batch(result, batch_seed, examples)
             result.batches += 1
             result.seconds = time.monotonic() - started
             progress.put((name, _progress_line(result)))
