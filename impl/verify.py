@@ -131,7 +131,7 @@ def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
 def _corruption_batch(result: CampaignResult, seed: int) -> None:
     from pathlib import Path
 
-    from crash_tests.test_corruption import build_clean, check_bit_flips
+    from crash_tests.corruption import build_clean, check_bit_flips
 
     with tempfile.TemporaryDirectory(prefix="settee-verify-") as tmp:
         clean = build_clean(os.path.join(tmp, "clean"))
