@@ -5,6 +5,6 @@ corruption and kill -9 tests (issue 6).
 point for ``settee verify``; see ``crash_tests/campaign.py``.
 """
 
-from crash_tests.campaign import Failure, Summary, replay, run_campaign
+from settee.proof.crash.campaign import Failure, Summary, replay, run_campaign
 
 __all__ = ["Failure", "Summary", "replay", "run_campaign"]

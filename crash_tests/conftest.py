@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from crash_tests.checker import default_factory
 from settee.engines import load_factory
+from settee.proof.crash.checker import default_factory
 
 _TOTALS: dict[str, int] = {}
 

@@ -28,10 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import settee
-from crash_tests.checker import Oracle, Recording, Workload, make_workload, record, shard_view
 from settee.file import READ_AHEAD, ShardFile
 from settee.io import FileSystemWrapper, MemoryFileSystem, OsFileSystem
 from settee.layout import shard_path
+from settee.proof.crash.checker import (
+    Oracle,
+    Recording,
+    Workload,
+    make_workload,
+    record,
+    shard_view,
+)
 from settee.spec.errors import CorruptionError
 from settee.spec.format import (
     BLOCK_SIZE,

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import settee
-from crash_tests.faults import WAIT, BlockingFsync, FailingFileSystem
 from settee.io import MemoryFileSystem
+from settee.proof.crash.faults import WAIT, BlockingFsync, FailingFileSystem
 
 __all__ = [
     "FSYNCS",

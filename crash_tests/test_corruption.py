@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from crash_tests.checker import shard_view
-from crash_tests.corruption import (
+from settee.proof.crash.checker import shard_view
+from settee.proof.crash.corruption import (
     SHARDS,
     CleanDB,
     build_clean,

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import settee
-from crash_tests.campaign import Summary, check_recording, run_campaign
-from crash_tests.checker import DB_PATH, Oracle, Workload, check_point, make_workload, record
-from crash_tests.known_bugs import known_bug
-from crash_tests.simfs import KINDS, SimFS
 from settee.io import FileSystemWrapper
+from settee.proof.crash.campaign import Summary, check_recording, run_campaign
+from settee.proof.crash.checker import DB_PATH, Oracle, Workload, check_point, make_workload, record
+from settee.proof.crash.known_bugs import known_bug
+from settee.proof.crash.simfs import KINDS, SimFS
 
 #: The small workloads checked exhaustively: about 30 calls from 3 clients on 2 shards.
 SMALL_SEEDS = (20_240_601, 7_340_033)

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import settee
-from crash_tests.faults import FailingFileSystem
 from settee.check import check_database
 from settee.io import MemoryFileSystem
+from settee.proof.crash.faults import FailingFileSystem
 from settee.spec.routing import shard_of
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from crash_tests.read_durability import (
+from settee.proof.crash.read_durability import (
     FSYNCS,
     check_reads_after_failed_fsync,
     check_reads_while_fsync_blocked,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, Phase, settings
 
-from stateful_tests.engines import hypothesis_profile
+from settee.proof.stateful.engines import hypothesis_profile
 
 __all__ = ["equivalence_settings", "interleaving_settings", "scaled"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stateful_tests.engines import engine_specs
+from settee.proof.stateful.engines import engine_specs
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,10 +23,18 @@ __all__ = [
     "load_factory",
     "open_engine",
     "scratch_dir",
+    "takes_settee_options",
 ]
 
 DEFAULT_ENGINE = "settee:open"
 REFERENCE = "settee.reference:open"
+
+
+def takes_settee_options(spec: str) -> bool:
+    """Whether engine ``spec`` takes settee's own options (``strict``, ``node_size``):
+    settee, its reference and the proof's mutants, all modules of the ``settee`` package."""
+    module = spec.partition(":")[0]
+    return module == "settee" or module.startswith("settee.")
 
 
 def open_engine(spec: str, path: str, **options: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stateful_tests.campaigns import run_equivalence
+from settee.proof.stateful.campaigns import run_equivalence
 
 
 def test_engine_matches_reference(engine_spec: str, record_property: Any) -> None:
