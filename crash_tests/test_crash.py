@@ -1,7 +1,7 @@
 """Crash the engine at every io step into every crash state; it must recover.
 
 See ``checker.py`` for the oracle. The count of crash states checked is added
-to the terminal summary (``conftest.py``) and printed by each test (``-s``).
+to the terminal summary (``settee.proof.plugin``) and printed by each test (``-s``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Engine vs reference, operation by operation (see ``equivalence.py``).
 
-Runs once per engine named by ``--engine``/``SETTEE_ENGINE`` (default
+Runs once per engine named by ``--settee-engine``/``SETTEE_ENGINE`` (default
 ``settee:open``). Budget: the ``ci`` profile keeps this well under a minute on
 two cores; ``SETTEE_HYPOTHESIS_PROFILE=verify`` runs the long campaign.
 """
