@@ -84,7 +84,7 @@ def _output(run: subprocess.CompletedProcess[str]) -> str:
 
 def test_the_wheel_holds_the_proof_and_its_plugin(site: Path) -> None:
     proof = site / "settee" / "proof"
-    for part in ("plugin.py", "conftest.py", "test_semantics.py", "stateful/equivalence.py"):
+    for part in ("plugin.py", "test_semantics.py", "stateful/equivalence.py"):
         assert (proof / part).is_file(), part
     assert (proof / "stateful" / "mutants" / "__init__.py").is_file()
     assert (proof / "crash" / "kill_writer.py").is_file()  # test_kill runs it as a script

@@ -13,8 +13,8 @@ What it adds:
 
 * the Hypothesis profiles ``ci``, ``verify`` and ``long`` (``budget.register_profiles``),
   picked by ``--hypothesis-profile NAME`` or ``SETTEE_HYPOTHESIS_PROFILE``; the proof's
-  default, ``ci``, is loaded by ``settee/proof/conftest.py`` when the proof is collected,
-  so sessions that do not run the proof keep their own Hypothesis settings;
+  default, ``ci``, is loaded only when the command line names the proof (``--pyargs
+  settee.proof...`` or a path inside it), so other sessions keep their own settings;
 * ``--settee-engine MODULE:CALLABLE`` (repeatable; ``SETTEE_ENGINE``, comma separated, is
   its environment twin): the engines under test, ``settee:open`` by default;
 * the fixtures ``engine_param`` (each implementation: the reference, then each engine over
@@ -48,7 +48,7 @@ from settee.proof.stateful.engines import (
     engine_specs,
 )
 
-__all__ = ["EngineParam", "Opener", "choose_profile", "engine_params", "proof_dirs"]
+__all__ = ["EngineParam", "Opener", "engine_params", "proof_dirs"]
 
 # Registered on import, before Hypothesis's own plugin reads --hypothesis-profile.
 register_profiles()
@@ -102,21 +102,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def choose_profile(config: pytest.Config, default: str | None = None) -> None:
+def _choose_profile(config: pytest.Config, default: str | None) -> None:
     """Load ``SETTEE_HYPOTHESIS_PROFILE`` if set, else ``default`` unless
     ``--hypothesis-profile`` chose one (Hypothesis's plugin has loaded it then)."""
     name = os.environ.get(PROFILE_ENV)
-    if not name and config.getoption("hypothesis_profile", default=None):
-        return
-    if name or default:
-        settings.load_profile(name or default or "")
+    if not name and not config.getoption("hypothesis_profile", default=None):
+        name = default
+    if name:
+        settings.load_profile(name)
+
+
+def _names_the_proof(config: pytest.Config) -> bool:
+    """Whether the command line asks for the proof: a settee.proof package with --pyargs,
+    or a path inside one of its folders."""
+    for arg in config.args:
+        target = arg.split("::")[0]
+        if config.option.pyargs and (
+            target == "settee.proof" or target.startswith("settee.proof.")
+        ):
+            return True
+        if _in_proof(Path(config.invocation_params.dir, target), config.stash[_DIRS]):
+            return True
+    return False
 
 
 @pytest.hookimpl(trylast=True)  # after Hypothesis's plugin, so the environment variable wins
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long campaigns, excluded from the default run")
-    choose_profile(config)
     config.stash[_DIRS] = proof_dirs()
+    _choose_profile(config, default="ci" if _names_the_proof(config) else None)
     config.pluginmanager.register(_Checked(config), "settee-proof-checked")
     if config.option.pyargs and "settee.proof" in config.args:
         # An editable install maps the subpackages to folders outside settee/proof/, where
