@@ -56,8 +56,8 @@ register_profiles()
 SHARDS = (1, 2, 4)
 READ_MODES = ("parallel", "serialized")
 #: The packages of the proof; in an editable install the mapped ones live outside
-#: settee/proof/ (stateful_tests/, crash_tests/).
-SUBPACKAGES = ("settee.proof.stateful", "settee.proof.crash")
+#: settee/proof/ (in stateful_tests/ and crash_tests/).
+PACKAGES = ("settee.proof", "settee.proof.stateful", "settee.proof.crash")
 #: What the proof's tests record with ``record_property``, summed for the summary line.
 COUNTS = (
     "steps",
@@ -70,24 +70,26 @@ COUNTS = (
 )
 
 
-def proof_dirs() -> list[Path]:
-    """The directories of settee.proof and its subpackages, wherever they are installed."""
-    dirs = [Path(__file__).resolve().parent]
-    for name in SUBPACKAGES:
+def proof_dirs() -> dict[str, Path]:
+    """Each package of the proof -> its folder, wherever it is installed."""
+    dirs = {}
+    for name in PACKAGES:
         spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.submodule_search_locations, name  # installed with us
-        dirs += [Path(p).resolve() for p in spec.submodule_search_locations]
+        # Installed with this module, and mapped to one folder each (pyproject.toml).
+        assert spec is not None and spec.submodule_search_locations, name
+        (folder,) = spec.submodule_search_locations
+        dirs[name] = Path(folder).resolve()
     return dirs
 
 
-def _in_proof(path: Path, dirs: list[Path]) -> bool:
-    return any(path.resolve().is_relative_to(d) for d in dirs)
+def _in_proof(path: Path, dirs: dict[str, Path]) -> bool:
+    return any(path.resolve().is_relative_to(d) for d in dirs.values())
 
 
 # -- options, profiles, collection ----------------------------------------------------------
 
 #: proof_dirs(), computed once per session.
-_DIRS = pytest.StashKey[list[Path]]()
+_DIRS = pytest.StashKey[dict[str, Path]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -135,9 +137,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.pyargs and "settee.proof" in config.args:
         # An editable install maps the subpackages to folders outside settee/proof/, where
         # collecting settee.proof would not find them: name them too.
-        here = config.stash[_DIRS][0]
-        for name, found in zip(SUBPACKAGES, config.stash[_DIRS][1:], strict=True):
-            if not found.is_relative_to(here) and name not in config.args:
+        dirs = config.stash[_DIRS]
+        for name, folder in dirs.items():
+            if not folder.is_relative_to(dirs["settee.proof"]) and name not in config.args:
                 config.args.append(name)
 
 
@@ -149,7 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = [i for i in items if i.get_closest_marker("slow") and _in_proof(i.path, dirs)]
     if slow:
         config.hook.pytest_deselected(items=slow)
-        items[:] = [i for i in items if i not in slow]
+        left_out = set(map(id, slow))
+        items[:] = [i for i in items if id(i) not in left_out]
 
 
 # -- the engines under test -----------------------------------------------------------------
