@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import io
 import json
 import multiprocessing
@@ -138,13 +137,9 @@ def _unsupported(name: str, engine: str) -> str:
     if name == "corruption" and engine != "settee:open":
         return "damages settee's own files of a database built by settee; runs for settee:open only"
     if name == "crash":
-        factory = load_factory(engine)
-        try:
-            params = inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            return ""
-        takes_fs = "fs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if not takes_fs:
+        from settee.proof.stateful.engines import accepts_option
+
+        if not accepts_option(load_factory(engine), "fs"):
             return "needs an engine built on settee's io layer (a factory accepting fs=); skipped"
     return ""
 
