@@ -2,7 +2,7 @@
 
 ``run_campaign`` is the entry point ``settee verify`` calls::
 
-    from crash_tests.campaign import run_campaign
+    from settee.proof.crash.campaign import run_campaign
     summary = run_campaign(settee.Database, budget=60.0, seed=1, progress=print)
     print(summary.report()); exit(1 if summary.failures else 0)
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from crash_tests.checker import (
+from settee.proof.crash.checker import (
     EngineFactory,
     Oracle,
     Recording,
@@ -29,7 +29,7 @@ from crash_tests.checker import (
     make_workload,
     record,
 )
-from crash_tests.simfs import KINDS, CrashState, Image, SimFS
+from settee.proof.crash.simfs import KINDS, CrashState, Image, SimFS
 
 __all__ = [
     "Failure",

@@ -52,7 +52,7 @@ from typing import Any
 import settee
 import settee.reference
 import settee.shard
-from crash_tests.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
+from settee.proof.crash.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
 from settee.spec.routing import shard_of
 
 __all__ = [

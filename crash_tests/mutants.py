@@ -1,7 +1,7 @@
 """Durability mutants: engines that break one io rule, as engine factories.
 
 Each factory is ``(path, fs=None, **options) -> db`` (settee's engine on a
-wrapped io layer, or with one writer step moved), so ``crash_tests.mutants:NAME``
+wrapped io layer, or with one writer step moved), so ``settee.proof.crash.mutants:NAME``
 is an engine spec for ``settee verify --engine ... --only crash`` and for the
 crash suite's meta-test (test_mutants.py), which shows each one is caught.
 ``MUTANTS`` lists every factory by name.

@@ -1,7 +1,7 @@
 """Crash the engine at every io step into every crash state; it must recover.
 
 See ``checker.py`` for the oracle. The count of crash states checked is added
-to the terminal summary (``conftest.py``) and printed by each test (``-s``).
+to the terminal summary (``settee.proof.plugin``) and printed by each test (``-s``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import threading
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import settee
-from crash_tests.campaign import Summary, check_recording, run_campaign
-from crash_tests.checker import DB_PATH, Oracle, Workload, check_point, make_workload, record
-from crash_tests.simfs import KINDS, SimFS
 from settee.io import FileSystemWrapper
+from settee.proof.crash.campaign import Summary, check_recording, run_campaign
+from settee.proof.crash.checker import DB_PATH, Oracle, Workload, check_point, make_workload, record
+from settee.proof.crash.known_bugs import known_bug
+from settee.proof.crash.simfs import KINDS, SimFS
 
 #: The small workloads checked exhaustively: about 30 calls from 3 clients on 2 shards.
 SMALL_SEEDS = (20_240_601, 7_340_033)
@@ -28,29 +28,15 @@ SMALL_SEEDS = (20_240_601, 7_340_033)
 SAMPLES = 6
 
 
-#: Engine bugs this suite found, each with a strict-xfail minimal test below. A
-#: failure matching one is counted and printed but does not fail the big campaigns,
-#: so they keep checking everything else; once the engine is fixed the minimal
-#: test XPASSes (a strict failure) and its entry here must go.
-KNOWN_BUGS: dict[str, Callable[[str, str], bool]] = {}
-
-
-def _known(kind: str, problems: list[str]) -> str | None:
-    for name, matches in KNOWN_BUGS.items():
-        if problems and all(matches(kind, p) for p in problems):
-            return name
-    return None
-
-
 def _checked(summary: Summary, record_property: Any) -> None:
     record_property("crash_states", summary.states_checked)
-    known = [f for f in summary.failures if _known(f.state.kind, f.problems)]
+    known = [f for f in summary.failures if known_bug(f.state.kind, f.problems)]
     unknown = [f for f in summary.failures if f not in known]
     print(summary.report())
     if known:
         print(
             f"{len(known)} failures match known engine bugs: "
-            f"{sorted({_known(f.state.kind, f.problems) for f in known})}"
+            f"{sorted({known_bug(f.state.kind, f.problems) for f in known})}"
         )
     assert not unknown, "\n".join(f.describe() for f in unknown[:10])
 
@@ -155,7 +141,7 @@ def test_random_workloads_crash_points_and_states(
         state = disk.random_state(kind, random.Random(data.draw(st.integers(0, 2**32 - 1))))
         problems = check_point(oracle, step, state, factory=crash_factory, second_seed=seed)
         op = rec.ops[step].describe() if step < len(rec.ops) else "end"
-        if _known(kind, problems):
+        if known_bug(kind, problems):
             continue
         assert not problems, f"seed={seed} step={step} ({op}) {state.describe()}: {problems}"
 

@@ -15,7 +15,6 @@ either once or from then on. Then:
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,37 +22,9 @@ import pytest
 
 import settee
 from settee.check import check_database
-from settee.io import FileSystemWrapper, MemoryFileSystem
+from settee.io import MemoryFileSystem
+from settee.proof.crash.faults import FailingFileSystem
 from settee.spec.routing import shard_of
-
-#: Operations that can fail with an errno on a real disk (close and size never do here).
-FAILABLE = ("open", "pread", "append", "pwrite", "fsync", "truncate", "rename", "fsync_dir")
-
-
-class FailingFileSystem(FileSystemWrapper):
-    """Fails the ``fail_at``-th failable operation (counting from 0) with ``code``;
-    with ``persistent`` every later failable operation fails too."""
-
-    def __init__(
-        self,
-        inner: Any,
-        fail_at: int,
-        code: int,
-        persistent: bool,
-        only: tuple[str, ...] = FAILABLE,
-    ) -> None:
-        super().__init__(inner)
-        self.fail_at, self.code, self.persistent, self.only = fail_at, code, persistent, only
-        self.count = 0
-        self.failed: list[str] = []
-
-    def intercept(self, op: str, path: str, call: Callable[[], Any]) -> Any:
-        if op in self.only:
-            n, self.count = self.count, self.count + 1
-            if n == self.fail_at or (self.persistent and n > self.fail_at):
-                self.failed.append(op)
-                raise OSError(self.code, os.strerror(self.code), path)
-        return call()
 
 
 def _workload(db: Any) -> list[tuple[str, Any]]:

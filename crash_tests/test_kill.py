@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import settee
-from crash_tests.corruption import open_quietly, run_with_watchdog
+from settee.proof.crash.corruption import open_quietly, run_with_watchdog
 
 WRITER = Path(__file__).with_name("kill_writer.py")
 

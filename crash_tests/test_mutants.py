@@ -17,12 +17,12 @@ import pytest
 import settee
 import settee.file
 import settee.walker
-from crash_tests.campaign import Summary, check_recording
-from crash_tests.checker import make_workload, record
-from crash_tests.mutants import ENGINE_MUTANTS, MUTANTS
-from crash_tests.test_corruption import build_clean, check_bit_flips
-from crash_tests.test_crash import _known
-from crash_tests.test_read_durability import (
+from settee.proof.crash.campaign import Summary, check_recording
+from settee.proof.crash.checker import make_workload, record
+from settee.proof.crash.corruption import build_clean, check_bit_flips
+from settee.proof.crash.known_bugs import known_bug
+from settee.proof.crash.mutants import ENGINE_MUTANTS, MUTANTS
+from settee.proof.crash.read_durability import (
     check_reads_after_failed_fsync,
     check_reads_while_fsync_blocked,
 )
@@ -65,7 +65,7 @@ def _crash_suite(factory: Factory) -> list[str]:
     return [
         f"crash checker: {f.describe()}"
         for f in summary.failures
-        if not _known(f.state.kind, f.problems)
+        if not known_bug(f.state.kind, f.problems)
     ]
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from crash_tests.simfs import KINDS, SECTOR_SIZE, CrashState, Image, SimFS, SimulatedCrash
+from settee.proof.crash.simfs import KINDS, SECTOR_SIZE, CrashState, Image, SimFS, SimulatedCrash
 
 
 def _fs_with_file(data: bytes = b"durable") -> tuple[SimFS, object]:

@@ -8,12 +8,16 @@ arguments and returning a process exit status.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 
 import settee
 
-__all__ = ["main"]
+__all__ = ["load_bench", "main"]
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -52,18 +56,38 @@ def _cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_bench() -> ModuleType | None:
+    """The ``bench`` package of the source checkout settee runs from (an editable
+    install), imported from its folder without putting the checkout on sys.path; None
+    when settee is installed from a wheel, which does not ship the benchmarks."""
+    root = Path(__file__).resolve().parent.parent
+    init = root / "bench" / "__init__.py"
+    if not init.is_file() or not (root / "pyproject.toml").is_file():
+        return None
+    loaded = sys.modules.get("bench")
+    if loaded is not None and Path(loaded.__file__ or "").resolve() == init:
+        return loaded
+    spec = importlib.util.spec_from_file_location(
+        "bench", init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None  # a file location always has both
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = module  # bench's own imports (bench.runner, ...) resolve through it
+    spec.loader.exec_module(module)
+    return module
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """Run bench/ from the source tree (benchmarks are not installed with the package)."""
-    import os
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isdir(os.path.join(root, "bench")):
-        print("settee bench needs a source checkout (bench/ beside impl/)", file=sys.stderr)
+    """Run bench/ from the source checkout (benchmarks are not installed with the package)."""
+    if load_bench() is None:
+        print(
+            "settee bench needs a source checkout: the benchmarks (bench/) are not installed "
+            "with the package. From a clone: pip install -e '.[bench]' && settee bench",
+            file=sys.stderr,
+        )
         return 2
-    sys.path.insert(0, root)
-    from bench.runner import main as bench_main
-
-    return int(bench_main(args.bench_args))
+    runner = importlib.import_module("bench.runner")
+    return int(runner.main(args.bench_args))
 
 
 def _build_parser() -> argparse.ArgumentParser:

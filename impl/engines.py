@@ -1,6 +1,6 @@
 """Naming an implementation of settee's API: ``"MODULE:CALLABLE"``.
 
-The proof (``settee verify --engine``, ``pytest --engine``, ``SETTEE_ENGINE``)
+The proof (``settee verify --engine``, ``pytest --settee-engine``, ``SETTEE_ENGINE``)
 takes any factory called as ``CALLABLE(path, **options)``; this is the one
 place that turns such a name into the callable.
 """

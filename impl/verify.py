@@ -3,7 +3,7 @@
 Campaigns (each in its own process, ``--jobs`` at a time):
 
 * ``equivalence`` — the Hypothesis state machine: engine and reference driven
-  with the same calls, every answer compared (stateful_tests/equivalence.py);
+  with the same calls, every answer compared (``settee.proof.stateful.equivalence``);
 * ``interleavings`` — concurrent clients scheduled one io step at a time,
   each history checked for linearizability against the reference;
 * ``stress`` — real threads, seeded, histories checked the same way;
@@ -15,15 +15,14 @@ Campaigns (each in its own process, ``--jobs`` at a time):
 Campaigns repeat in short seeded batches until their share of ``--minutes``
 runs out (or once with ``--examples N``). A failure stops its campaign, prints
 the shrunk reproducer and saves it (JSON) for ``settee verify --replay FILE``.
-The proof lives in the source tree (stateful_tests/, crash_tests/), so verify
-runs from a checkout, like the test suite.
+The campaigns are the installed proof (``settee.proof.stateful``,
+``settee.proof.crash``), so verify runs wherever settee is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import io
 import json
 import multiprocessing
@@ -69,21 +68,11 @@ class CampaignResult:
     replay: dict[str, Any] = field(default_factory=dict)
 
 
-def _source_root() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for folder in ("stateful_tests", "crash_tests"):
-        if not os.path.isdir(os.path.join(root, folder)):
-            raise SystemExit(f"settee verify needs a source checkout ({folder}/ beside impl/)")
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return root
-
-
 # -- one batch of each campaign (runs in a worker process) --------------------------------------
 
 
 def _stateful_batch(result: CampaignResult, seed: int, examples: int | None) -> None:
-    from stateful_tests import campaigns
+    from settee.proof.stateful import campaigns
 
     if result.name == "stress":
         summary = campaigns.run_stress(result.engine, runs=examples or 4, seed=seed)
@@ -117,7 +106,7 @@ def _shrinking_bounded_by(seconds: float) -> Iterator[None]:
 
 
 def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
-    from crash_tests.campaign import run_campaign
+    from settee.proof.crash.campaign import run_campaign
 
     summary = run_campaign(load_factory(result.engine), budget=budget, seed=seed)
     result.crash_states += summary.states_checked
@@ -131,7 +120,7 @@ def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
 def _corruption_batch(result: CampaignResult, seed: int) -> None:
     from pathlib import Path
 
-    from crash_tests.test_corruption import build_clean, check_bit_flips
+    from settee.proof.crash.corruption import build_clean, check_bit_flips
 
     with tempfile.TemporaryDirectory(prefix="settee-verify-") as tmp:
         clean = build_clean(os.path.join(tmp, "clean"))
@@ -148,13 +137,9 @@ def _unsupported(name: str, engine: str) -> str:
     if name == "corruption" and engine != "settee:open":
         return "damages settee's own files of a database built by settee; runs for settee:open only"
     if name == "crash":
-        factory = load_factory(engine)
-        try:
-            params = inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            return ""
-        takes_fs = "fs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if not takes_fs:
+        from settee.proof.stateful.engines import accepts_option
+
+        if not accepts_option(load_factory(engine), "fs"):
             return "needs an engine built on settee's io layer (a factory accepting fs=); skipped"
     return ""
 
@@ -163,7 +148,6 @@ def run_one(
     name: str, engine: str, seed: int, budget: float, examples: int | None, progress: Any
 ) -> CampaignResult:
     """Run campaign ``name`` until ``budget`` seconds pass (or once, with ``examples``)."""
-    _source_root()
     result = CampaignResult(name, engine)
     if why := _unsupported(name, engine):
         result.skipped = why
@@ -207,7 +191,6 @@ def _progress_line(r: CampaignResult) -> str:
 
 def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run every campaign; print live progress and a summary; 1 on any failure."""
-    _source_root()
     if args.replay:
         return _replay(args.replay, out)
     names = [c for c in CAMPAIGNS if not args.only or c in args.only.split(",")]
@@ -305,7 +288,7 @@ def _replay(path: str, out: TextIO) -> int:
     replay = saved["replay"]
     out.write(f"replaying {saved['name']} against {saved['engine']}: {replay}\n")
     if replay["kind"] == "stateful":
-        from stateful_tests import campaigns
+        from settee.proof.stateful import campaigns
 
         summary = campaigns.replay(replay["token"])
         out.write(summary.text() + "\n")

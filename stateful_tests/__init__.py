@@ -1,4 +1,5 @@
-"""The proof that settee's engine behaves like its serialised reference.
+"""The proof that settee's engine behaves like its serialised reference, installed
+as ``settee.proof.stateful``.
 
 Modules, in reading order:
 
@@ -12,7 +13,7 @@ Modules, in reading order:
 * ``scheduler`` — deterministic interleavings at every io call and writer step;
 * ``interleavings`` — one scheduled run / one real-threads run, checked;
 * ``known_bugs`` — reported disagreements the machines steer around meanwhile;
-* ``budget`` — example counts per Hypothesis profile;
+* ``budget`` — the Hypothesis profiles and the example counts under each;
 * ``mutants`` — deliberately broken engines the machines must catch;
 * ``campaigns`` — the public entry points ``settee verify`` calls.
 """

@@ -1,9 +1,16 @@
-"""How much each campaign runs under the Hypothesis profile in force.
+"""The Hypothesis profiles of the proof, and how much each campaign runs under them.
 
-The root conftest registers the profiles (``ci`` by default, ``verify`` for
-the long campaign, chosen by ``SETTEE_HYPOTHESIS_PROFILE``). The machines
-here need their own step counts on top of that, so this module turns the
-profile name into settings; outside ``ci`` the profile's ``max_examples``
+``register_profiles`` (called by ``settee.proof.plugin``) registers:
+
+* ``ci`` — fast enough for every push, derandomized (the same examples on every run,
+  so a red CI is reproducible and a green one is not luck); failures print a
+  reproducer blob. The proof's default.
+* ``verify`` — the long campaign (2000 examples per test), random; ``long`` is the
+  same profile under the name the proof's issues use.
+
+``--hypothesis-profile NAME`` or ``SETTEE_HYPOTHESIS_PROFILE`` picks one. The
+machines need their own step counts on top of that, so this module turns the
+profile in force into settings; outside ``ci`` the profile's ``max_examples``
 applies as it is.
 """
 
@@ -11,15 +18,51 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, Phase, settings
 
-from stateful_tests.engines import hypothesis_profile
+__all__ = [
+    "PROFILES",
+    "PROFILE_ENV",
+    "equivalence_settings",
+    "hypothesis_profile",
+    "interleaving_settings",
+    "register_profiles",
+    "scaled",
+]
 
-__all__ = ["equivalence_settings", "interleaving_settings", "scaled"]
+#: The environment variable that picks a profile (pytest's ``--hypothesis-profile`` too).
+PROFILE_ENV = "SETTEE_HYPOTHESIS_PROFILE"
+PROFILES = ("ci", "verify", "long")
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 #: Every phase but "explain": it re-runs the shrunk example under a line tracer to list
 #: "lines only failing runs reached", which costs minutes on these machines and adds
 #: nothing the printed steps and the replay blob do not already say.
 PHASES = [phase for phase in Phase if phase is not Phase.explain]
+
+
+def register_profiles() -> None:
+    """Register ``ci``, ``verify`` and ``long`` (loading one is the caller's choice)."""
+    settings.register_profile(
+        "ci",
+        max_examples=50,
+        deadline=None,
+        derandomize=True,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "verify",
+        max_examples=2000,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile("long", settings.get_profile("verify"))
+
+
+def hypothesis_profile() -> str:
+    """The settee profile in force: the loaded one if it is settee's, else ``ci``."""
+    name = settings.get_current_profile_name()
+    return name if name in PROFILES else "ci"
 
 
 def scaled(ci_examples: int) -> int:

@@ -5,7 +5,7 @@ and returns a :class:`Summary`: what it ran, and on failure the shrunk
 reproducer Hypothesis printed plus a ``replay`` string that
 :func:`replay` runs again::
 
-    from stateful_tests.campaigns import run_equivalence, run_interleavings
+    from settee.proof.stateful.campaigns import run_equivalence, run_interleavings
     s = run_equivalence("settee:open", max_examples=500, seed=1)
     print(s.text())
     if s.failures:
@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful_tests import equivalence
-from stateful_tests.budget import PHASES, equivalence_settings, interleaving_settings
-from stateful_tests.history import Scenario, random_scenario, scenarios
-from stateful_tests.interleavings import run_scheduled, run_threads
+from settee.proof.stateful import equivalence
+from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
+from settee.proof.stateful.history import Scenario, random_scenario, scenarios
+from settee.proof.stateful.interleavings import run_scheduled, run_threads
 
 __all__ = [
     "MutantResult",
@@ -240,11 +240,11 @@ def run_mutants(
 ) -> list[MutantResult]:
     """Each mutant against the machines in turn (equivalence, interleavings,
     stress) until one catches it; no shrinking, so a catch costs little."""
-    from stateful_tests.mutants import MUTANTS
+    from settee.proof.stateful.mutants import MUTANTS
 
     results = []
     for name in names or list(MUTANTS):
-        spec = f"stateful_tests.mutants:{name}"
+        spec = f"settee.proof.stateful.mutants:{name}"
         result = MutantResult(name, MUTANTS[name][1])
         campaigns: list[Callable[[], Summary]] = [
             lambda spec=spec: run_equivalence(spec, max_examples, seed, shrink=False),

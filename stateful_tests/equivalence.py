@@ -24,14 +24,15 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from settee.spec.docids import deterministic_docids
-from settee.spec.errors import SetteeError
-from settee.spec.routing import shard_of
-from settee.spec.values import describe
-from stateful_tests import hostile
-from stateful_tests.engines import REFERENCE, load_factory, scratch_dir
-from stateful_tests.known_bugs import STEER_AROUND
-from stateful_tests.observe import (
+from settee.proof.stateful import hostile
+from settee.proof.stateful.engines import (
+    REFERENCE,
+    load_factory,
+    scratch_dir,
+    takes_settee_options,
+)
+from settee.proof.stateful.known_bugs import STEER_AROUND
+from settee.proof.stateful.observe import (
     ChangesBook,
     contents,
     current_changes,
@@ -40,6 +41,10 @@ from stateful_tests.observe import (
     error_name,
     outcome,
 )
+from settee.spec.docids import deterministic_docids
+from settee.spec.errors import SetteeError
+from settee.spec.routing import shard_of
+from settee.spec.values import describe
 
 __all__ = [
     "IDS",
@@ -181,7 +186,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             "fsync": False,
             "node_size": node_size,
         }
-        if _settee_family(self.engine_spec):
+        if takes_settee_options(self.engine_spec):
             self.options["strict"] = True
         self.probes = _probe_ids(shards)
         self._open()
@@ -690,11 +695,6 @@ _OPEN_OPTIONS = {
 }
 #: A revision no document ever has: a hash outside HASHES and what new_rev makes.
 _NO_REV = "999-probe"
-
-
-def _settee_family(spec: str) -> bool:
-    """Engines that take settee's own options (strict): settee and the repo's mutants."""
-    return spec.split(":")[0].split(".")[0] in ("settee", "stateful_tests", "crash_tests")
 
 
 def _probe_ids(shards: int) -> list[str]:

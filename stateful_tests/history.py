@@ -38,11 +38,11 @@ from typing import Any
 from hypothesis import strategies as st
 
 import settee.reference
+from settee.proof.stateful.known_bugs import STEER_AROUND
+from settee.proof.stateful.linearizability import CheckResult, Operation, check
+from settee.proof.stateful.observe import contents, digest, outcome
 from settee.spec.errors import SetteeError
 from settee.spec.routing import shard_of
-from stateful_tests.known_bugs import STEER_AROUND
-from stateful_tests.linearizability import CheckResult, Operation, check
-from stateful_tests.observe import contents, digest, outcome
 
 __all__ = [
     "IDS",

@@ -2,7 +2,7 @@
 
 Every public argument can be a ``str`` subclass whose methods lie, a
 5,000-digit number, ``2**63``, NaN, bytes or a value nested 10,000 deep (ten
-times Python's recursion limit; tests/test_hostile_input.py tries 100,000)
+times Python's recursion limit; impl/proof/test_hostile_input.py tries 100,000)
 (SEMANTICS.md §15.1). The equivalence machine draws each call's arguments
 from these tables as well as from well-formed ones; the rule stays the same:
 engine and reference give the same answer or raise the same ``SetteeError``

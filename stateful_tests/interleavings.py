@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from settee.io import MemoryFileSystem
-from settee.spec.errors import BadRequest
-from stateful_tests.engines import load_factory, scratch_dir
-from stateful_tests.history import (
+from settee.proof.stateful.engines import load_factory, scratch_dir, takes_settee_options
+from settee.proof.stateful.history import (
     Recorder,
     Scenario,
     check_closed,
@@ -33,7 +32,8 @@ from stateful_tests.history import (
     group_ids,
     run_setup,
 )
-from stateful_tests.scheduler import Scheduler, SchedulerFileSystem, ScheduleStuck
+from settee.proof.stateful.scheduler import Scheduler, SchedulerFileSystem, ScheduleStuck
+from settee.spec.errors import BadRequest
 
 __all__ = [
     "ADMIT_THEN_CLOSE",
@@ -98,9 +98,8 @@ def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) ->
 
 
 def _strict(spec: str) -> dict[str, Any]:
-    """Strict mode for engines that take settee's options (settee and the repo's mutants)."""
-    module = spec.split(":")[0].split(".")[0]
-    return {"strict": True} if module in ("settee", "stateful_tests", "crash_tests") else {}
+    """Strict mode for engines that take settee's options (settee and its mutants)."""
+    return {"strict": True} if takes_settee_options(spec) else {}
 
 
 def run_scheduled(

@@ -1,6 +1,6 @@
 """Engine vs reference, operation by operation (see ``equivalence.py``).
 
-Runs once per engine named by ``--engine``/``SETTEE_ENGINE`` (default
+Runs once per engine named by ``--settee-engine``/``SETTEE_ENGINE`` (default
 ``settee:open``). Budget: the ``ci`` profile keeps this well under a minute on
 two cores; ``SETTEE_HYPOTHESIS_PROFILE=verify`` runs the long campaign.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stateful_tests.campaigns import run_equivalence
+from settee.proof.stateful.campaigns import run_equivalence
 
 
 def test_engine_matches_reference(engine_spec: str, record_property: Any) -> None:

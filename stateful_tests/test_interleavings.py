@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from stateful_tests.budget import scaled
-from stateful_tests.campaigns import run_interleavings
-from stateful_tests.history import Scenario, random_scenario
-from stateful_tests.interleavings import (
+from settee.proof.stateful.budget import scaled
+from settee.proof.stateful.campaigns import run_interleavings
+from settee.proof.stateful.history import Scenario, random_scenario
+from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     hold_admitted_write,
     run_scheduled,

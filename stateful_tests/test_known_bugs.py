@@ -15,8 +15,8 @@ import pytest
 
 import settee
 import settee.reference
-from stateful_tests.history import Scenario
-from stateful_tests.interleavings import run_scheduled
+from settee.proof.stateful.history import Scenario
+from settee.proof.stateful.interleavings import run_scheduled
 
 KNOWN_LEAF_PATH = [
     {"_id": "a", "_rev": "2-b", "v": 1},

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import settee.reference
-from stateful_tests.history import (
+from settee.proof.stateful.history import (
     Record,
     Recorder,
     Scenario,
@@ -21,7 +21,7 @@ from stateful_tests.history import (
     check_history,
     run_setup,
 )
-from stateful_tests.linearizability import Operation, check
+from settee.proof.stateful.linearizability import Operation, check
 
 
 class Register:

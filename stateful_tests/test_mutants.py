@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from stateful_tests.campaigns import run_interleavings, run_mutants
-from stateful_tests.interleavings import ADMIT_THEN_CLOSE, hold_admitted_write, run_scheduled
-from stateful_tests.mutants import MUTANTS
+from settee.proof.stateful.campaigns import run_interleavings, run_mutants
+from settee.proof.stateful.interleavings import ADMIT_THEN_CLOSE, hold_admitted_write, run_scheduled
+from settee.proof.stateful.mutants import MUTANTS
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
 #: so running it first here would only cost time; each has its own test below.
 CONCURRENT_ONLY = {"enqueue_outside_lock"}
 
-ENQUEUE_OUTSIDE_LOCK = "stateful_tests.mutants:enqueue_outside_lock"
+ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
 
 
 @pytest.mark.parametrize("name", sorted(set(MUTANTS) - CONCURRENT_ONLY))
@@ -31,7 +31,8 @@ def test_mutant_is_caught(name: str) -> None:
 
 def test_partial_batch_is_caught_by_the_interleavings() -> None:
     """The MVCC check and the linearizability check see half a batch directly."""
-    summary = run_interleavings("stateful_tests.mutants:partial_batch", 100, seed=0, shrink=False)
+    spec = "settee.proof.stateful.mutants:partial_batch"
+    summary = run_interleavings(spec, 100, seed=0, shrink=False)
     print("\n" + summary.text()[:2000])
     assert summary.failures
     assert "saw" in summary.reproducer or "not linearizable" in summary.reproducer

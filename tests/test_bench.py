@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
+from settee.cli import load_bench
 from settee.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    # bench/ is not an installed package; `settee bench` puts the root on sys.path too.
-    sys.path.insert(0, str(ROOT))
-
+# bench/ is not an installed package; `settee bench` loads it from the checkout the same way.
+assert load_bench() is not None, "tests/ run from a source checkout"
 from bench import runner  # noqa: E402
 
 SIDE_KEYS = {"label", "median", "min", "max", "spread_pct", "samples"}

@@ -1,7 +1,7 @@
 """Deliberately broken engines: the proof must catch every one.
 
 Each mutant is a factory ``(path, **options) -> db`` wrapping the real
-engine (``settee.open``) with one bug, so ``"stateful_tests.mutants:NAME"``
+engine (``settee.open``) with one bug, so ``"settee.proof.stateful.mutants:NAME"``
 is a valid engine spec. ``MUTANTS`` maps each name to what it breaks;
 ``test_mutants.py`` runs the machines against each and asserts it is caught.
 Faults inside the engine (a lock released too early) live in ``lifecycle.py``
@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import settee
+from settee.proof.stateful.mutants.lifecycle import EnqueueOutsideLockShard, plant
 from settee.spec.errors import Conflict, NotFound
 from settee.spec.revs import new_rev
 from settee.spec.routing import shard_of
-from stateful_tests.mutants.lifecycle import EnqueueOutsideLockShard, plant
 
 __all__ = ["MUTANTS", "Wrapper"]
 

@@ -1,7 +1,8 @@
 """The semantic suite: CouchDB behaviour every settee implementation must show.
 
 Every test runs against each implementation through the ``engine`` /
-``opener`` fixtures (the root conftest.py) and never imports one directly. The
+``opener`` fixtures (``settee.proof.plugin``; ``--settee-engine`` names the
+engines) and never imports one directly. The
 expected values come from CouchDB's documentation and sources (cited in each
 docstring; files are in apache/couchdb) as adapted by spec/SEMANTICS.md, not
 from any implementation's output. Section numbers (§) refer to SEMANTICS.md.
@@ -233,7 +234,7 @@ def test_put_does_not_modify_its_argument(engine: Any) -> None:
 def test_results_are_copies(engine: Any) -> None:
     """Mutating what a read returned, or what was passed in, never changes the store
     (SEMANTICS §1)."""
-    doc = {"_id": "a", "v": [1], "d": {"k": 1}}
+    doc: dict[str, Any] = {"_id": "a", "v": [1], "d": {"k": 1}}
     rev = engine.put(doc)["rev"]
     doc["v"].append(2)
     doc["d"]["k"] = 99

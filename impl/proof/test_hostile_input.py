@@ -2,8 +2,8 @@
 
 Each test is named after a failure found by trying settee as a hostile caller
 would; the equivalence machine draws the same kinds of values at random
-(``stateful_tests/hostile.py``). Every test runs against the reference and the
-engine (the ``engine`` fixture), and ends by showing that every shard still
+(``settee.proof.stateful.hostile``). Every test runs against the reference and
+each engine under test (the ``engine`` fixture), and ends by showing that every shard still
 accepts writes.
 """
 
