@@ -6,8 +6,10 @@
 2. Catch up, outside the writer, on documents changed meanwhile, until few
    remain.
 3. On the writer thread (so no commit can slip in between): catch up on the
-   rest, write the header, fsync, rename over the shard file, fsync the
-   directory, then switch the shard to the new file.
+   rest, write the header, fsync, check that the copy reopens to that header
+   (and, in strict mode, that it answers exactly as the shard does), rename
+   over the shard file, fsync the directory, then switch the shard to the new
+   file.
 
 A crash before the rename leaves the original file untouched (the leftover
 ``.compact`` file is removed on the next open); a crash after it leaves the
@@ -29,6 +31,7 @@ from settee.layout import COMPACT_SUFFIX
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
 from settee.spec.errors import CorruptionError, SetteeError
+from settee.strict import require_faithful_compaction
 from settee.walker import newest_header
 
 if TYPE_CHECKING:
@@ -137,6 +140,9 @@ class _Copier:
         # The new file must be durable before its name replaces the old one's.
         self.file.sync()
         self._check_reopens_to_its_header()
+        if shard.strict:
+            copy = Snapshot(self.file, self.by_id, self.by_seq, self.seq)
+            require_faithful_compaction(shard.snapshot, copy)
         try:
             shard.fs.rename(self.file.path, shard.path)
             shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")

@@ -368,6 +368,62 @@ def test_compaction_while_writing_and_reading_old_snapshot(tmp_path: Any) -> Non
     assert not any(name.endswith(".compact") for name in os.listdir(path))
 
 
+def _update_at_compact_swap(db: settee.Database, doc_id: str) -> Callable[[str], None]:
+    """A step hook: when the compaction has copied everything and is about to swap,
+    update ``doc_id`` (already copied) so the final catch-up must move its seq."""
+
+    def hook(step: str) -> None:
+        if step == "compact_swap":
+            db.shards[0].step_hook = None
+            db.put({**db.get(doc_id), "v": "updated"})
+
+    return hook
+
+
+def test_catch_up_moves_the_seq_of_a_document_updated_during_compaction(tmp_path: Any) -> None:
+    """The final catch-up replaces a copied document's by_seq row, not only adds one:
+    the feed lists each document once, at its new seq, and ``settee check`` is clean."""
+    path = tmp_path / "db"
+    with _open(path, shards=1) as db:
+        for doc_id in ("a", "b", "c"):
+            db.put({"_id": doc_id})
+        db.shards[0].step_hook = _update_at_compact_swap(db, "a")
+        db.compact()
+        feed = [(r["id"], int(r["seq"].split("-")[0])) for r in db.changes()["results"]]
+        assert feed == [("b", 2), ("c", 3), ("a", 4)]
+        assert db.get("a")["v"] == "updated"
+    assert list(check_database(str(path))) == []
+
+
+def test_strict_mode_refuses_a_compaction_that_would_change_the_shard(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted catch-up fault (stale by_seq rows kept) is caught at the swap: the
+    compaction fails with StrictModeError, the shard keeps its file and its answers,
+    and goes on accepting writes."""
+    from settee import compaction
+    from settee.strict import StrictModeError
+
+    original = compaction._Copier._copy
+
+    def keep_stale_rows(self: Any, snap: Any, infos: Any, stale_seqs: list[int]) -> None:
+        original(self, snap, infos, stale_seqs=[])
+
+    monkeypatch.setattr(compaction._Copier, "_copy", keep_stale_rows)
+    path = tmp_path / "db"
+    with _open(path, shards=1, strict=True) as db:
+        for doc_id in ("a", "b"):
+            db.put({"_id": doc_id})
+        db.shards[0].step_hook = _update_at_compact_swap(db, "a")
+        with pytest.raises(StrictModeError, match="by_seq"):
+            db.compact()
+        assert [r["id"] for r in db.changes()["results"]] == ["b", "a"]
+        db.put({"_id": "after"})
+        assert db.info()["doc_count"] == 3
+    assert not any(name.endswith(".compact") for name in os.listdir(path))
+    assert list(check_database(str(path))) == []
+
+
 def test_leftover_compaction_file_is_kept_by_open_and_replaced_by_compaction(
     tmp_path: Any,
 ) -> None:
