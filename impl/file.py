@@ -17,6 +17,7 @@ The ShardFile has no opinion on durability: the writer calls
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -110,6 +111,7 @@ class ShardFile:
         # (or opening) left it, after any kept tail.
         self._data_start = self._end
         self._closed = False
+        self._reads = _ReadsInFlight()
         self.header = None
         self.header_offset = None
         self.created = created
@@ -161,14 +163,15 @@ class ShardFile:
 
     def read_frame(self, pos: int) -> tuple[Any, int]:
         """``read_term(pos)`` and the file offset where that frame's laid-out bytes end."""
+        self._reads.enter(self.path)
         try:
             return self._read_frame(pos)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
+        finally:
+            self._reads.leave()
 
     def _read_frame(self, pos: int) -> tuple[Any, int]:
-        if self._closed:
-            raise SetteeError(f"{self.path}: shard file is closed")
         if pos <= 0 or pos % BLOCK_SIZE == 0:
             raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
         raw = self._handle.pread(pos, READ_AHEAD)
@@ -255,17 +258,24 @@ class ShardFile:
         return self._handle
 
     def refuse_reads(self) -> None:
-        """Make every later ``read_term`` fail with SetteeError, before the handle is
-        closed by someone else (a reader may still hold a snapshot of this file)."""
+        """Make every later ``read_term`` fail with SetteeError and wait for the reads
+        in flight, so the handle can then be closed by someone else (a reader may
+        still hold a snapshot of this file)."""
+        self._reads.stop()
         self._closed = True
 
     def read_header_at(self, offset: int) -> tuple[int, int, bytes] | None:
         """``(end, version, payload)`` of a complete, verified header at ``offset``, or None."""
-        found = read_header_at(self._handle, offset, self._end)
+        self._reads.enter(self.path)
+        try:
+            found = read_header_at(self._handle, offset, self._end)
+        finally:
+            self._reads.leave()
         return None if found is None else (found.end, found.version, found.payload)
 
     def close(self) -> None:
-        """Close the file; idempotent. No read may be in flight."""
+        """Close the file once the reads in flight are done; idempotent."""
+        self._reads.stop()
         if not self._closed:
             self._closed = True
             self._handle.close()
@@ -309,3 +319,40 @@ class ShardFile:
         if first[0] == BLOCK_DATA:
             return True
         return first[0] == BLOCK_HEADER and MAGIC.startswith(first[1:])
+
+
+class _ReadsInFlight:
+    """Counts the reads in progress on one file, so that its descriptor is closed
+    only after the last of them: a ``pread`` racing with ``close()`` would fail with
+    EBADF, or read whatever file had meanwhile been opened on the same number.
+
+    One short lock section per read; ``stop()`` refuses new reads and waits for the
+    ones in flight (a read is a pread or two and a decode, never a wait).
+    """
+
+    __slots__ = ("_count", "_idle", "_lock", "_stopped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._count = 0
+        self._stopped = False
+
+    def enter(self, path: str) -> None:
+        with self._lock:
+            if self._stopped:
+                raise SetteeError(
+                    f"{path}: the database is closed; open it again with settee.open(path)"
+                )
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._count -= 1
+            if self._stopped and not self._count:
+                self._idle.notify_all()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._idle.wait_for(lambda: not self._count)

@@ -18,6 +18,7 @@ Threading contract, which every implementation must keep:
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -223,37 +224,51 @@ class _MemoryFile:
 
 
 class MemoryFileHandle(FileHandle):
-    """A handle on a ``MemoryFileSystem`` file; fsync is a no-op (nothing can crash)."""
+    """A handle on a ``MemoryFileSystem`` file; fsync is a no-op (nothing can crash).
+
+    Like a descriptor, a closed handle fails every call with ``EBADF``: a read that
+    races with ``close()`` must show up in the proof as it would on a real file
+    (where it could even read another file that reused the descriptor number).
+    """
 
     def __init__(self, path: str, file: _MemoryFile, lock: threading.Lock) -> None:
         self.path = path
         self._file = file
         self._lock = lock
+        self._closed = False
+
+    def _buffer(self) -> bytearray:
+        """The file's bytes; call with ``self._lock`` held."""
+        if self._closed:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF), self.path)
+        return self._file.data
 
     def pread(self, offset: int, size: int) -> bytes:
         # The lock only guards a bytearray copy (a resize could race with it); never I/O.
         with self._lock:
-            return bytes(self._file.data[offset : offset + size])
+            return bytes(self._buffer()[offset : offset + size])
 
     def append(self, data: bytes) -> int:
         with self._lock:
-            start = len(self._file.data)
-            self._file.data += data
+            buf = self._buffer()
+            start = len(buf)
+            buf += data
             return start
 
     def pwrite(self, offset: int, data: bytes) -> None:
         with self._lock:
-            buf = self._file.data
+            buf = self._buffer()
             if offset > len(buf):
                 buf += bytes(offset - len(buf))
             buf[offset : offset + len(data)] = data
 
     def fsync(self) -> None:
-        pass
+        with self._lock:
+            self._buffer()
 
     def truncate(self, size: int) -> None:
         with self._lock:
-            buf = self._file.data
+            buf = self._buffer()
             if size <= len(buf):
                 del buf[size:]
             else:
@@ -261,10 +276,12 @@ class MemoryFileHandle(FileHandle):
 
     def size(self) -> int:
         with self._lock:
-            return len(self._file.data)
+            return len(self._buffer())
 
     def close(self) -> None:
-        pass
+        with self._lock:
+            self._buffer()  # closing twice is EBADF too
+            self._closed = True
 
 
 class MemoryFileSystem(FileSystem):

@@ -37,9 +37,11 @@ from settee.spec.errors import BadRequest
 
 __all__ = [
     "ADMIT_THEN_CLOSE",
+    "READ_THEN_CLOSE",
     "STRESS_TIMEOUT",
     "RunResult",
     "hold_admitted_write",
+    "hold_read_at_pread",
     "run_scheduled",
     "run_threads",
 ]
@@ -85,6 +87,24 @@ def hold_admitted_write(labels: list[str]) -> int:
     anything else before it (never deferring), so the put is enqueued as late as
     the engine lets it be."""
     return next((i for i, label in enumerate(labels) if label != "client-0@enqueue"), 0)
+
+
+#: Client 0 reads a document's body while client 1 closes the database: with
+#: ``hold_read_at_pread``, the read is parked at its pread while close() runs.
+READ_THEN_CLOSE = Scenario(
+    {"shards": 1, "read_mode": "parallel"},
+    ((("get", "a"),), (("close",),)),
+    0,
+)
+
+
+def hold_read_at_pread(labels: list[str]) -> int:
+    """A ``choose``: run client 0 until it is parked at a ``pread``, then anything else
+    before it (never deferring), so close() runs while the read is in flight."""
+    reading = [i for i, label in enumerate(labels) if label.startswith("client-0@")]
+    if reading and "@pread" not in labels[reading[0]]:
+        return reading[0]
+    return next((i for i, label in enumerate(labels) if not label.startswith("client-0@")), 0)
 
 
 def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) -> Any:

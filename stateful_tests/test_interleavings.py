@@ -21,7 +21,9 @@ from settee.proof.stateful.campaigns import run_interleavings
 from settee.proof.stateful.history import Scenario, random_scenario
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
+    READ_THEN_CLOSE,
     hold_admitted_write,
+    hold_read_at_pread,
     run_scheduled,
     run_threads,
 )
@@ -87,6 +89,22 @@ def test_write_admitted_just_before_close_is_resolved(engine_spec: str) -> None:
     if "client-0@enqueue" in result.schedule:  # an engine with settee's named steps
         close_started = result.schedule.index("client-1@call close")
         assert result.schedule.index("client-0@enqueue") > close_started, result.schedule
+
+
+@pytest.mark.timeout(60)
+def test_read_in_flight_during_close_completes(engine_spec: str) -> None:
+    """Regression (found by the real-threads run): a get parked at its pread while
+    close() runs. close() waits for the read in flight, which then answers; closing
+    the descriptor under it gave EBADF (on a real file it could even read another
+    file that reused the descriptor number)."""
+    result = run_scheduled(engine_spec, READ_THEN_CLOSE, hold_read_at_pread, stall=5.0)
+    assert not result.problems, result.report()
+    [get] = [r for r in result.recorder.records if r.input[0] == "get"]
+    assert get.output[0] == "ok" or "closed" in get.message, result.report()
+    if "client-0@pread shard-000.settee" in result.schedule:  # settee's io layer
+        assert get.output[0] == "ok", result.report()
+        close_started = result.schedule.index("client-1@call close")
+        assert result.schedule.index("client-0@pread shard-000.settee") > close_started
 
 
 def test_compaction_drops_non_leaf_bodies_in_the_history() -> None:
