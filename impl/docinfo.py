@@ -14,7 +14,7 @@ beyond the pure spec functions (revision ids, tree merge, winner, stemming).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from settee.spec import revtree
@@ -43,10 +43,16 @@ class DocInfo:
     tree: dict[str, list[Any]]
     bodies: dict[str, list[int]]
     active: int
+    #: The winner, computed on first use: reads ask for it several times per row.
+    _winner: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def winner(self) -> str:
-        return revtree.winner(self.tree)
+        found = self._winner
+        if found is None:
+            found = revtree.winner(self.tree)
+            object.__setattr__(self, "_winner", found)  # a cache: the info stays immutable
+        return found
 
     def to_value(self) -> list[Any]:
         """The msgpack-able ``by_id`` value (FORMAT.md "by_id values")."""

@@ -93,8 +93,10 @@ def is_leaf(tree: RevTree, rev: str) -> bool:
 
 
 def _winner_key(tree: RevTree, rev: str) -> tuple[bool, int, str]:
-    pos, hash_ = parse_rev(rev)
-    return (not tree[rev][1], pos, hash_)
+    # A tree's revisions were checked when they were written (is_valid_tree), so
+    # reads split them without parse_rev's validation: this runs on every read.
+    pos, _, hash_ = rev.partition("-")
+    return (not tree[rev][1], int(pos), hash_)
 
 
 def leaves(tree: RevTree) -> list[str]:
@@ -105,6 +107,8 @@ def leaves(tree: RevTree) -> list[str]:
     post: all(r in tree for r in __return__)
     post: (len(__return__) > 0) == (len(tree) > 0)
     """
+    if len(tree) == 1:  # most documents: one revision, its own leaf
+        return list(tree)
     counts = _child_count(tree)
     found = [rev for rev, n in counts.items() if n == 0]
     return sorted(found, key=lambda rev: _winner_key(tree, rev), reverse=True)
@@ -119,7 +123,11 @@ def winner(tree: RevTree) -> str:
     post: is_leaf(tree, __return__)
     post: not tree[__return__][1] or all(tree[r][1] for r in leaves(tree))
     """
-    return leaves(tree)[0]
+    if len(tree) == 1:
+        return next(iter(tree))
+    counts = _child_count(tree)
+    found = (rev for rev, n in counts.items() if n == 0)
+    return max(found, key=lambda rev: _winner_key(tree, rev))
 
 
 def is_deleted(tree: RevTree) -> bool:
