@@ -61,3 +61,26 @@ def test_engine_concurrent_deletes_are_linearizable() -> None:
 
     result = run_scheduled("settee:open", scenario, hold_first_delete)
     assert not result.problems, result.report()
+
+
+def test_changes_resumes_only_from_tokens_both_sides_recorded() -> None:
+    """Regression: the machine drew the since-token index from the engine's book alone;
+    after a sharded engine's page covered other rows than the reference's, the books
+    differed in length and the reference's lookup raised IndexError."""
+    from hypothesis import find
+    from hypothesis.errors import NoSuchExample
+
+    from settee.proof.stateful.equivalence import EquivalenceMachine
+    from settee.proof.stateful.observe import ChangesBook
+
+    machine = EquivalenceMachine()
+    try:
+        machine.book_eng, machine.book_ref = ChangesBook(4), ChangesBook(4)
+        for n in range(9):
+            machine.book_eng.add(f"{n}-engine", frozenset())
+            machine.book_ref.add(n, frozenset())
+        machine.book_eng.add("9-engine", frozenset())
+        with pytest.raises(NoSuchExample):
+            find(machine.since_indexes(), lambda index: index >= len(machine.book_ref.tokens))
+    finally:
+        machine.teardown()
