@@ -638,10 +638,12 @@ class EquivalenceMachine(RuleBasedStateMachine):
                 answer[1].close()
                 answer = ("ok", None)
             assert not (answer[0] == "error" and answer[1].startswith("!")), (
-                f"{side} open({options}) raised a raw error: {answer}"
+                f"{side} open{_call_text((), options)} raised a raw error: {answer}"
             )
             answers.append(answer)
-        assert answers[0] == answers[1], f"open(**{options}): engine {answers[0]} != {answers[1]}"
+        assert answers[0] == answers[1], (
+            f"open{_call_text((), options)}: engine {answers[0]} != reference {answers[1]}"
+        )
 
     def _hostile(self, name: str, *args: Any, **kwargs: Any) -> None:
         """One hostile call: compared like any call; if refused, nothing changed; after
