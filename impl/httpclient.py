@@ -23,7 +23,7 @@ import re
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.values import describe
@@ -63,7 +63,8 @@ class Server:
             raise SetteeError(f"server URL {url!r} is not http(s)://[user:pass@]host[:port]")
         headers = [("Accept", "application/json"), ("Content-Type", "application/json")]
         if parts.username is not None:
-            user_pass = f"{parts.username}:{parts.password or ''}".encode()
+            # Percent-escapes let a password hold ':' or '@'; the header carries it plain.
+            user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             headers.append(("Authorization", "Basic " + base64.b64encode(user_pass).decode()))
         return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), tuple(headers))
 
