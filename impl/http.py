@@ -184,8 +184,17 @@ class Database:
                 )
             self._check(status, body, "GET", self._base)
         if "revs_limit" in explicit:
-            self._call("PUT", "/_revs_limit", _count(self.config["revs_limit"]))
+            self._set_revs_limit(_count(self.config["revs_limit"]))
         _SCRATCH.opened(self.name)
+
+    def _set_revs_limit(self, limit: int | None) -> None:
+        try:
+            self._call("PUT", "/_revs_limit", limit)
+        except SetteeError as exc:
+            # Not the caller's mistake (the option was valid): the server lacks the feature.
+            raise SetteeError(
+                f"{self.server.url} cannot set revs_limit={limit} on {self.name}: {exc}"
+            ) from exc
 
     def _mark_path(self) -> None:
         """``path`` becomes a directory naming its server database, as the engine makes it
