@@ -43,8 +43,13 @@ def takes_settee_options(spec: str) -> bool:
 
 
 def accepts_option(factory: Callable[..., Any], name: str) -> bool:
-    """Whether ``factory`` takes keyword ``name`` (or ``**kwargs``); a callable without
-    a signature (a builtin) is assumed to take settee's whole API."""
+    """Whether ``factory`` takes keyword ``name``: its ``accepted_options`` when it lists
+    them (a factory taking ``**options`` that refuses some, as ``settee.http:open``
+    refuses ``fs``), else its signature (``**kwargs`` takes everything); a callable
+    without a signature (a builtin) is assumed to take settee's whole API."""
+    listed = getattr(factory, "accepted_options", None)
+    if listed is not None:
+        return name in listed
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):

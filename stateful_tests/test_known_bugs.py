@@ -61,3 +61,55 @@ def test_engine_concurrent_deletes_are_linearizable() -> None:
 
     result = run_scheduled("settee:open", scenario, hold_first_delete)
     assert not result.problems, result.report()
+
+
+def test_changes_resumes_only_from_tokens_both_sides_recorded() -> None:
+    """Regression: the machine drew the since-token index from the engine's book alone;
+    after a sharded engine's page covered other rows than the reference's, the books
+    differed in length and the reference's lookup raised IndexError."""
+    from hypothesis import find
+    from hypothesis.errors import NoSuchExample
+
+    from settee.proof.stateful.equivalence import EquivalenceMachine
+    from settee.proof.stateful.observe import ChangesBook
+
+    machine = EquivalenceMachine()
+    try:
+        machine.book_eng, machine.book_ref = ChangesBook(4), ChangesBook(4)
+        for n in range(9):
+            machine.book_eng.add(f"{n}-engine", frozenset())
+            machine.book_ref.add(n, frozenset())
+        machine.book_eng.add("9-engine", frozenset())
+        with pytest.raises(NoSuchExample):
+            find(machine.since_indexes(), lambda index: index >= len(machine.book_ref.tokens))
+    finally:
+        machine.teardown()
+
+
+def raw_error_engine(path: str, **options: Any) -> Any:
+    """An engine factory that fails on open with a raw Python error."""
+    raise ValueError("a raw error")
+
+
+class _Scripted:
+    """A stand-in for Hypothesis's ``data``: each draw answers by its label."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+
+    def draw(self, strategy: Any, label: str = "") -> Any:
+        return self.answers[label]
+
+
+def test_open_report_survives_a_5000_digit_option() -> None:
+    """Regression: the machine's report of a raw error on open formatted the options
+    with str(), which raises ValueError for an int of 5,000 digits, hiding the finding."""
+    from settee.proof.stateful.equivalence import equivalence_machine
+
+    machine = equivalence_machine(f"{__name__}:raw_error_engine")()
+    try:
+        data = _Scripted({"option": "revs_limit", "revs_limit": "int of 5000 digits"})
+        with pytest.raises(AssertionError, match=r"raised a raw error.*ValueError"):
+            machine._hostile_open(data)
+    finally:
+        machine.teardown()

@@ -482,6 +482,48 @@ def test_compact_and_ensure_full_commit(client: Client, db: str) -> None:
     assert full.status == 201 and full.json["ok"] is True
 
 
+def test_revs_limit_get_put_and_stemming(client: Client, db: str) -> None:
+    """CouchDB's /{db}/_revs_limit: a positive integer, applied to later writes."""
+    assert client("GET", f"{db}/_revs_limit").json == 1000
+    assert client("PUT", f"{db}/_revs_limit", 3).json == {"ok": True}
+    assert client("GET", f"{db}/_revs_limit").json == 3
+    rev = put(client, db, "a", {"v": 0})
+    for v in range(1, 5):
+        rev = client("PUT", f"{db}/a?rev={rev}", {"v": v}).json["rev"]
+    revisions = client("GET", f"{db}/a?revs=true").json["_revisions"]
+    assert revisions["start"] == 5 and len(revisions["ids"]) == 3
+    for bad in (0, -1, "3", True, 2.5, None):
+        r = client("PUT", f"{db}/_revs_limit", bad)
+        assert (r.status, r.json["error"]) == (400, "bad_request"), bad
+    assert client("POST", f"{db}/_revs_limit", 3).status == 405
+
+
+def test_long_document_ids_are_reachable(client: Client, db: str) -> None:
+    """The engine takes ids of any length; the URL limit (max_url_length, CouchDB's
+    max_uri_length) is far above aiohttp's 8 KiB default so they stay addressable."""
+    doc_id = "z" * 100_000
+    path = f"{db}/{doc_id}"
+    created = client("PUT", path, {"v": 1})
+    # No 100 KB Location header: Python's http.client refuses lines above 64 KiB.
+    assert created.status == 201 and "Location" not in created.headers
+    assert client("GET", path).json["v"] == 1
+    too_long = client("GET", f"{db}/{'z' * (2 * 1024**2)}")
+    assert too_long.status == 400
+
+
+def test_restart_keeps_revs_limit(tmp_path: Path) -> None:
+    with start_server(str(tmp_path), "127.0.0.1", 0) as first:
+        c = Client(first.port)
+        c("PUT", "/limited")
+        c("PUT", "/limited/_revs_limit", 2)
+    with start_server(str(tmp_path), "127.0.0.1", 0) as second:
+        c = Client(second.port)
+        assert c("GET", "/limited/_revs_limit").json == 2
+        c("DELETE", "/limited")
+        c("PUT", "/limited")
+        assert c("GET", "/limited/_revs_limit").json == 1000  # a new database starts afresh
+
+
 def test_restart_keeps_documents_and_local_docs(tmp_path: Path) -> None:
     with start_server(str(tmp_path), "127.0.0.1", 0) as first:
         c = Client(first.port)

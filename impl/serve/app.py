@@ -32,6 +32,7 @@ _DB_ROUTES = {
     "_bulk_docs": dbs.handle_bulk_docs,
     "_bulk_get": dbs.handle_bulk_get,
     "_revs_diff": dbs.handle_revs_diff,
+    "_revs_limit": dbs.handle_revs_limit,
     "_compact": dbs.handle_compact,
     "_ensure_full_commit": dbs.handle_ensure_full_commit,
     "_changes": changes.handle_changes,

@@ -38,6 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ("recbuf", "SO_RCVBUF bytes; unset: the kernel autotunes (recommended)"),
         ("sndbuf", "SO_SNDBUF bytes; unset: the kernel autotunes (recommended)"),
         ("threads", "worker threads for engine calls"),
+        ("max-url-length", "longest request URL in bytes (a document id must fit in one)"),
         ("shards", "shards of new databases (PUT /db?q=N overrides)"),
     ):
         parser.add_argument(f"--{name}", type=int, default=None, help=help_text)
@@ -56,7 +57,15 @@ def run(args: argparse.Namespace) -> int:
     # Only the options the user gave: the rest keep their defaults (options.py).
     given = {
         key: getattr(args, key)
-        for key in ("backlog", "max_connections", "recbuf", "sndbuf", "threads", "shards")
+        for key in (
+            "backlog",
+            "max_connections",
+            "recbuf",
+            "sndbuf",
+            "threads",
+            "max_url_length",
+            "shards",
+        )
         if getattr(args, key) is not None
     }
     if args.no_fsync:

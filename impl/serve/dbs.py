@@ -1,6 +1,6 @@
 """Server and database endpoints: ``/``, ``/_all_dbs``, ``/_uuids``, ``/_up``,
 ``PUT|GET|DELETE /{db}``, ``_all_docs``, ``_bulk_docs``, ``_bulk_get``,
-``_revs_diff``, ``_compact`` and ``_ensure_full_commit``.
+``_revs_diff``, ``_revs_limit``, ``_compact`` and ``_ensure_full_commit``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from settee.serve import revs
 from settee.serve.docs import check_doc, handle_post_doc, new_doc_id
 from settee.serve.protocol import (
     HTTPError,
+    decode_json,
     decode_object,
     method_not_allowed,
     query_bool,
@@ -40,6 +41,7 @@ __all__ = [
     "handle_db",
     "handle_ensure_full_commit",
     "handle_revs_diff",
+    "handle_revs_limit",
     "handle_root",
     "handle_uuids",
 ]
@@ -327,6 +329,20 @@ async def handle_revs_diff(
     require_json_content(request.headers)
     raw = await state.read_body(request)
     return respond(await state.run(_revs_diff, entry.db, raw))
+
+
+async def handle_revs_limit(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``GET`` the database's ``revs_limit``; ``PUT`` a positive integer to change it."""
+    _only(request, "GET,PUT")
+    if request.method != "PUT":
+        return respond(reply(200, entry.db.config["revs_limit"]))
+    limit = await state.run(decode_json, await state.read_body(request))
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise HTTPError(400, "bad_request", "The revs_limit must be a positive integer.")
+    await state.run(state.registry.set_revs_limit, entry.name, limit)
+    return respond(reply(200, {"ok": True}))
 
 
 # -- maintenance --------------------------------------------------------------------------------

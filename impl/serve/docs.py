@@ -49,6 +49,10 @@ _SPECIAL = {
 }
 
 
+#: The longest ``Location`` header sent (the header-line limit of common HTTP stacks).
+MAX_LOCATION = 8192
+
+
 def new_doc_id() -> str:
     """An id for a document that came without one: the engine's own (CouchDB's
     ``sequential`` couch_uuids algorithm, ``settee.spec.docids``)."""
@@ -207,7 +211,10 @@ def _delete_doc(
 
 def _written(status: int, result: dict[str, Any], location: str | None = None) -> web.Response:
     headers = {"ETag": etag(result["rev"])}
-    if location is not None:
+    # Clients refuse longer header lines (Python's http.client above 64 KiB), which would
+    # make a write of a very long id look failed. A 201 without Location names the
+    # request's own URL (RFC 9110 §15.3.2), and the body carries the id.
+    if location is not None and len(location) <= MAX_LOCATION:
         headers["Location"] = location
     return respond(reply(status, result, headers))
 

@@ -21,7 +21,7 @@ from typing import Any
 from settee.serve.protocol import HTTPError
 from settee.spec.errors import Conflict, NotFound
 
-__all__ = ["LocalDocs", "local_rev"]
+__all__ = ["LocalDocs", "local_rev", "write_json_durably"]
 
 _META = ("_id", "_rev", "_deleted", "_revisions")
 
@@ -31,6 +31,26 @@ def local_rev(value: Any) -> int:
     if isinstance(value, str) and value.startswith("0-") and value[2:].isdigit():
         return int(value[2:])
     raise HTTPError(400, "bad_request", f"Invalid rev format {value!r} for a _local document")
+
+
+def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
+    """Replace the file ``path`` with ``value`` as JSON: write a temporary file, fsync,
+    rename over, fsync the directory, so a crash leaves the old file or the new one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    # The rename must not reach disk before the new file's bytes do: fsync first.
+    os.replace(tmp, path)
+    if fsync:
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class LocalDocs:
@@ -80,21 +100,7 @@ class LocalDocs:
         return new
 
     def _save(self, docs: dict[str, Any]) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"docs": docs}, f, ensure_ascii=False, separators=(",", ":"))
-            if self._fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        # The rename must not reach disk before the new file's bytes do: fsync first.
-        os.replace(tmp, self.path)
-        if self._fsync:
-            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        write_json_durably(self.path, {"docs": docs}, fsync=self._fsync)
 
     def destroy(self) -> None:
         """Forget every local document (the database is being deleted)."""

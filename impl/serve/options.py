@@ -33,6 +33,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "sndbuf": None,  # SO_SNDBUF bytes; None: never set (kernel autotuning)
         # requests
         "max_request_size": 4 * 1024**3,  # body bytes (CouchDB max_http_request_size)
+        # URL bytes (CouchDB [httpd] max_uri_length): the engine takes ids of any length,
+        # and a document must be reachable at /{db}/{id}, so far above the usual 8 KiB.
+        "max_url_length": 1024**2,
         "threads": 16,  # worker threads for engine calls (never on the event loop)
         "changes_timeout": 60_000,  # ms a longpoll/continuous feed waits at most
         # databases (passed to settee.open; shards only when a database is created)
@@ -45,7 +48,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
 )
 
 _POSITIVE_INTS = ("backlog", "max_connections", "recbuf", "sndbuf", "max_request_size")
-_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout")
+_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout", "max_url_length")
 #: Options whose value settee.open validates itself.
 DB_OPTIONS = ("shards", "fsync", "read_mode", "revs_limit", "max_document_size")
 

@@ -4,6 +4,7 @@
 <dir>/
   <name>/             a settee database (``/`` in a name is stored as ``%2F``)
   _local/<name>.json  its _local documents (local.py)
+  _settings/<name>.json  its settings the engine does not store (``revs_limit``)
 ```
 
 CouchDB database names start with a lowercase letter, so ``_local`` never
@@ -15,6 +16,8 @@ fsync): the app calls them on its worker threads, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -25,7 +28,7 @@ from typing import Any
 
 import settee
 from settee.layout import META_NAME
-from settee.serve.local import LocalDocs
+from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
 
@@ -117,14 +120,46 @@ class Registry:
         if entry is not None:
             return entry
         with self._lock:
-            self._check_running()
-            entry = self._open.get(name)
-            if entry is None:
-                if not self._exists(name):
-                    raise db_missing()
-                db = settee.open(self._path(name), **db_options(self.options, creating=False))
-                entry = self._open[name] = DbEntry(name, db, self._local(name))
-            return entry
+            return self._opened(name)
+
+    def _opened(self, name: str) -> DbEntry:
+        """The entry of ``name``, opening it first if needed (holding the lock)."""
+        self._check_running()
+        entry = self._open.get(name)
+        if entry is None:
+            if not self._exists(name):
+                raise db_missing()
+            db = settee.open(self._path(name), **self._reopen_options(name))
+            entry = self._open[name] = DbEntry(name, db, self._local(name))
+        return entry
+
+    def _settings_path(self, name: str) -> str:
+        return os.path.join(self.root, "_settings", _dir_name(name) + ".json")
+
+    def _reopen_options(self, name: str) -> dict[str, Any]:
+        """``settee.open`` options for an existing database: the server's, with the
+        database's stored ``revs_limit``."""
+        opts = db_options(self.options, creating=False)
+        try:
+            with open(self._settings_path(name), encoding="utf-8") as f:
+                opts["revs_limit"] = json.load(f)["revs_limit"]
+        except FileNotFoundError:
+            pass
+        return opts
+
+    def set_revs_limit(self, name: str, limit: int) -> None:
+        """CouchDB's ``PUT /{db}/_revs_limit``. The engine takes ``revs_limit`` per
+        session, so it is stored beside the database and the database is reopened with it
+        (requests that are using the old session at that moment fail: set it before use)."""
+        check_db_name(name)
+        with self._lock:
+            entry = self._opened(name)
+            write_json_durably(
+                self._settings_path(name), {"revs_limit": limit}, fsync=self.options["fsync"]
+            )
+            if entry.db.config["revs_limit"] != limit:
+                entry.db.close()
+                entry.db = settee.open(self._path(name), **self._reopen_options(name))
 
     def create(self, name: str, shards: int | None = None) -> None:
         """Create ``name``; 412 ``file_exists`` when it already exists."""
@@ -137,6 +172,7 @@ class Registry:
                     "file_exists",
                     "The database could not be created, the file already exists.",
                 )
+            self._forget_settings(name)
             opts = db_options(self.options, creating=True)
             if shards is not None:
                 opts["shards"] = shards
@@ -160,6 +196,11 @@ class Registry:
                 os.remove(meta)
             shutil.rmtree(self._path(name), ignore_errors=True)
             (entry.local if entry is not None else self._local(name)).destroy()
+            self._forget_settings(name)
+
+    def _forget_settings(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._settings_path(name))
 
     def names(self) -> list[str]:
         """Every database, sorted."""

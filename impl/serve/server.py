@@ -151,6 +151,7 @@ class ServerHandle:
                 handler_cancellation=True,
                 access_log=None,
                 read_bufsize=READ_BUFSIZE,
+                max_line_size=self.options["max_url_length"],
             )
             sock = listening_socket(self.host, port, self.options)
             backlog = self.options["backlog"]
