@@ -8,7 +8,8 @@ any CouchDB-compatible server (``settee serve``, CouchDB, pouchdb-server)::
 ``SETTEE_HTTP_URL`` (default ``http://127.0.0.1:5984``), read at each ``open``.
 Requests, connections and error replies are ``settee.httpclient``'s (standard
 library only): 409 is ``Conflict``, 404 ``NotFound`` with the server's reason,
-400/413/414/415/431 ``BadRequest``, anything else ``SetteeError``.
+400/413/414/415/431 ``BadRequest``, anything else ``SetteeError``. URLs, the
+documents sent and the answers' shapes are ``settee.httpwire``'s.
 
 One database per path
     The server database is named after the absolute path (``settee-`` and 16 hex
@@ -80,6 +81,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
+from settee import httpwire
 from settee.httpclient import Client, Server, encode_json, error_for
 from settee.spec.arguments import (
     check_bool,
@@ -95,7 +97,6 @@ from settee.spec.arguments import (
 from settee.spec.config import OPTIONS, validate_options
 from settee.spec.docs import ValidDoc, validate_doc
 from settee.spec.errors import BadRequest, SetteeError
-from settee.spec.revs import parse_rev
 from settee.spec.values import describe
 
 __all__ = ["DEFAULT_URL", "MARKER", "URL_ENV", "Database", "cleanup", "database_name", "open"]
@@ -106,9 +107,6 @@ DEFAULT_URL = "http://127.0.0.1:5984"
 MARKER = "settee-http.json"
 #: Seconds ``compact`` waits for the server to finish compacting.
 COMPACT_TIMEOUT = 300.0
-#: The largest count sent; any larger one means the same (no database holds more rows,
-#: no revision tree is deeper), and servers parse counts as 64-bit or double numbers.
-MAX_COUNT = 2**63 - 1
 
 
 def open(path: str, **options: Any) -> Database:
@@ -184,7 +182,7 @@ class Database:
                 )
             self._check(status, body, "GET", self._base)
         if "revs_limit" in explicit:
-            self._set_revs_limit(_count(self.config["revs_limit"]))
+            self._set_revs_limit(httpwire.count(self.config["revs_limit"]))
         _SCRATCH.opened(self.name)
 
     def _set_revs_limit(self, limit: int | None) -> None:
@@ -256,9 +254,9 @@ class Database:
         """``PUT /db/{id}``; raises Conflict, BadRequest."""
         self._check_open()
         valid = self._validate(doc, new_edits=True)
-        body = _wire_doc(valid, new_edits=True, with_id=False)
-        answer = self._call("PUT", _doc_path(valid.id), body)
-        return _ordered(answer, _RESULT_ORDER)
+        body = httpwire.wire_doc(valid, new_edits=True, with_id=False)
+        answer = self._call("PUT", httpwire.doc_path(valid.id), body)
+        return httpwire.result(answer)
 
     def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
         """``DELETE /db/{id}?rev=``; raises NotFound, Conflict, BadRequest."""
@@ -266,7 +264,7 @@ class Database:
         doc_id = validate_docid(doc_id)
         rev = check_optional_rev(rev)
         query = "" if rev is None else "?rev=" + quote(rev, safe="")
-        return _ordered(self._call("DELETE", _doc_path(doc_id) + query), _RESULT_ORDER)
+        return httpwire.result(self._call("DELETE", httpwire.doc_path(doc_id) + query))
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """``POST /db/_bulk_docs``; one result per doc (only errors with new_edits=False)."""
@@ -275,10 +273,10 @@ class Database:
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
         valid = [self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs]
-        wire = [_wire_doc(v, new_edits=new_edits, with_id=True) for v in valid]
+        wire = [httpwire.wire_doc(v, new_edits=new_edits, with_id=True) for v in valid]
         body = {"docs": wire, "new_edits": new_edits}
         answer = self._call("POST", "/_bulk_docs", body)
-        return [_ordered(entry, _RESULT_ORDER) for entry in _list(answer, "_bulk_docs")]
+        return [httpwire.result(entry) for entry in httpwire.array(answer, "_bulk_docs")]
 
     def _validate(self, doc: Any, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         return validate_doc(
@@ -301,7 +299,7 @@ class Database:
             "revs": check_bool("revs", revs) or None,
             "conflicts": check_bool("conflicts", conflicts) or None,
         }
-        return _doc(self._call("GET", _doc_path(doc_id) + _query(params)))
+        return httpwire.doc(self._call("GET", httpwire.doc_path(doc_id) + httpwire.query(params)))
 
     def all_docs(
         self,
@@ -320,8 +318,8 @@ class Database:
         checked_keys = check_keys(keys)
         params: dict[str, Any] = {
             "include_docs": check_bool("include_docs", include_docs) or None,
-            "limit": _count(check_count("limit", limit, optional=True)),
-            "skip": _count(check_count("skip", skip, optional=False)) or None,
+            "limit": httpwire.count(check_count("limit", limit, optional=True)),
+            "skip": httpwire.count(check_count("skip", skip, optional=False)) or None,
             "descending": check_bool("descending", descending) or None,
         }
         inclusive_end = check_bool("inclusive_end", inclusive_end)
@@ -329,15 +327,17 @@ class Database:
             raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
         if checked_keys is not None:
             # With keys, the bounds and inclusive_end play no part (SEMANTICS.md §8.2).
-            answer = self._call("POST", "/_all_docs" + _query(params), {"keys": checked_keys})
+            answer = self._call(
+                "POST", "/_all_docs" + httpwire.query(params), {"keys": checked_keys}
+            )
         else:
             params["startkey"] = None if startkey is None else encode_json(startkey).decode()
             params["endkey"] = None if endkey is None else encode_json(endkey).decode()
             params["inclusive_end"] = None if inclusive_end else False
-            answer = self._call("GET", "/_all_docs" + _query(params))
+            answer = self._call("GET", "/_all_docs" + httpwire.query(params))
         if isinstance(answer, dict) and isinstance(answer.get("rows"), list):
-            answer = {**answer, "rows": [_row(row) for row in answer["rows"]]}
-        return _ordered(answer, ("total_rows", "offset", "rows"))
+            answer = {**answer, "rows": [httpwire.row(row) for row in answer["rows"]]}
+        return httpwire.ordered(answer, ("total_rows", "offset", "rows"))
 
     def changes(
         self, since: Any = 0, limit: Any = None, include_docs: Any = False
@@ -346,15 +346,15 @@ class Database:
         self._check_open()
         since = check_since(since)
         params = {
-            "since": _since_text(since),
-            "limit": _count(check_count("limit", limit, optional=True)),
+            "since": httpwire.since_text(since),
+            "limit": httpwire.count(check_count("limit", limit, optional=True)),
             "include_docs": check_bool("include_docs", include_docs) or None,
         }
-        answer = self._call("GET", "/_changes" + _query(params))
-        rows = _list(_field(answer, "results", "_changes"), "_changes results")
+        answer = self._call("GET", "/_changes" + httpwire.query(params))
+        rows = httpwire.array(httpwire.field(answer, "results", "_changes"), "_changes results")
         return {
-            "results": [_change(row) for row in rows],
-            "last_seq": _field(answer, "last_seq", "_changes"),
+            "results": [httpwire.change(row) for row in rows],
+            "last_seq": httpwire.field(answer, "last_seq", "_changes"),
         }
 
     def revs_diff(self, request: Any) -> dict[str, Any]:
@@ -363,17 +363,19 @@ class Database:
         answer = self._call("POST", "/_revs_diff", check_revs_diff(request))
         if not isinstance(answer, dict):
             raise SetteeError(f"_revs_diff answered {describe(answer)}, not an object")
-        return {k: _ordered(v, ("missing", "possible_ancestors")) for k, v in answer.items()}
+        return {
+            k: httpwire.ordered(v, ("missing", "possible_ancestors")) for k, v in answer.items()
+        }
 
     def info(self) -> dict[str, Any]:
         """``GET /db``: counts, the update seq token and sizes (the server's own)."""
         self._check_open()
         answer = self._call("GET", "")
         return {
-            "doc_count": _field(answer, "doc_count", "GET /db"),
-            "doc_del_count": _field(answer, "doc_del_count", "GET /db"),
-            "update_seq": _field(answer, "update_seq", "GET /db"),
-            "sizes": _sizes(answer),
+            "doc_count": httpwire.field(answer, "doc_count", "GET /db"),
+            "doc_del_count": httpwire.field(answer, "doc_del_count", "GET /db"),
+            "update_seq": httpwire.field(answer, "update_seq", "GET /db"),
+            "sizes": httpwire.sizes(answer),
         }
 
     def compact(self) -> None:
@@ -393,129 +395,6 @@ class Database:
     def _compacting(self) -> bool:
         answer = self._call("GET", "")
         return isinstance(answer, dict) and bool(answer.get("compact_running"))
-
-
-# -- requests: paths, queries, documents ----------------------------------------------------------
-
-
-def _doc_path(doc_id: str) -> str:
-    """``/{id}`` with every character quoted (``/`` too), but ``_design/`` kept as
-    CouchDB routes design documents by it."""
-    if doc_id.startswith("_design/"):
-        return "/_design/" + quote(doc_id[len("_design/") :], safe="")
-    return "/" + quote(doc_id, safe="")
-
-
-def _query(params: dict[str, Any]) -> str:
-    """``?a=1&b=true`` of the parameters that are not None (JSON spelling of values)."""
-    parts = []
-    for name, value in params.items():
-        if value is None:
-            continue
-        text = value if isinstance(value, str) else json.dumps(value)
-        parts.append(f"{name}={quote(text, safe='')}")
-    return "?" + "&".join(parts) if parts else ""
-
-
-def _count(value: int | None) -> int | None:
-    return None if value is None else min(value, MAX_COUNT)
-
-
-def _since_text(since: int | str) -> str:
-    """A since token as sent. No server returns a token that a URL cannot carry (an int
-    too long for a decimal spelling, a str that is not valid Unicode): refused as the
-    engine refuses any unknown token."""
-    try:
-        text = since if isinstance(since, str) else str(since)
-        text.encode("utf-8")
-    except (ValueError, UnicodeEncodeError):  # str(): beyond sys.get_int_max_str_digits()
-        raise BadRequest(
-            f"since={describe(since)} is not a token this database returned: "
-            "use 0, 'now' or a seq/last_seq/update_seq token"
-        ) from None
-    return text
-
-
-def _wire_doc(valid: ValidDoc, *, new_edits: bool, with_id: bool) -> dict[str, Any]:
-    """The validated document as sent: ``_rev`` (the edited parent, or with
-    ``new_edits=False`` the stored leaf and its ``_revisions`` path), ``_deleted`` when
-    true, then the normalised body. An interactive edit sends no ``_revisions``: settee
-    reads only its first revision, CouchDB would also merge the claimed ancestors."""
-    doc: dict[str, Any] = {"_id": valid.id} if with_id else {}
-    if valid.rev is not None:
-        doc["_rev"] = valid.rev
-    if not new_edits:
-        start = parse_rev(valid.revisions[0])[0]
-        doc["_revisions"] = {"start": start, "ids": [parse_rev(r)[1] for r in valid.revisions]}
-    if valid.deleted:
-        doc["_deleted"] = True
-    return doc | valid.body
-
-
-# -- answers: the engine's shapes ---------------------------------------------------------------
-
-_DOC_HEAD = ("_id", "_rev")
-_DOC_TAIL = ("_deleted", "_revisions", "_conflicts")
-_RESULT_ORDER = ("ok", "id", "rev", "error", "reason")
-_ROW_ORDER = ("id", "key", "value", "error", "doc")
-_CHANGE_ORDER = ("seq", "id", "changes", "deleted", "doc")
-
-
-def _ordered(value: Any, first: tuple[str, ...], last: tuple[str, ...] = ()) -> Any:
-    """``value`` (if an object) with the members ``first`` in front and ``last`` at the
-    end, the others between in the server's order; nothing added or dropped."""
-    if not isinstance(value, dict):
-        return value
-    out = {k: value[k] for k in first if k in value}
-    out.update((k, v) for k, v in value.items() if k not in out and k not in last)
-    out.update((k, value[k]) for k in last if k in value)
-    return out
-
-
-def _doc(doc: Any) -> Any:
-    """A document in ``render_doc``'s member order."""
-    return _ordered(doc, _DOC_HEAD, _DOC_TAIL)
-
-
-def _row(row: Any) -> Any:
-    """An ``_all_docs`` row in the engine's member order."""
-    row = _ordered(row, _ROW_ORDER)
-    if isinstance(row, dict):
-        if "value" in row:
-            row["value"] = _ordered(row["value"], ("rev", "deleted"))
-        if "doc" in row:
-            row["doc"] = _doc(row["doc"])
-    return row
-
-
-def _change(row: Any) -> Any:
-    """A ``_changes`` row in the engine's member order."""
-    row = _ordered(row, _CHANGE_ORDER)
-    if isinstance(row, dict) and "doc" in row:
-        row["doc"] = _doc(row["doc"])
-    return row
-
-
-def _field(answer: Any, name: str, where: str) -> Any:
-    """``answer[name]``; a SetteeError naming what the server left out."""
-    if not isinstance(answer, dict) or name not in answer:
-        raise SetteeError(f"{where} answered without {name!r}: {describe(answer)}")
-    return answer[name]
-
-
-def _list(answer: Any, where: str) -> list[Any]:
-    if not isinstance(answer, list):
-        raise SetteeError(f"{where} answered {describe(answer)}, not a list")
-    return answer
-
-
-def _sizes(info: dict[str, Any]) -> dict[str, Any]:
-    """``{"file", "active"}``: CouchDB 2+'s ``sizes``, else 1.x's ``disk_size`` and
-    ``data_size`` (sizes are each implementation's own; the proof never compares them)."""
-    sizes = info.get("sizes")
-    if isinstance(sizes, dict):
-        return {"file": sizes.get("file"), "active": sizes.get("active")}
-    return {"file": info.get("disk_size"), "active": info.get("data_size")}
 
 
 # -- the databases this process created ---------------------------------------------------------
