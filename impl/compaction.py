@@ -154,7 +154,6 @@ class _Copier:
         self.file.path = shard.path
         shard.swap_file(self.file)
 
-
     def _check_reopens_to_its_header(self) -> None:
         """The header scan that a reopen runs (the commit walker's) must find exactly the
         header just written: otherwise the rename would replace a good file with one
