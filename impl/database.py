@@ -26,10 +26,9 @@ from settee.layout import (
 from settee.shard import Shard, ShardIdentity
 from settee.spec import revtree
 from settee.spec.arguments import (
+    check_all_docs,
     check_bool,
     check_count,
-    check_key,
-    check_keys,
     check_optional_rev,
     check_path,
     check_revs_diff,
@@ -262,18 +261,9 @@ class Database:
     ) -> dict[str, Any]:
         """CouchDB's ``_all_docs``: rows in raw code-point id order (SEMANTICS.md §8)."""
         self._check_open()
-        query = views.AllDocsQuery(
-            startkey=check_key("startkey", startkey),
-            endkey=check_key("endkey", endkey),
-            keys=check_keys(keys),
-            include_docs=check_bool("include_docs", include_docs),
-            limit=check_count("limit", limit, optional=True),
-            skip=check_count("skip", skip, optional=False) or 0,
-            descending=check_bool("descending", descending),
-            inclusive_end=check_bool("inclusive_end", inclusive_end),
+        query = check_all_docs(
+            startkey, endkey, keys, include_docs, limit, skip, descending, inclusive_end
         )
-        if query.keys and (query.startkey is not None or query.endkey is not None):
-            raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
         snaps = self._snapshots()
         return views.all_docs(snaps, query)
 

@@ -84,10 +84,9 @@ from urllib.parse import quote
 from settee import httpwire
 from settee.httpclient import Client, Server, encode_json, error_for
 from settee.spec.arguments import (
+    check_all_docs,
     check_bool,
     check_count,
-    check_key,
-    check_keys,
     check_optional_rev,
     check_path,
     check_revs_diff,
@@ -314,26 +313,22 @@ class Database:
     ) -> dict[str, Any]:
         """``GET /db/_all_docs`` (``POST`` with ``{"keys"}``), JSON-encoded bounds."""
         self._check_open()
-        startkey, endkey = check_key("startkey", startkey), check_key("endkey", endkey)
-        checked_keys = check_keys(keys)
+        q = check_all_docs(
+            startkey, endkey, keys, include_docs, limit, skip, descending, inclusive_end
+        )
         params: dict[str, Any] = {
-            "include_docs": check_bool("include_docs", include_docs) or None,
-            "limit": httpwire.count(check_count("limit", limit, optional=True)),
-            "skip": httpwire.count(check_count("skip", skip, optional=False)) or None,
-            "descending": check_bool("descending", descending) or None,
+            "include_docs": q.include_docs or None,
+            "limit": httpwire.count(q.limit),
+            "skip": httpwire.count(q.skip) or None,
+            "descending": q.descending or None,
         }
-        inclusive_end = check_bool("inclusive_end", inclusive_end)
-        if checked_keys and (startkey is not None or endkey is not None):
-            raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
-        if checked_keys is not None:
+        if q.keys is not None:
             # With keys, the bounds and inclusive_end play no part (SEMANTICS.md §8.2).
-            answer = self._call(
-                "POST", "/_all_docs" + httpwire.query(params), {"keys": checked_keys}
-            )
+            answer = self._call("POST", "/_all_docs" + httpwire.query(params), {"keys": q.keys})
         else:
-            params["startkey"] = None if startkey is None else encode_json(startkey).decode()
-            params["endkey"] = None if endkey is None else encode_json(endkey).decode()
-            params["inclusive_end"] = None if inclusive_end else False
+            params["startkey"] = None if q.startkey is None else encode_json(q.startkey).decode()
+            params["endkey"] = None if q.endkey is None else encode_json(q.endkey).decode()
+            params["inclusive_end"] = None if q.inclusive_end else False
             answer = self._call("GET", "/_all_docs" + httpwire.query(params))
         if isinstance(answer, dict) and isinstance(answer.get("rows"), list):
             answer = {**answer, "rows": [httpwire.row(row) for row in answer["rows"]]}

@@ -12,32 +12,18 @@ import heapq
 import itertools
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from settee.docinfo import DocInfo
 from settee.snapshot import Snapshot
 from settee.spec import revtree
+from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
 from settee.spec.revs import rev_pos
 from settee.spec.routing import shard_of
 from settee.tokens import decode_token, encode_token
 
-__all__ = ["AllDocsQuery", "all_docs", "changes", "revs_diff_entry"]
-
-
-@dataclass(frozen=True, slots=True)
-class AllDocsQuery:
-    """The checked arguments of ``all_docs``."""
-
-    startkey: str | None
-    endkey: str | None
-    keys: list[str] | None
-    include_docs: bool
-    limit: int | None
-    skip: int
-    descending: bool
-    inclusive_end: bool
+__all__ = ["all_docs", "changes", "revs_diff_entry"]
 
 
 def _winner_doc(snap: Snapshot, info: DocInfo) -> dict[str, Any]:
@@ -46,7 +32,7 @@ def _winner_doc(snap: Snapshot, info: DocInfo) -> dict[str, Any]:
     return render_doc(info.id, winner, info.tree[winner][1], body)
 
 
-def all_docs(snaps: list[Snapshot], query: AllDocsQuery) -> dict[str, Any]:
+def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
     total = sum(snap.counts()[0] for snap in snaps)
     if query.keys is not None:
         rows = _key_rows(snaps, query)
@@ -60,7 +46,7 @@ def all_docs(snaps: list[Snapshot], query: AllDocsQuery) -> dict[str, Any]:
     return {"total_rows": total, "offset": offset, "rows": rows}
 
 
-def _range_rows(snaps: list[Snapshot], query: AllDocsQuery) -> list[dict[str, Any]]:
+def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
     streams = [_live_docs(snap, query) for snap in snaps]
     merged = heapq.merge(*streams, key=lambda pair: pair[1].id, reverse=query.descending)
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
@@ -73,7 +59,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsQuery) -> list[dict[str, An
     return rows
 
 
-def _live_docs(snap: Snapshot, query: AllDocsQuery) -> Iterator[tuple[Snapshot, DocInfo]]:
+def _live_docs(snap: Snapshot, query: AllDocsArgs) -> Iterator[tuple[Snapshot, DocInfo]]:
     folded = snap.fold_docs(
         query.startkey,
         query.endkey,
@@ -85,7 +71,7 @@ def _live_docs(snap: Snapshot, query: AllDocsQuery) -> Iterator[tuple[Snapshot, 
             yield snap, info
 
 
-def _key_rows(snaps: list[Snapshot], query: AllDocsQuery) -> list[dict[str, Any]]:
+def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
     keys = list(query.keys or [])
     if query.descending:
         keys.reverse()

@@ -9,6 +9,7 @@ before any I/O with a ``BadRequest`` that names the argument and the fix
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.docs import validate_docid
@@ -17,6 +18,8 @@ from settee.spec.revs import check_rev
 from settee.spec.values import describe, is_int, plain_int, plain_str
 
 __all__ = [
+    "AllDocsArgs",
+    "check_all_docs",
     "check_bool",
     "check_count",
     "check_key",
@@ -161,3 +164,46 @@ def _unicode(name: str, value: str) -> str:
             f"{name} {describe(value)} is not valid Unicode (lone surrogate)"
         ) from None
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class AllDocsArgs:
+    """The checked arguments of ``all_docs``."""
+
+    startkey: str | None
+    endkey: str | None
+    keys: list[str] | None
+    include_docs: bool
+    limit: int | None
+    skip: int
+    descending: bool
+    inclusive_end: bool
+
+
+def check_all_docs(
+    startkey: Any,
+    endkey: Any,
+    keys: Any,
+    include_docs: Any,
+    limit: Any,
+    skip: Any,
+    descending: Any,
+    inclusive_end: Any,
+) -> AllDocsArgs:
+    """Every ``all_docs`` argument checked, or BadRequest naming the first bad one.
+
+    raises: BadRequest
+    """
+    args = AllDocsArgs(
+        startkey=check_key("startkey", startkey),
+        endkey=check_key("endkey", endkey),
+        keys=check_keys(keys),
+        include_docs=check_bool("include_docs", include_docs),
+        limit=check_count("limit", limit, optional=True),
+        skip=check_count("skip", skip, optional=False) or 0,
+        descending=check_bool("descending", descending),
+        inclusive_end=check_bool("inclusive_end", inclusive_end),
+    )
+    if args.keys and (args.startkey is not None or args.endkey is not None):
+        raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
+    return args
