@@ -340,24 +340,38 @@ class BTree:
         Descending: from ``start`` DOWN to ``end``, i.e. ``start >= key >= end``
         (``> end`` without inclusive_end). None means unbounded.
         """
+        for chunk in self.fold_chunks(
+            start, end, descending=descending, inclusive_end=inclusive_end
+        ):
+            for e in chunk:
+                yield e[0], e[1]
+
+    def fold_chunks(
+        self,
+        start: Key | None = None,
+        end: Key | None = None,
+        *,
+        descending: bool = False,
+        inclusive_end: bool = True,
+    ) -> Iterator[list[Entry]]:
+        """``fold``'s entries a leaf at a time: lists of ``[key, value]`` in fold
+        order, each a new list (the entries themselves are shared with the cache).
+        A caller that filters or counts rows does it per list, not per generator step.
+        """
         if self._root is None:
             return iter(())
         if descending:
-            return self._fold_rev(start, end, inclusive_end)
-        return self._fold_fwd(start, end, inclusive_end)
+            return self._chunks_rev(start, end, inclusive_end)
+        return self._chunks_fwd(start, end, inclusive_end)
 
-    def _fold_fwd(
-        self, start: Key | None, end: Key | None, incl: bool
-    ) -> Iterator[tuple[Key, Any]]:
-        assert self._root is not None  # fold() handles the empty tree
+    def _chunks_fwd(self, start: Key | None, end: Key | None, incl: bool) -> Iterator[list[Entry]]:
+        assert self._root is not None  # fold_chunks() handles the empty tree
         for keys, entries, i in self._leaves_fwd(self._root[0], start, end):
             if end is None:
-                for e in entries[i:]:
-                    yield e[0], e[1]
+                yield entries[i:]
                 continue
             stop = bisect_right(keys, end) if incl else bisect_left(keys, end)
-            for e in entries[i:stop]:
-                yield e[0], e[1]
+            yield entries[i:stop]
             if stop < len(keys):
                 return
 
@@ -373,17 +387,13 @@ class BTree:
             if end is not None and keys[c] >= end:
                 return
 
-    def _fold_rev(
-        self, start: Key | None, end: Key | None, incl: bool
-    ) -> Iterator[tuple[Key, Any]]:
-        assert self._root is not None  # fold() handles the empty tree
+    def _chunks_rev(self, start: Key | None, end: Key | None, incl: bool) -> Iterator[list[Entry]]:
+        assert self._root is not None  # fold_chunks() handles the empty tree
         for keys, entries, hi in self._leaves_rev(self._root[0], start, end, incl):
             lo = 0
             if end is not None:
                 lo = bisect_left(keys, end) if incl else bisect_right(keys, end)
-            for i in range(hi - 1, lo - 1, -1):
-                e = entries[i]
-                yield e[0], e[1]
+            yield entries[lo:hi][::-1]
             if lo > 0:
                 return
 
@@ -424,19 +434,30 @@ class BTree:
     def _reduce_upto(self, key: Key, *, inclusive: bool) -> Any:
         if self._root is None:
             return self._reduce([])
+        reds, leaf = self.split_reductions(key, inclusive=inclusive)
+        if not reds:
+            return self._reduce(leaf)
+        reds.append(self._reduce(leaf))
+        return self._rereduce(reds)
+
+    def split_reductions(self, key: Key, *, inclusive: bool) -> tuple[list[Any], list[Entry]]:
+        """What the entries below ``key`` (at or below, if ``inclusive``) reduce from:
+        the stored reductions of the subtrees wholly before it, and the entries of
+        the one leaf it falls in. A caller that needs one figure of a reduction
+        (a count) sums it from these without building the whole reduction."""
         reds: list[Any] = []
+        if self._root is None:
+            return reds, []
         pos = self._root[0]
         while True:
             is_kp, keys, entries = self.node(pos)
             i = bisect_right(keys, key) if inclusive else bisect_left(keys, key)
             if not is_kp:
-                reds.append(self._reduce(entries[:i]))
-                break
-            reds.extend(e[2] for e in entries[:i])
+                return reds, entries[:i]
+            reds.extend([e[2] for e in entries[:i]])
             if i == len(entries):
-                break
+                return reds, []
             pos = entries[i][1]
-        return reds[0] if len(reds) == 1 else self._rereduce(reds)
 
     # -- writes ----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ beyond the pure spec functions (revision ids, tree merge, winner, stemming).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from settee.spec import revtree
@@ -25,7 +25,6 @@ from settee.spec.revs import new_rev
 __all__ = ["DocInfo", "Edit", "apply_edit"]
 
 
-@dataclass(frozen=True, slots=True)
 class DocInfo:
     """Everything ``by_id`` keeps about one document.
 
@@ -35,23 +34,50 @@ class DocInfo:
     revisions after compaction have none);
     ``active`` is the encoded size of the leaf bodies, summed into
     ``info()["sizes"]["active"]``.
+
+    Read-only by convention, not enforced: every read builds one per row, and a
+    frozen dataclass's ``__init__`` (``object.__setattr__`` per field) cost more
+    than the rest of a range row. Nothing assigns to an info after building it.
     """
 
-    id: str
-    seq: int
-    deleted: bool
-    tree: dict[str, list[Any]]
-    bodies: dict[str, list[int]]
-    active: int
-    #: The winner, computed on first use: reads ask for it several times per row.
-    _winner: str | None = field(default=None, init=False, repr=False, compare=False)
+    __slots__ = ("_winner", "active", "bodies", "deleted", "id", "seq", "tree")
+
+    def __init__(
+        self,
+        id: str,
+        seq: int,
+        deleted: bool,
+        tree: dict[str, list[Any]],
+        bodies: dict[str, list[int]],
+        active: int,
+    ) -> None:
+        self.id = id
+        self.seq = seq
+        self.deleted = deleted
+        self.tree = tree
+        self.bodies = bodies
+        self.active = active
+        self._winner: str | None = None
+
+    def __repr__(self) -> str:
+        return f"DocInfo({self.id!r}, seq={self.seq}, deleted={self.deleted}, tree={self.tree!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DocInfo):
+            return NotImplemented
+        return self.id == other.id and self.to_value() == other.to_value()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable members: not hashable
 
     @property
     def winner(self) -> str:
+        """The winning revision, computed on first use (reads ask for it several
+        times per row); a single-revision tree is its own winner."""
         found = self._winner
         if found is None:
-            found = revtree.winner(self.tree)
-            object.__setattr__(self, "_winner", found)  # a cache: the info stays immutable
+            tree = self.tree
+            found = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
+            self._winner = found
         return found
 
     def to_value(self) -> list[Any]:

@@ -29,6 +29,7 @@ from settee.spec.format import (
     BLOCK_HEADER,
     BLOCK_SIZE,
     FORMAT_VERSION,
+    FRAME,
     FRAME_SIZE,
     MAGIC,
     ShardHeader,
@@ -175,15 +176,25 @@ class ShardFile:
         if pos <= 0 or pos % BLOCK_SIZE == 0:
             raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
         raw = self._handle.pread(pos, READ_AHEAD)
+        room = BLOCK_SIZE - pos % BLOCK_SIZE
+        if room >= FRAME_SIZE and len(raw) >= FRAME_SIZE:
+            # Fast path: a frame that ends before the next block boundary has no
+            # marker bytes inside it, so its laid-out bytes are its logical bytes.
+            span = FRAME_SIZE + FRAME.unpack_from(raw)[0]
+            if span <= room and span <= len(raw):
+                return self._decode(raw[:span], pos), pos + span
         prefix_span = laid_out_size(pos, FRAME_SIZE)
         if len(raw) < prefix_span:
             raise CorruptionError(self.path, pos, "frame prefix extends past end of file")
         span = laid_out_size(pos, frame_size(self._logical(raw[:prefix_span], pos)))
         if span > len(raw):
             raw = self._read_rest(pos, raw, span)
-        payload = decode_frame(self._logical(raw[:span], pos), path=self.path, offset=pos)
+        return self._decode(self._logical(raw[:span], pos), pos), pos + span
+
+    def _decode(self, frame: bytes, pos: int) -> Any:
+        payload = decode_frame(frame, path=self.path, offset=pos)
         try:
-            return decode_payload(payload), pos + span
+            return decode_payload(payload)
         except Exception as exc:  # crc held, so this is a writer bug or a crc collision
             raise CorruptionError(self.path, pos, f"undecodable payload: {exc}") from exc
 

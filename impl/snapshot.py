@@ -23,26 +23,20 @@ from settee.spec.errors import CorruptionError
 __all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
 
 # by_id reduction: [live docs, deleted docs, active body bytes] (FORMAT.md "Reductions").
-_LIVE, _DELETED, _ACTIVE = 0, 1, 2
+_LIVE = 0
 
 
 def _reduce_by_id(kvs: list[list[Any]]) -> list[int]:
-    live = deleted = active = 0
-    for _key, value in kvs:
-        if value[1]:
-            deleted += 1
-        else:
-            live += 1
-        active += value[4]
-    return [live, deleted, active]
+    values = [kv[1] for kv in kvs]
+    deleted = sum(1 for v in values if v[1])
+    return [len(values) - deleted, deleted, sum(v[4] for v in values)]
 
 
 def _rereduce_by_id(reds: list[list[int]]) -> list[int]:
-    return [
-        sum(r[_LIVE] for r in reds),
-        sum(r[_DELETED] for r in reds),
-        sum(r[_ACTIVE] for r in reds),
-    ]
+    if not reds:
+        return [0, 0, 0]
+    live, deleted, active = zip(*reds, strict=True)
+    return [sum(live), sum(deleted), sum(active)]
 
 
 def _reduce_by_seq(kvs: list[list[Any]]) -> int:
@@ -128,10 +122,9 @@ class Snapshot:
     def live_before(self, key: str, *, descending: bool) -> int:
         """Live documents that sort before ``key`` in fold order: the offset
         contribution of this shard, in O(log n) from stored reductions."""
-        if descending:
-            total = self.counts()[_LIVE]
-            return total - _live(self.by_id.reduce_le(key))
-        return _live(self.by_id.reduce_lt(key))
+        reds, leaf = self.by_id.split_reductions(key, inclusive=descending)
+        live = sum([r[_LIVE] for r in reds]) + sum([1 for _, v in leaf if not v[1]])
+        return self.counts()[_LIVE] - live if descending else live
 
     def counts(self) -> list[int]:
         """[live docs, deleted docs, active body bytes]."""
@@ -142,7 +135,3 @@ class Snapshot:
         """``(seq, id, winning rev, deleted)`` for every doc changed after ``since``."""
         for seq, (doc_id, rev, deleted) in self.by_seq.fold(since + 1, None):
             yield seq, doc_id, rev, deleted
-
-
-def _live(reduction: Any) -> int:
-    return 0 if reduction is None else int(reduction[_LIVE])

@@ -47,28 +47,41 @@ def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
 
 
 def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
-    streams = [_live_docs(snap, query) for snap in snaps]
-    merged = heapq.merge(*streams, key=lambda pair: pair[1].id, reverse=query.descending)
+    first = _clamp(query.skip)
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
+    streams = [_live_entries(snap, index, query) for index, snap in enumerate(snaps)]
+    # Measured: a heap merge of the shards' lazy streams beats sorting `stop` rows
+    # of every shard at once (that reads up to shards x more entries).
+    merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, reverse=query.descending)
     rows = []
-    for snap, info in itertools.islice(merged, _clamp(query.skip), stop):
-        row: dict[str, Any] = {"id": info.id, "key": info.id, "value": {"rev": info.winner}}
+    for doc_id, index, value in itertools.islice(merged, first, stop):
+        tree = value[_TREE]
+        rev = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
+        row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": rev}}
         if query.include_docs:
-            row["doc"] = _winner_doc(snap, info)
+            row["doc"] = _winner_doc(snaps[index], DocInfo.from_value(doc_id, value))
         rows.append(row)
     return rows
 
 
-def _live_docs(snap: Snapshot, query: AllDocsArgs) -> Iterator[tuple[Snapshot, DocInfo]]:
-    folded = snap.fold_docs(
+# A live by_id entry as the range merge handles it: (id, shard index, by_id value).
+# Ids are unique across shards, so tuples compare on the id alone.
+_Live = tuple[str, int, list[Any]]
+# by_id value fields read here (FORMAT.md "by_id values").
+_DELETED, _TREE = 1, 2
+
+
+def _live_entries(snap: Snapshot, index: int, query: AllDocsArgs) -> Iterator[_Live]:
+    chunks = snap.by_id.fold_chunks(
         query.startkey,
         query.endkey,
         descending=query.descending,
         inclusive_end=query.inclusive_end,
     )
-    for info in folded:
-        if not info.deleted:
-            yield snap, info
+    for chunk in chunks:
+        for doc_id, value in chunk:
+            if not value[_DELETED]:
+                yield doc_id, index, value
 
 
 def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:

@@ -417,17 +417,10 @@ def strip_markers(raw: bytes, start: int) -> tuple[bytes, bytes]:
     pre: start >= 0
     post: len(__return__[0]) + len(__return__[1]) == len(raw)
     """
-    parts: list[bytes] = []
-    markers: list[bytes] = []
-    pos, i = start, 0
-    while i < len(raw):
-        if pos % BLOCK_SIZE == 0:
-            markers.append(raw[i : i + 1])
-            i += 1
-            pos += 1
-            continue
-        take = min(BLOCK_SIZE - pos % BLOCK_SIZE, len(raw) - i)
-        parts.append(raw[i : i + take])
-        i += take
-        pos += take
-    return b"".join(parts), b"".join(markers)
+    first = -start % BLOCK_SIZE  # index in raw of the first block boundary
+    if first >= len(raw):
+        return raw, b""
+    # The marker of each boundary is one byte; the logical bytes run between them.
+    parts = [raw[:first]]
+    parts.extend(raw[i + 1 : i + BLOCK_SIZE] for i in range(first, len(raw), BLOCK_SIZE))
+    return b"".join(parts), raw[first::BLOCK_SIZE]
