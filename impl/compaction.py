@@ -62,13 +62,13 @@ def compact_shard(shard: Shard, *, revs_limit: int) -> None:
 
 def _compact(shard: Shard, revs_limit: int) -> None:
     shard._step("compact_start")
-    # reading() refuses a closed shard before the target is touched: after close()
+    # current() refuses a closed shard before the target is touched: after close()
     # another process may own this database and its own compaction target.
-    with shard.reading() as snapshot:
-        target = shard.path + COMPACT_SUFFIX
-        if shard.fs.exists(target):
-            shard.fs.remove(target)
-        copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+    snapshot = shard.current()
+    target = shard.path + COMPACT_SUFFIX
+    if shard.fs.exists(target):
+        shard.fs.remove(target)
+    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
     try:
         copier.copy_all(snapshot)
         while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:

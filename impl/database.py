@@ -140,11 +140,7 @@ class Database:
 
     def _snapshots(self) -> list[Any]:
         """Every shard's current snapshot (raises SetteeError once closed)."""
-        snaps = []
-        for shard in self.shards:
-            with shard.reading() as snap:
-                snaps.append(snap)
-        return snaps
+        return [shard.current() for shard in self.shards]
 
     def _shard(self, doc_id: str) -> Shard:
         return self.shards[shard_of(doc_id, len(self.shards))]
@@ -229,14 +225,14 @@ class Database:
         rev = check_optional_rev(rev)
         check_bool("revs", revs)
         check_bool("conflicts", conflicts)
-        with self._shard(doc_id).reading() as snap:
-            info = snap.doc_info(doc_id)
-            if info is None:
-                raise NotFound("missing")
-            if rev is None and info.deleted:
-                raise NotFound("deleted")
-            wanted = info.winner if rev is None else rev
-            body = snap.body(info, wanted) if wanted in info.tree else None
+        snap = self._shard(doc_id).current()
+        info = snap.doc_info(doc_id)
+        if info is None:
+            raise NotFound("missing")
+        if rev is None and info.deleted:
+            raise NotFound("deleted")
+        wanted = info.winner if rev is None else rev
+        body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")
         return render_doc(
@@ -284,8 +280,8 @@ class Database:
         checked = check_revs_diff(request)
         out: dict[str, Any] = {}
         for doc_id, revs in checked.items():
-            with self._shard(doc_id).reading() as snap:
-                info = snap.doc_info(doc_id)
+            snap = self._shard(doc_id).current()
+            info = snap.doc_info(doc_id)
             entry = views.revs_diff_entry(info.tree if info else None, revs)
             if entry is not None:
                 out[doc_id] = entry

@@ -23,7 +23,7 @@ import contextlib
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -253,14 +253,14 @@ class Shard:
 
     # -- reading ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[Snapshot]:
+    def current(self) -> Snapshot:
         """The snapshot to read. Never waits for the writer: in serialized mode the
         file operations themselves queue on the shard lock, as reads queued on
-        the ``couch_file`` process before CouchDB 3.5."""
+        the ``couch_file`` process before CouchDB 3.5. A plain call, not a context:
+        a read holds nothing to release (the file counts its reads in flight)."""
         if self._closed:
             raise SetteeError("database is closed; open it again with settee.open(path)")
-        yield self.snapshot
+        return self.snapshot
 
     # -- writing ------------------------------------------------------------------------------
 

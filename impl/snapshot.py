@@ -91,12 +91,15 @@ class Snapshot:
         return None if value is None else DocInfo.from_value(doc_id, value)
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:
-        """DocInfos of the ids that exist, looked up in one sorted pass."""
-        unique = sorted(set(doc_ids))
-        found = self.by_id.lookup(unique)
-        return {
-            i: DocInfo.from_value(i, v) for i, v in zip(unique, found, strict=True) if v is not None
-        }
+        """DocInfos of the ids that exist. One walk per id: measured faster than
+        ``BTree.lookup``'s shared descent for the scattered ids a multiget names."""
+        get = self.by_id.get
+        found = {}
+        for doc_id in doc_ids:
+            value = get(doc_id)
+            if value is not None:
+                found[doc_id] = DocInfo.from_value(doc_id, value)
+        return found
 
     def body(self, info: DocInfo, rev: str) -> dict[str, Any] | None:
         """The stored body of ``rev``, or None when it is not stored."""

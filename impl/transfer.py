@@ -27,18 +27,18 @@ LOAD_BATCH = 1000
 def leaf_documents(db: Database) -> Iterator[dict[str, Any]]:
     """Every leaf revision of every document, in id order within each shard."""
     for shard in db.shards:
-        with shard.reading() as snap:
-            for info in snap.fold_docs(None, None, descending=False, inclusive_end=True):
-                for leaf in reversed(revtree.leaves(info.tree)):
-                    body = snap.body(info, leaf)
-                    if body is not None:
-                        yield render_doc(
-                            info.id,
-                            leaf,
-                            info.tree[leaf][1],
-                            body,
-                            revisions=revtree.revisions(info.tree, leaf),
-                        )
+        snap = shard.current()
+        for info in snap.fold_docs(None, None, descending=False, inclusive_end=True):
+            for leaf in reversed(revtree.leaves(info.tree)):
+                body = snap.body(info, leaf)
+                if body is not None:
+                    yield render_doc(
+                        info.id,
+                        leaf,
+                        info.tree[leaf][1],
+                        body,
+                        revisions=revtree.revisions(info.tree, leaf),
+                    )
 
 
 def dump(db: Database, out: TextIO) -> int:

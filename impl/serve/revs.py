@@ -34,8 +34,7 @@ def doc_info(db: settee.Database, doc_id: str) -> DocInfo | None:
     """The document's stored summary from its shard's current snapshot."""
     validate_docid(doc_id)
     shard = db.shards[shard_of(doc_id, len(db.shards))]
-    with shard.reading() as snap:
-        return snap.doc_info(doc_id)
+    return shard.current().doc_info(doc_id)
 
 
 def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
@@ -45,8 +44,7 @@ def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
         by_shard[shard_of(doc_id, len(db.shards))].append(doc_id)
     found: dict[str, DocInfo] = {}
     for index, ids in by_shard.items():
-        with db.shards[index].reading() as snap:
-            found.update(snap.doc_infos(ids))
+        found.update(db.shards[index].current().doc_infos(ids))
     return found
 
 
