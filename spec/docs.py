@@ -105,6 +105,8 @@ def validate_docid(docid: object) -> str:
 
 
 def _check_text(text: str, where: str) -> None:
+    if text.isascii():  # no allocation; nearly every id and value
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -119,10 +121,39 @@ def _where(path: tuple[Any, ...]) -> str:
     return "doc" + "".join(parts)
 
 
-def _plain_scalar(value: Any, path: tuple[Any, ...]) -> Any:
-    """A non-container value as an exact builtin, or BadRequest naming ``path``."""
+def _plain_scalar(value: Any, path: tuple[Any, ...], key: Any) -> Any:
+    """A non-container value as an exact builtin, or BadRequest naming ``path + (key,)``.
+
+    The exact builtins come first and build no message: a body's every value passes here.
+    """
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            _check_text(value, _where((*path, key)))
+        return value
+    if kind is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise _too_big(value, (*path, key))
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise BadRequest(
+                f"{_where((*path, key))} = {value} is not a JSON number: store null or a str"
+            )
+        return value
     if value is None or value is True or value is False:
         return value
+    return _plain_subclass_scalar(value, (*path, key))
+
+
+def _too_big(number: int, path: tuple[Any, ...]) -> BadRequest:
+    return BadRequest(
+        f"{_where(path)} = {describe(number)} does not fit in 64 bits: store it as a str"
+    )
+
+
+def _plain_subclass_scalar(value: Any, path: tuple[Any, ...]) -> Any:
+    """``_plain_scalar`` for subclasses of str/int/float, and the refusal of the rest."""
     if isinstance(value, str):
         text = plain_str(value)
         _check_text(text, _where(path))
@@ -130,9 +161,7 @@ def _plain_scalar(value: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(value, int):
         number = plain_int(value)
         if not _INT_MIN <= number <= _INT_MAX:
-            raise BadRequest(
-                f"{_where(path)} = {describe(number)} does not fit in 64 bits: store it as a str"
-            )
+            raise _too_big(number, path)
         return number
     if isinstance(value, float):
         real = float.__float__(value)
@@ -143,6 +172,18 @@ def _plain_scalar(value: Any, path: tuple[Any, ...]) -> Any:
         f"{_where(path)} is a {type(value).__name__}, which JSON cannot hold: use dict, list, "
         "str, int, float, bool or None (e.g. base64-encode bytes, list a set)"
     )
+
+
+def _plain_key(key: Any, path: tuple[Any, ...]) -> str:
+    if type(key) is not str:
+        if not isinstance(key, str):
+            raise BadRequest(
+                f"{_where(path)} has key {describe(key)}: JSON object keys must be str"
+            )
+        key = plain_str(key)
+    if not key.isascii():
+        _check_text(key, f"{_where(path)} key")
+    return key
 
 
 def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -160,15 +201,10 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
             raise BadRequest(
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
-        pairs = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, value in pairs:
-            if isinstance(source, dict):
-                if not isinstance(key, str):
-                    raise BadRequest(
-                        f"{_where(path)} has key {describe(key)}: JSON object keys must be str"
-                    )
-                key = plain_str(key)
-                _check_text(key, f"{_where(path)} key")
+        is_map = isinstance(source, dict)
+        for key, value in source.items() if is_map else enumerate(source):
+            if is_map:
+                key = _plain_key(key, path)
             if isinstance(value, dict):
                 child: Any = {}
                 stack.append((value, child, depth + 1, (*path, key)))
@@ -176,7 +212,7 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
                 child = [None] * len(value)
                 stack.append((value, child, depth + 1, (*path, key)))
             else:
-                child = _plain_scalar(value, (*path, key))
+                child = _plain_scalar(value, path, key)
             target[key] = child
     return out
 
@@ -248,11 +284,12 @@ def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     special: dict[str, Any] = {}
     body: dict[str, Any] = {}
     for key, value in doc.items():
-        if not isinstance(key, str):
-            raise BadRequest(
-                f"document key {describe(key)} is not a str: JSON object keys must be str"
-            )
-        key = plain_str(key)
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise BadRequest(
+                    f"document key {describe(key)} is not a str: JSON object keys must be str"
+                )
+            key = plain_str(key)
         if not key.startswith("_"):
             body[key] = value
         elif key in READ_FIELDS:
