@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["SCHEMA", "markdown", "performance_section", "plot_all", "write_all"]
@@ -30,6 +30,7 @@ _GROUP_TITLES = [
     ("large", "Large documents vs the raw disk"),
     ("reopen", "Reopen time"),
     ("scaling", "Scaling"),
+    ("bursts", "Read latency around write bursts"),
 ]
 
 
@@ -179,12 +180,17 @@ def _targets(pairs: list[dict[str, Any]]) -> list[str]:
         t = p["target"]
         if t["kind"] == "min_ratio":
             want, got = f"A/B ≥ {t['value']:g}", f"A/B {p['ratio']:.2f}"
+        elif t["kind"] == "max_ratio":
+            want, got = f"A/B ≤ {t['value']:g}", f"A/B {p['ratio']:.2f}"
         elif t["kind"] == "a_below":
             want, got = f"A < {t['value']:g} {p['unit']}", f"A {fmt(p['a']['median'])} {p['unit']}"
+        elif t["kind"] == "p999_below":
+            p999 = p["a"].get("latency_ms", {}).get("p99.9", float("nan"))
+            want, got = f"A p99.9 < {t['value']:g} ms", f"A p99.9 {fmt(p999)} ms"
         else:
             want, got = "A not slower than B beyond noise", f"A/B {p['ratio']:.2f} ({p['verdict']})"
         source = f" ({t['source']})" if t.get("source") else ""
-        met = "yes" if t["met"] else "**no**, profile below"
+        met = "yes" if t["met"] else ("**no**, profile below" if p.get("profile") else "**no**")
         lines.append(f"| `{p['id']}` | {want}{source} | {got} | {met} |")
     return [*lines, ""]
 
@@ -264,18 +270,19 @@ def _scaling_table(curve: list[dict[str, Any]]) -> list[str]:
     if not curve:
         return []
     lines = [
-        "## Scaling curve (µs per operation, medians)",
+        "## Scaling curve (µs per operation, medians; sizes measured round-robin)",
         "",
-        "| documents | insert µs/doc (1000-doc batches) | random get µs | "
-        "range get (100 rows, include_docs) µs/row |",
-        "| --- | --- | --- | --- |",
+        "| documents | random get µs | 100-key multiget µs | "
+        "range get (100 rows, include_docs) µs/row | insert µs/doc (1000-doc batches) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for pt in curve:
-        lines.append(
-            f"| {pt['docs']:,} | {fmt(pt['insert_us'])} | {fmt(pt['get_us'])} | "
-            f"{fmt(pt['range_docs_us'])} |"
-        )
+        cells = [fmt(pt[k]) if k in pt else "–" for k in _SCALING_KEYS]
+        lines.append(f"| {pt['docs']:,} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+_SCALING_KEYS = ("get_us", "multiget_us", "range_docs_us", "insert_us")
 
 
 def _profiles(pairs: list[dict[str, Any]]) -> list[str]:
@@ -345,6 +352,14 @@ def performance_section(doc: dict[str, Any]) -> str:
             f"Reopen of {p['params']['docs']:,} documents: {fmt(p['a']['median'] * 1000)} ms "
             f"(sqlite3 {fmt(p['b']['median'] * 1000)} ms)."
         )
+    if "bursts.get" in pairs:
+        p = pairs["bursts.get"]
+        a, b = _latency(p["a"]), _latency(p["b"])
+        bullets.append(
+            f"Random gets while {p['params']['burst']}-doc bursts commit: p99.9 {a('p99.9')} ms, "
+            f"max {a('max')} ms (sqlite3 {b('p99.9')} ms, max {b('max')} ms); "
+            f"settee ÷ sqlite3 reads/s ×{p['ratio']:.2f}."
+        )
     scale = [p for k, p in pairs.items() if k.startswith("scaling.")]
     if scale:
         p0 = scale[0]["params"]
@@ -355,6 +370,12 @@ def performance_section(doc: dict[str, Any]) -> str:
         )
     lines += [f"- {b}" for b in bullets]
     return "\n".join(lines) + "\n"
+
+
+def _latency(side: dict[str, Any]) -> Callable[[str], str]:
+    """A formatter of one side's latency percentiles (``nan`` when not recorded)."""
+    lats = side.get("latency_ms", {})
+    return lambda key: fmt(lats.get(key, float("nan")))
 
 
 def _peer_bullets(pairs: Iterable[dict[str, Any]]) -> list[str]:
@@ -502,9 +523,11 @@ def _plot_scaling(plt: Any, doc: dict[str, Any]) -> Any:
     for key, label in (
         ("insert_us", "insert µs/doc"),
         ("get_us", "random get µs"),
+        ("multiget_us", "100-key multiget µs"),
         ("range_docs_us", "range get µs/row (100-row calls)"),
     ):
-        ax.plot(xs, [pt[key] for pt in curve], marker="o", label=label)
+        if all(key in pt for pt in curve):
+            ax.plot(xs, [pt[key] for pt in curve], marker="o", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("documents in the database")

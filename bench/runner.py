@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import settee
-from bench import disk, readmode, report, seed
+from bench import bursts, disk, readmode, report, scaling, seed
 from bench.harness import Progress
 from bench.latencyfs import DEFAULT_FSYNC_MS, DEFAULT_READ_MS
 from bench.suite import MODES, Config, Run, new_workdir
@@ -38,7 +38,8 @@ GROUPS: dict[str, tuple[Callable[[Run], None], Callable[[Config], int]]] = {
     "peers": (seed.run_peers, seed.peer_ticks),
     "shards": (seed.run_shard_sweep, seed.sweep_ticks),
     "large": (disk.run_large, disk.large_ticks),
-    "scaling": (disk.run_scaling, disk.scaling_ticks),
+    "scaling": (scaling.run_scaling, scaling.scaling_ticks),
+    "bursts": (bursts.run_bursts, bursts.burst_ticks),
 }
 
 

@@ -2,6 +2,8 @@
 
 Workloads (each client thread repeats one call; the unit is documents/s):
 
+* ``get`` — one random document by id, body decoded (the unit every other
+  store's point read is measured in too);
 * ``insert`` — ``bulk_docs`` of 100 new documents, fsync on (seed: ~6,000/s
   single-threaded against CouchDB, 90,000/s with 40 clients on 40 cores);
 * ``multiget`` / ``multiget_docs`` — ``all_docs(keys=<100 random ids>)``
@@ -41,6 +43,7 @@ __all__ = ["WORKLOADS", "peer_ticks", "run_peers", "run_shard_sweep", "sweep_tic
 
 #: workload -> (title, seed number quoted in the report)
 WORKLOADS: dict[str, tuple[str, str]] = {
+    "get": ("random single-doc get", "no seed number: the point read every store has"),
     "multiget": ("100-key multiget (keys=)", "seed: ~3,000/s (2x include_docs)"),
     "multiget_docs": ("100-key multiget include_docs", "seed: ~1,500/s; 14,000/s @40 clients"),
     "range": ("100-key range get (startkey+limit)", "seed: ~3,000/s (2x include_docs)"),
@@ -87,6 +90,12 @@ class _Workload:
                 return batch
 
             return insert
+        if name == "get":
+
+            def get(i: int) -> int:
+                return store.get(doc_id(rngs[i].randrange(n)))
+
+            return get
         include = name.endswith("_docs")
         if name.startswith("multiget"):
 

@@ -80,6 +80,7 @@ class DocStore(Protocol):
     name: str
 
     def insert(self, docs: list[dict[str, Any]]) -> None: ...
+    def get(self, doc_id: str) -> int: ...
     def multiget(self, ids: list[str], include_docs: bool) -> int: ...
     def rangeget(self, start: str, limit: int, include_docs: bool) -> int: ...
     def close(self) -> None: ...
@@ -94,6 +95,10 @@ class SetteeStore:
 
     def insert(self, docs: list[dict[str, Any]]) -> None:
         self.db.bulk_docs(docs)
+
+    def get(self, doc_id: str) -> int:
+        self.db.get(doc_id)
+        return 1
 
     def multiget(self, ids: list[str], include_docs: bool) -> int:
         return len(self.db.all_docs(keys=ids, include_docs=include_docs)["rows"])
@@ -148,6 +153,11 @@ class SqliteStore:
         with conn:  # one transaction, committed (and fsynced) on exit
             conn.executemany("INSERT OR REPLACE INTO docs (id, body) VALUES (?, ?)", rows)
 
+    def get(self, doc_id: str) -> int:
+        row = self._conn().execute("SELECT body FROM docs WHERE id = ?", (doc_id,)).fetchone()
+        msgpack.unpackb(row[0])
+        return 1
+
     def multiget(self, ids: list[str], include_docs: bool) -> int:
         marks = ",".join("?" * len(ids))
         cols = "id, body" if include_docs else "id"
@@ -197,6 +207,11 @@ class LmdbStore:
         with self.env.begin(write=True) as txn:
             for key, value in items:
                 txn.put(key, value)
+
+    def get(self, doc_id: str) -> int:
+        with self.env.begin(buffers=True) as txn:
+            msgpack.unpackb(txn.get(doc_id.encode()))
+        return 1
 
     def multiget(self, ids: list[str], include_docs: bool) -> int:
         found = 0

@@ -50,7 +50,7 @@ class Config:
     latency_read_ms: float = 0.2
 
 
-_ALL_SEED = ("insert", "multiget", "multiget_docs", "range", "range_docs")
+_ALL_SEED = ("insert", "get", "multiget", "multiget_docs", "range", "range_docs")
 
 MODES: dict[str, Config] = {
     "smoke": Config(
@@ -116,8 +116,9 @@ MODES: dict[str, Config] = {
 @dataclass(frozen=True, slots=True)
 class Target:
     """What the issue asks of a pair: ``min_ratio`` (A/B at least ``value``),
-    ``not_slower`` (A not worse than B beyond the noise of the samples) or
-    ``a_below`` (A's median under ``value``, in the pair's unit)."""
+    ``max_ratio`` (A/B at most ``value``), ``not_slower`` (A not worse than B
+    beyond the noise of the samples), ``a_below`` (A's median under ``value``,
+    in the pair's unit) or ``p999_below`` (A's p99.9 latency under ``value`` ms)."""
 
     kind: str
     value: float = 1.0
@@ -218,7 +219,7 @@ class Run:
             "profile": None,
         }
         if target is not None:
-            met = _target_met(target, ratio, noise, higher_is_better, sides[a]["median"])
+            met = _target_met(target, ratio, noise, higher_is_better, sides[a])
             entry["target"] = {**asdict(target), "met": met}
             if not met and profile is not None:
                 entry["profile"] = profile_text(profile)
@@ -254,14 +255,18 @@ def verdict(ratio: float, within_noise: bool, higher_is_better: bool) -> str:
 
 
 def _target_met(
-    target: Target, ratio: float, noise: bool, higher_is_better: bool, a_median: float
+    target: Target, ratio: float, noise: bool, higher_is_better: bool, a: dict[str, Any]
 ) -> bool:
     if target.kind == "min_ratio":
         return ratio >= target.value if higher_is_better else ratio <= 1 / target.value
+    if target.kind == "max_ratio":
+        return ratio <= target.value
     if target.kind == "not_slower":
         return noise or (ratio >= 1 if higher_is_better else ratio <= 1)
     if target.kind == "a_below":
-        return a_median < target.value
+        return a["median"] < target.value
+    if target.kind == "p999_below":
+        return a.get("latency_ms", {}).get("p99.9", float("inf")) < target.value
     raise ValueError(f"unknown target kind {target.kind!r}")
 
 

@@ -52,6 +52,7 @@ EXPECTED_PREFIXES = [
     "readmode.latency.mixed.",
     "readmode.latency.paced.",
     "peers.insert.",
+    "peers.get.",
     "peers.multiget.",
     "peers.multiget_docs.",
     "peers.range.",
@@ -61,6 +62,7 @@ EXPECTED_PREFIXES = [
     "large.get.",
     "reopen",
     "scaling.",
+    "bursts.get",
 ]
 
 
@@ -98,8 +100,7 @@ def test_every_pair_has_both_sides_and_a_ratio(smoke_run: tuple[Path, dict]) -> 
         for side in ("a", "b"):
             assert pair[side].keys() >= SIDE_KEYS, (pair["id"], side)
             assert pair[side]["samples"], pair["id"]
-            if pair["group"] != "scaling":  # scaling's insert samples are its batches
-                assert len(pair[side]["samples"]) == doc["config"]["repeats"], pair["id"]
+            assert len(pair[side]["samples"]) == doc["config"]["repeats"], pair["id"]
             assert all(isinstance(x, float | int) for x in pair[side]["samples"])
         assert pair["a"]["label"] != pair["b"]["label"], pair["id"]
         assert isinstance(pair["ratio"], float) and math.isfinite(pair["ratio"]), pair["id"]
@@ -169,3 +170,49 @@ def test_settee_bench_passes_its_options_to_the_runner(monkeypatch: pytest.Monke
 def test_unknown_group_is_refused() -> None:
     with pytest.raises(SystemExit, match="unknown group"):
         runner.main(["--smoke", "--only", "nope"])
+
+
+def _synthetic(a_samples: list[float], b_samples: list[float], a_lats: list[float]) -> Any:
+    from bench.harness import PairResult
+
+    return PairResult(
+        samples={"A": a_samples, "B": b_samples},
+        latencies_ms={"A": a_lats, "B": []},
+        extra={"A": {}, "B": {}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "a_samples", "a_lats", "met"),
+    [
+        (("max_ratio", 1.3), [12.0, 13.0, 12.5], [], True),  # 12.5 / 10 = 1.25
+        (("max_ratio", 1.3), [14.0, 13.5, 14.5], [], False),  # 1.4
+        (("p999_below", 50.0), [1.0, 1.0, 1.0], [0.1] * 999 + [49.0], True),
+        (("p999_below", 50.0), [1.0, 1.0, 1.0], [0.1] * 998 + [51.0, 51.0], False),
+        (("p999_below", 50.0), [1.0, 1.0, 1.0], [], False),  # nothing measured: not met
+    ],
+)
+def test_issue_16_targets_are_judged_from_the_samples(
+    tmp_path: Path,
+    target: tuple[str, float],
+    a_samples: list[float],
+    a_lats: list[float],
+    met: bool,
+) -> None:
+    from bench.harness import Progress
+    from bench.suite import MODES, Run, Target
+
+    run = Run(MODES["smoke"], str(tmp_path), Progress(0, enabled=False))
+    entry = run.record(
+        "x",
+        _synthetic(a_samples, [10.0, 10.0, 10.0], a_lats),
+        "A",
+        "B",
+        group="g",
+        title="t",
+        unit="µs/op",
+        meaning="m",
+        higher_is_better=False,
+        target=Target(*target),
+    )
+    assert entry["target"]["met"] is met
