@@ -12,6 +12,11 @@ Nodes, as stored (msgpack):
 * inner: ``["kp", [[last_key, child_pos, child_reduction], ...]]`` where
   ``last_key`` is the largest key in the child's subtree.
 
+Nodes are read with arrays as tuples (``NodeStore.read_node``) and the writer
+builds its entries as tuples too, so a cached node is immutable all the way
+down and, holding only tuples and atoms, untracked by the cyclic collector: a
+cache of a million entries costs a full collection nothing.
+
 Entries are sorted by key, strictly ascending. A node's encoded size stays at
 or under ``node_bytes`` unless it is a leaf of a single entry (an oversized
 entry sits alone) or an inner node of two entries (inner nodes keep a fan-out
@@ -34,6 +39,7 @@ from typing import Any, Protocol
 import msgpack
 
 from settee.spec.errors import CorruptionError
+from settee.spec.format import as_root
 
 __all__ = [
     "DEFAULT_CACHE_NODES",
@@ -60,12 +66,12 @@ DEFAULT_CACHE_NODES = 1024
 _NODE_OVERHEAD = 1 + 3 + 5
 
 Key = str | int
-# Decoded node as kept in the cache: (is_kp, keys, entries). The separate key
-# list lets bisect run in C without a key function.
-Entry = list[Any]
-Node = tuple[bool, list[Any], list[Entry]]
+# Decoded node as kept in the cache: (is_kp, keys, entries), all tuples. The
+# separate key tuple lets bisect run in C without a key function.
+Entry = tuple[Any, ...]
+Node = tuple[bool, Sequence[Any], Sequence[Entry]]
 # What leaf iteration yields: a leaf's keys, its entries, and a start/stop index.
-_Leaf = tuple[list[Any], list[Entry], int]
+_Leaf = tuple[Sequence[Any], Sequence[Entry], int]
 Reduce = Callable[[Sequence[Sequence[Any]]], Any]
 Rereduce = Callable[[list[Any]], Any]
 
@@ -77,7 +83,9 @@ _NODE_PREFIX = {kind: b"\x92" + msgpack.packb(kind) for kind in (KV_NODE, KP_NOD
 class NodeStore(Protocol):
     """Where nodes live: ``ShardFile`` fits, so does a list in tests."""
 
-    def read_term(self, pos: int) -> Any: ...
+    def read_node(self, pos: int) -> Any:
+        """The node term at ``pos``, arrays decoded as tuples."""
+        ...
 
 
 class TermBatch(Protocol):
@@ -94,7 +102,7 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     """
     try:
         kind, entries = raw
-        keys = [e[0] for e in entries]
+        keys = tuple([e[0] for e in entries])
     except (TypeError, ValueError, IndexError, KeyError):
         raise CorruptionError(path, pos, "term is not a btree node") from None
     if kind == KV_NODE:
@@ -173,7 +181,9 @@ def _check_root(root: Any) -> list[Any] | None:
         return None
     if not isinstance(root, list | tuple) or len(root) != 2 or type(root[0]) is not int:
         raise ValueError(f"a btree root is [pos, reduction] or None, got {root!r}")
-    return [root[0], root[1]]
+    # A header decodes the reduction with lists; nodes hold it as tuples.
+    pos, reduction = as_root(root)  # type: ignore[misc]  # not None: checked above
+    return [pos, reduction]
 
 
 class BTree:
@@ -182,9 +192,10 @@ class BTree:
     ``reduce(kvs)`` maps a list of ``[key, value]`` pairs to a reduction and
     ``rereduce(reductions)`` combines reductions; both must be deterministic
     and msgpack-able (they are stored in inner nodes). Values returned by
-    reads are shared with the node cache: treat them as read-only. Give values
-    and reductions in msgpack's decoded form (lists, not tuples): a read may
-    return the object given to ``modify`` or the one decoded from the store.
+    reads are shared with the node cache. Give values and reductions in the
+    form a node read decodes them to (tuples, not lists, all the way down): a
+    read may return the object given to ``modify`` or the one decoded from the
+    store.
     """
 
     __slots__ = (
@@ -271,7 +282,7 @@ class BTree:
             self._cache.put_many(pending)
         node = self._cache.get(pos)
         if node is None:
-            node = decode_node(self._store.read_term(pos), self._path, pos)
+            node = decode_node(self._store.read_node(pos), self._path, pos)
             self._cache.put(pos, node)
         return node
 
@@ -362,7 +373,7 @@ class BTree:
         *,
         descending: bool = False,
         inclusive_end: bool = True,
-    ) -> Iterator[list[Entry]]:
+    ) -> Iterator[Sequence[Entry]]:
         """``fold``'s entries a leaf at a time: lists of ``[key, value]`` in fold
         order, each a new list (the entries themselves are shared with the cache).
         A caller that filters or counts rows does it per list, not per generator step.
@@ -373,7 +384,9 @@ class BTree:
             return self._chunks_rev(start, end, inclusive_end)
         return self._chunks_fwd(start, end, inclusive_end)
 
-    def _chunks_fwd(self, start: Key | None, end: Key | None, incl: bool) -> Iterator[list[Entry]]:
+    def _chunks_fwd(
+        self, start: Key | None, end: Key | None, incl: bool
+    ) -> Iterator[Sequence[Entry]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
         for keys, entries, i in self._leaves_fwd(self._root[0], start, end):
             if end is None:
@@ -396,7 +409,9 @@ class BTree:
             if end is not None and keys[c] >= end:
                 return
 
-    def _chunks_rev(self, start: Key | None, end: Key | None, incl: bool) -> Iterator[list[Entry]]:
+    def _chunks_rev(
+        self, start: Key | None, end: Key | None, incl: bool
+    ) -> Iterator[Sequence[Entry]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
         for keys, entries, hi in self._leaves_rev(self._root[0], start, end, incl):
             lo = 0
@@ -449,7 +464,7 @@ class BTree:
         reds.append(self._reduce(leaf))
         return self._rereduce(reds)
 
-    def split_reductions(self, key: Key, *, inclusive: bool) -> tuple[list[Any], list[Entry]]:
+    def split_reductions(self, key: Key, *, inclusive: bool) -> tuple[list[Any], Sequence[Entry]]:
         """What the entries below ``key`` (at or below, if ``inclusive``) reduce from:
         the stored reductions of the subtrees wholly before it, and the entries of
         the one leaf it falls in. A caller that needs one figure of a reduction
@@ -547,7 +562,7 @@ class _Modify:
             kps = self.write(True, kps)
         return [kps[0][1], kps[0][2]]
 
-    def collapse(self, kp: list[Any]) -> list[Any]:
+    def collapse(self, kp: Entry) -> list[Any]:
         """Drop root levels that have a single child (after removals)."""
         pos, red = kp[1], kp[2]
         while True:
@@ -556,7 +571,7 @@ class _Modify:
                 return [pos, red]
             pos, red = entries[0][1], entries[0][2]
 
-    def modify_node(self, pos: int, lo: int, hi: int) -> list[list[Any]] | None:
+    def modify_node(self, pos: int, lo: int, hi: int) -> list[Entry] | None:
         """New kp entries replacing the subtree at ``pos``; None if unchanged."""
         is_kp, keys, entries = self.node(pos)
         if is_kp:
@@ -568,10 +583,10 @@ class _Modify:
         return self.write(is_kp, new) if new else []
 
     def modify_kp(
-        self, keys: list[Any], entries: list[Entry], lo: int, hi: int
+        self, keys: Sequence[Any], entries: Sequence[Entry], lo: int, hi: int
     ) -> list[Entry] | None:
         acts, last = self.keys, len(keys) - 1
-        out: list[list[Any]] = []
+        out: list[Entry] = []
         copied = 0  # entries[copied:c] are untouched children still to copy
         c = 0
         changed = False
@@ -592,10 +607,10 @@ class _Modify:
         return out
 
     def modify_kv(
-        self, keys: list[Any], entries: list[Entry], lo: int, hi: int
+        self, keys: Sequence[Any], entries: Sequence[Entry], lo: int, hi: int
     ) -> list[Entry] | None:
         acts, ops, n = self.keys, self.ops, len(keys)
-        out: list[list[Any]] = []
+        out: list[Entry] = []
         copied = 0
         changed = False
         for i in range(lo, hi):
@@ -608,7 +623,7 @@ class _Modify:
             out.extend(entries[copied:p])
             copied = p + 1 if present else p
             if value is not _REMOVE:
-                out.append([key, value])
+                out.append((key, value))
             changed = True
         if not changed:
             return None
@@ -641,14 +656,14 @@ class _Modify:
             for lo, hi in bounds
         ]
 
-    def append(self, is_kp: bool, kind: str, chunk: list[Entry], payload: bytes) -> Entry:
+    def append(self, is_kp: bool, kind: str, chunk: Sequence[Entry], payload: bytes) -> Entry:
         """Add one node to the batch; return its kp entry ``[last_key, pos, reduction]``."""
         add_encoded = getattr(self.batch, "add_encoded", None)
         pos = self.batch.add([kind, chunk]) if add_encoded is None else add_encoded(payload)
         tree = self.tree
         red = tree.rereduce_fun([e[2] for e in chunk]) if is_kp else tree.reduce_fun(chunk)
-        self.written[pos] = (is_kp, [e[0] for e in chunk], chunk)
-        return [chunk[-1][0], pos, red]
+        self.written[pos] = (is_kp, tuple([e[0] for e in chunk]), tuple(chunk))
+        return (chunk[-1][0], pos, red)
 
 
 def _chunk_bounds(sizes: list[int], limit: int, min_fanout: int) -> list[tuple[int, int]]:

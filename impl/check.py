@@ -140,7 +140,7 @@ def _check_agreement(snap: Snapshot) -> Iterator[str]:
         yield from _check_doc(snap, info)
         live, deleted = live + (not info.deleted), deleted + info.deleted
         row = by_seq.get(info.seq)
-        expected = [doc_id, info.winner, info.deleted] if info.tree else None
+        expected = info.by_seq_row()
         if row != expected:
             yield f"{path}:0: by_seq[{info.seq}] is {row!r}, by_id says {expected!r}"
         if info.seq in seen_seqs or info.seq > snap.seq:
@@ -155,11 +155,15 @@ def _check_agreement(snap: Snapshot) -> Iterator[str]:
 
 def _check_doc(snap: Snapshot, info: DocInfo) -> Iterator[str]:
     path = snap.file.path
-    if not info.tree or not revtree.is_valid_tree(info.tree):
-        yield f"{path}:0: document {info.id!r} has a malformed revision tree"
+    try:
+        problems = info.problems()
+    except CorruptionError as exc:
+        yield f"{path}:0: document {info.id!r}: {exc.detail}"
         return
-    if info.deleted != info.tree[info.winner][1]:
-        yield f"{path}:0: document {info.id!r} deleted flag disagrees with its winner"
+    for problem in problems:
+        yield f"{path}:0: document {info.id!r} has a {problem}"
+    if not revtree.is_valid_tree(info.tree):
+        return
     for leaf in revtree.leaves(info.tree):
         if leaf not in info.bodies:
             yield f"{path}:0: document {info.id!r} leaf {leaf} has no body"

@@ -117,7 +117,7 @@ class _Copier:
         batch = self.file.new_batch()
         copied = [self._copy_doc(snap, info, batch) for info in infos]
         self.by_id = self.by_id.modify(batch, [(i.id, i.to_value()) for i in copied], [])
-        rows = [(i.seq, [i.id, i.winner, i.deleted]) for i in copied]
+        rows = [(i.seq, i.by_seq_row()) for i in copied]
         self.by_seq = self.by_seq.modify(batch, rows, stale_seqs)
         self.file.write_batch(batch)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from settee.spec.format import (
     MAGIC,
     ShardHeader,
     decode_frame,
+    decode_node_payload,
     decode_payload,
     encode_frame,
     encode_header,
@@ -52,6 +54,9 @@ __all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
 #: Bytes the first pread of ``read_term`` asks for. Tree nodes are ~4 KiB and most
 #: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
 READ_AHEAD = 2 * BLOCK_SIZE
+
+#: How a frame's payload becomes an object: ``decode_payload`` or ``decode_node_payload``.
+Decode = Callable[[bytes], Any]
 
 
 class TornTailWarning(UserWarning):
@@ -162,17 +167,22 @@ class ShardFile:
         """
         return self.read_frame(pos)[0]
 
-    def read_frame(self, pos: int) -> tuple[Any, int]:
+    def read_node(self, pos: int) -> Any:
+        """``read_term`` for a B+tree node: arrays decode as tuples (FORMAT.md
+        "B+tree nodes"), so a cached node holds nothing the collector tracks."""
+        return self.read_frame(pos, decode=decode_node_payload)[0]
+
+    def read_frame(self, pos: int, *, decode: Decode = decode_payload) -> tuple[Any, int]:
         """``read_term(pos)`` and the file offset where that frame's laid-out bytes end."""
         self._reads.enter(self.path)
         try:
-            return self._read_frame(pos)
+            return self._read_frame(pos, decode)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
         finally:
             self._reads.leave()
 
-    def _read_frame(self, pos: int) -> tuple[Any, int]:
+    def _read_frame(self, pos: int, decode: Decode) -> tuple[Any, int]:
         if pos <= 0 or pos % BLOCK_SIZE == 0:
             raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
         raw = self._handle.pread(pos, READ_AHEAD)
@@ -182,19 +192,19 @@ class ShardFile:
             # marker bytes inside it, so its laid-out bytes are its logical bytes.
             span = FRAME_SIZE + FRAME.unpack_from(raw)[0]
             if span <= room and span <= len(raw):
-                return self._decode(raw[:span], pos), pos + span
+                return self._decode(raw[:span], pos, decode), pos + span
         prefix_span = laid_out_size(pos, FRAME_SIZE)
         if len(raw) < prefix_span:
             raise CorruptionError(self.path, pos, "frame prefix extends past end of file")
         span = laid_out_size(pos, frame_size(self._logical(raw[:prefix_span], pos)))
         if span > len(raw):
             raw = self._read_rest(pos, raw, span)
-        return self._decode(self._logical(raw[:span], pos), pos), pos + span
+        return self._decode(self._logical(raw[:span], pos), pos, decode), pos + span
 
-    def _decode(self, frame: bytes, pos: int) -> Any:
+    def _decode(self, frame: bytes, pos: int, decode: Decode) -> Any:
         payload = decode_frame(frame, path=self.path, offset=pos)
         try:
-            return decode_payload(payload)
+            return decode(payload)
         except Exception as exc:  # crc held, so this is a writer bug or a crc collision
             raise CorruptionError(self.path, pos, f"undecodable payload: {exc}") from exc
 

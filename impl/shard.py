@@ -557,7 +557,7 @@ class _Group:
                     bodies[rev] = [batch.add_encoded(self.bodies[(doc_id, rev)]), placeholder[1]]
             infos.append(DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active))
         by_id = self.base.by_id.modify(batch, [(i.id, i.to_value()) for i in infos], [])
-        seq_rows = [(i.seq, [i.id, i.winner, i.deleted]) for i in infos]
+        seq_rows = [(i.seq, i.by_seq_row()) for i in infos]
         by_seq = self.base.by_seq.modify(batch, seq_rows, self.stale_seqs)
         return by_id, by_seq
 

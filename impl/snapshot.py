@@ -11,7 +11,7 @@ rest on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +26,18 @@ __all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
 _LIVE = 0
 
 
-def _reduce_by_id(kvs: list[list[Any]]) -> list[int]:
+def _reduce_by_id(kvs: Sequence[Sequence[Any]]) -> tuple[int, int, int]:
+    # by_id values are (seq, deleted, winner, active, revisions): FORMAT.md "by_id".
     values = [kv[1] for kv in kvs]
     deleted = sum(1 for v in values if v[1])
-    return [len(values) - deleted, deleted, sum(v[4] for v in values)]
+    return (len(values) - deleted, deleted, sum(v[3] for v in values))
 
 
-def _rereduce_by_id(reds: list[list[int]]) -> list[int]:
+def _rereduce_by_id(reds: Sequence[Sequence[int]]) -> tuple[int, int, int]:
     if not reds:
-        return [0, 0, 0]
+        return (0, 0, 0)
     live, deleted, active = zip(*reds, strict=True)
-    return [sum(live), sum(deleted), sum(active)]
+    return (sum(live), sum(deleted), sum(active))
 
 
 def _reduce_by_seq(kvs: list[list[Any]]) -> int:

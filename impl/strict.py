@@ -133,13 +133,12 @@ def _check_docs(
 
 def _check_doc(snap: Snapshot, info: DocInfo, start: int) -> Iterator[str]:
     path = snap.file.path
-    if not info.tree or not revtree.is_valid_tree(info.tree):
-        yield f"{path}:0: document {info.id!r} has a malformed revision tree"
+    problems = info.problems()
+    for problem in problems:
+        yield f"{path}:0: document {info.id!r} has a {problem}"
+    if not revtree.is_valid_tree(info.tree):
         return
-    winner = info.winner
-    if info.deleted != info.tree[winner][1]:
-        yield f"{path}:0: document {info.id!r} deleted flag disagrees with its winner"
-    row, expected = snap.by_seq.get(info.seq), [info.id, winner, info.deleted]
+    row, expected = snap.by_seq.get(info.seq), info.by_seq_row()
     if row != expected:
         yield f"{path}:0: by_seq[{info.seq}] is {row!r}, by_id says {expected!r}"
     for leaf in revtree.leaves(info.tree):

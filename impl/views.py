@@ -55,9 +55,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, reverse=query.descending)
     rows = []
     for doc_id, index, value in itertools.islice(merged, first, stop):
-        tree = value[_TREE]
-        rev = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
-        row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": rev}}
+        row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": value[_WINNER]}}
         if query.include_docs:
             row["doc"] = _winner_doc(snaps[index], DocInfo.from_value(doc_id, value))
         rows.append(row)
@@ -66,9 +64,9 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
 
 # A live by_id entry as the range merge handles it: (id, shard index, by_id value).
 # Ids are unique across shards, so tuples compare on the id alone.
-_Live = tuple[str, int, list[Any]]
+_Live = tuple[str, int, tuple[Any, ...]]
 # by_id value fields read here (FORMAT.md "by_id values").
-_DELETED, _TREE = 1, 2
+_DELETED, _WINNER = 1, 2
 
 
 def _live_entries(snap: Snapshot, index: int, query: AllDocsArgs) -> Iterator[_Live]:

@@ -41,6 +41,7 @@ __all__ = [
     "as_root",
     "decode_frame",
     "decode_header",
+    "decode_node_payload",
     "decode_payload",
     "encode_frame",
     "encode_header",
@@ -65,7 +66,7 @@ BLOCK_HEADER = 0x01
 
 #: Bumped on any change to the bytes described here; readers refuse other versions.
 #: 2: shard headers carry ``data_start`` and ``prev`` (the commit chain a checker walks).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 #: First field of every header. The 0x89 byte catches 7-bit transports; "\n" catches
 #: newline translation (the trick PNG uses).
@@ -111,6 +112,12 @@ def encode_payload(obj: Any) -> bytes:
 def decode_payload(data: bytes) -> Any:
     """Inverse of ``encode_payload``; maps may have non-str keys (e.g. int seqs)."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def decode_node_payload(data: bytes) -> Any:
+    """``decode_payload`` with arrays as tuples: how B+tree nodes are read. A node of
+    tuples, strs, ints and bytes is immutable and invisible to the cyclic collector."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=False)
 
 
 # -- frames -------------------------------------------------------------------------------------

@@ -30,7 +30,13 @@ from hypothesis.stateful import (
 from settee.btree import KP_NODE, KV_NODE, MAX_NODE_BYTES, BTree, NodeCache
 from settee.btree_check import check_tree
 from settee.spec.errors import CorruptionError
-from settee.spec.format import ShardHeader, as_root, decode_payload, encode_payload
+from settee.spec.format import (
+    ShardHeader,
+    as_root,
+    decode_node_payload,
+    decode_payload,
+    encode_payload,
+)
 
 try:
     from settee.file import ShardFile
@@ -59,9 +65,9 @@ class MemoryStore:
         self.reads = 0
         self.encoded = encoded
 
-    def read_term(self, pos: int) -> Any:
+    def read_node(self, pos: int) -> Any:
         self.reads += 1
-        return decode_payload(self.terms[pos - 1])
+        return decode_node_payload(self.terms[pos - 1])
 
     def new_batch(self) -> MemoryBatch:
         return (EncodedMemoryBatch if self.encoded else MemoryBatch)(len(self.terms))
@@ -88,12 +94,12 @@ class EncodedMemoryBatch(MemoryBatch):
 
 
 # Two reductions at once: a count and the sum of each value's first element.
-def reduce_count_sum(kvs: Any) -> list[int]:
-    return [len(kvs), sum(v[0] for _, v in kvs)]
+def reduce_count_sum(kvs: Any) -> tuple[int, int]:
+    return (len(kvs), sum(v[0] for _, v in kvs))
 
 
-def rereduce_count_sum(reds: list[Any]) -> list[int]:
-    return [sum(r[0] for r in reds), sum(r[1] for r in reds)]
+def rereduce_count_sum(reds: list[Any]) -> tuple[int, int]:
+    return (sum(r[0] for r in reds), sum(r[1] for r in reds))
 
 
 def new_tree(store: Any, root: Any = None, **kw: Any) -> BTree:
@@ -130,7 +136,7 @@ def assert_sound(tree: BTree) -> None:
 # -- the state machine ------------------------------------------------------------------------
 
 
-values = st.tuples(st.integers(0, 1000), st.sampled_from(["", "x", "p" * 60])).map(list)
+values = st.tuples(st.integers(0, 1000), st.sampled_from(["", "x", "p" * 60]))
 
 
 class BTreeMachine(RuleBasedStateMachine):
@@ -184,7 +190,7 @@ class BTreeMachine(RuleBasedStateMachine):
 
     @rule(first=st.integers(0, 10**6), n=st.integers(50, 400))
     def insert_run(self, first: int, n: int) -> None:
-        self.apply([(self.key_of(first + i), [i, ""]) for i in range(n)], [])
+        self.apply([(self.key_of(first + i), (i, "")) for i in range(n)], [])
 
     @precondition(lambda self: self.model)
     @rule()
@@ -270,20 +276,20 @@ def test_size_ladder(n: int) -> None:
     shuffled = list(range(n))
     random.Random(n).shuffle(shuffled)
     for lo in range(0, n, 1000):
-        tree = commit(store, tree, [(f"d{i:09d}", [i, "1-abc"]) for i in shuffled[lo : lo + 1000]])
+        tree = commit(store, tree, [(f"d{i:09d}", (i, "1-abc")) for i in shuffled[lo : lo + 1000]])
     assert_sound(tree)
-    assert tree.full_reduce() == [n, n * (n - 1) // 2]
+    assert tree.full_reduce() == (n, n * (n - 1) // 2)
     assert [k for k, _ in tree.fold()] == [f"d{i:09d}" for i in range(n)]
     mid = f"d{n // 2:09d}"
     assert tree.reduce_lt(mid)[0] == n // 2
-    assert tree.get(mid) == [n // 2, "1-abc"]
+    assert tree.get(mid) == (n // 2, "1-abc")
     # Remove every other key, then everything: the tree shrinks back to nothing.
     tree = commit(store, tree, removes=[f"d{i:09d}" for i in range(0, n, 2)])
     assert_sound(tree)
     assert tree.full_reduce()[0] == n // 2
     tree = commit(store, tree, removes=[f"d{i:09d}" for i in range(n)])
     assert tree.root is None
-    assert tree.full_reduce() == [0, 0]
+    assert tree.full_reduce() == (0, 0)
     assert list(tree.fold()) == []
 
 
@@ -309,7 +315,7 @@ def big_tree(n: int = 20_000) -> tuple[MemoryStore, BTree]:
     store = MemoryStore()
     tree = new_tree(store)
     for lo in range(0, n, 1000):
-        tree = commit(store, tree, [(i, [i, "v"]) for i in range(lo, lo + 1000)])
+        tree = commit(store, tree, [(i, (i, "v")) for i in range(lo, lo + 1000)])
     return store, tree
 
 
@@ -318,13 +324,13 @@ def test_one_leaf_change_writes_one_path_and_keeps_other_subtrees() -> None:
     before = leaf_positions(tree)
     batch = store.new_batch()
     # Many actions, all inside one leaf: still exactly one node per level.
-    new = tree.modify(batch, [(i, [0, "new"]) for i in range(100, 110)], [111, 112])
+    new = tree.modify(batch, [(i, (0, "new")) for i in range(100, 110)], [111, 112])
     assert len(batch.items) == tree.depth()
     store.write_batch(batch)
     after = leaf_positions(new)
     assert len(before - after) == 1 and len(after - before) == 1
-    assert new.get(105) == [0, "new"] and new.get(111) is None
-    assert tree.get(105) == [105, "v"] and tree.get(111) == [111, "v"]  # old snapshot intact
+    assert new.get(105) == (0, "new") and new.get(111) is None
+    assert tree.get(105) == (105, "v") and tree.get(111) == (111, "v")  # old snapshot intact
 
 
 def test_removing_absent_keys_writes_nothing() -> None:
@@ -336,20 +342,20 @@ def test_removing_absent_keys_writes_nothing() -> None:
 
 def test_batch_semantics_last_insert_wins_and_insert_beats_remove() -> None:
     store = MemoryStore()
-    tree = commit(store, new_tree(store), [("a", [1, ""]), ("a", [2, ""]), ("b", [3, ""])], ["a"])
-    assert list(tree.fold()) == [("a", [2, ""]), ("b", [3, ""])]
+    tree = commit(store, new_tree(store), [("a", (1, "")), ("a", (2, "")), ("b", (3, ""))], ["a"])
+    assert list(tree.fold()) == [("a", (2, "")), ("b", (3, ""))]
 
 
 def test_oversized_entries_sit_alone() -> None:
     store = MemoryStore()
     big = "x" * (2 * MAX_NODE_BYTES)
-    tree = commit(store, new_tree(store), [(i, [i, big if i % 3 else ""]) for i in range(30)])
+    tree = commit(store, new_tree(store), [(i, (i, big if i % 3 else "")) for i in range(30)])
     assert_sound(tree)
-    assert tree.get(4) == [4, big]
+    assert tree.get(4) == (4, big)
     # Oversized keys make oversized kp entries; inner nodes still pair them up.
-    tree = commit(store, new_tree(store), [("k" * 5000 + str(i), [i, ""]) for i in range(9)])
+    tree = commit(store, new_tree(store), [("k" * 5000 + str(i), (i, "")) for i in range(9)])
     assert_sound(tree)
-    assert tree.full_reduce() == [9, 36]
+    assert tree.full_reduce() == (9, 36)
 
 
 def test_huge_keys_do_not_deepen_the_tree_on_rewrite() -> None:
@@ -358,10 +364,10 @@ def test_huge_keys_do_not_deepen_the_tree_on_rewrite() -> None:
     # a level each time, so updating one key over and over deepened the tree.
     store = MemoryStore()
     keys = [f"{i:03d}" + "k" * 3000 for i in range(12)]
-    tree = commit(store, new_tree(store), [(k, [0, ""]) for k in keys])
+    tree = commit(store, new_tree(store), [(k, (0, "")) for k in keys])
     depth = tree.depth()
     for round_ in range(30):
-        tree = commit(store, tree, [(keys[round_ % 12], [round_, ""])])
+        tree = commit(store, tree, [(keys[round_ % 12], (round_, ""))])
     assert tree.depth() == depth
     assert_sound(tree)
 
@@ -371,7 +377,7 @@ def test_root_with_single_child_collapses() -> None:
     assert tree.depth() >= 2
     tree = commit(store, tree, removes=list(range(1, 20_000)))
     assert tree.depth() == 1
-    assert list(tree.fold()) == [(0, [0, "v"])]
+    assert list(tree.fold()) == [(0, (0, "v"))]
     assert_sound(tree)
 
 
@@ -379,11 +385,11 @@ def test_mixed_key_types_are_rejected() -> None:
     store = MemoryStore()
     tree = new_tree(store)
     with pytest.raises(TypeError):
-        tree.modify(store.new_batch(), [("a", [0, ""]), (1, [0, ""])], [])
+        tree.modify(store.new_batch(), [("a", (0, "")), (1, (0, ""))], [])
     with pytest.raises(TypeError):
-        tree.modify(store.new_batch(), [(True, [0, ""]), (1, [0, ""])], [])
+        tree.modify(store.new_batch(), [(True, (0, "")), (1, (0, ""))], [])
     with pytest.raises(TypeError):
-        tree.modify(store.new_batch(), [(1.5, [0, ""])], [])
+        tree.modify(store.new_batch(), [(1.5, (0, ""))], [])
 
 
 def test_node_payload_is_the_canonical_encoding() -> None:
@@ -398,7 +404,7 @@ def test_node_payload_is_the_canonical_encoding() -> None:
 
 def test_fold_follows_couchdb_direction_convention() -> None:
     store = MemoryStore()
-    tree = commit(store, new_tree(store, node_bytes=48), [(i, [i, ""]) for i in range(0, 100, 2)])
+    tree = commit(store, new_tree(store, node_bytes=48), [(i, (i, "")) for i in range(0, 100, 2)])
     keys = [k for k, _ in tree.fold(10, 20)]
     assert keys == [10, 12, 14, 16, 18, 20]
     assert [k for k, _ in tree.fold(10, 20, inclusive_end=False)] == keys[:-1]
@@ -418,9 +424,9 @@ def test_cache_is_bounded_and_shared_by_derived_trees() -> None:
     cache = NodeCache(16)
     tree = new_tree(store, tree.root, cache=cache)
     for i in range(0, 20_000, 97):
-        assert tree.get(i) == [i, "v"]
+        assert tree.get(i) == (i, "v")
     assert len(cache) == 16
-    derived = commit(store, tree, [(-1, [0, ""])])
+    derived = commit(store, tree, [(-1, (0, ""))])
     assert derived.cache is cache
 
 
@@ -448,7 +454,7 @@ def problems_of(store: MemoryStore, root: Any, node_bytes: int = MAX_NODE_BYTES)
 
 
 def kv(*keys: int) -> list:
-    return [KV_NODE, [[k, [1, ""]] for k in keys]]
+    return [KV_NODE, [[k, (1, "")] for k in keys]]
 
 
 @pytest.mark.parametrize(
@@ -503,7 +509,7 @@ def test_check_tree_reports(shape: str, expected: str) -> None:
     elif shape == "empty node":
         (root,) = write_nodes(store, [KV_NODE, []])
     else:
-        (root,) = write_nodes(store, [KV_NODE, [[1, [1, ""]], ["a", [1, ""]]]])
+        (root,) = write_nodes(store, [KV_NODE, [[1, (1, "")], ["a", (1, "")]]])
     found = problems_of(store, [root, red], node_bytes=64)
     assert any(expected in p and p.startswith("<memory>:") for p in found), found
 
@@ -524,7 +530,7 @@ def build_in_shard_file(path: str, n: int, key: Callable[[int], Any]) -> float:
     started = time.perf_counter()
     for lo in range(0, n, 1000):
         batch = f.new_batch()
-        tree = tree.modify(batch, [(key(i), [i, "1-abc"]) for i in range(lo, lo + 1000)], [])
+        tree = tree.modify(batch, [(key(i), (i, "1-abc")) for i in range(lo, lo + 1000)], [])
         f.write_batch(batch)
     built = time.perf_counter() - started
     # The writer's durability order: data, sync, header, sync.
@@ -549,7 +555,7 @@ def reopen_and_count_preads(path: str, n: int, key: Callable[[int], Any]) -> Non
         for i in random.Random(n).sample(range(n), 20):
             cold = BTree(f, tree.root, reduce=len, rereduce=sum)  # a fresh, empty cache
             fs.reset()
-            assert cold.get(key(i)) == [i, "1-abc"]
+            assert cold.get(key(i)) == (i, "1-abc")
             assert fs.counts["pread"] <= depth + 1, (i, fs.counts)
         fs.reset()
         assert cold.get(key(n)) is None
@@ -581,7 +587,7 @@ def test_shard_file_tree_survives_reopen_and_checks(tmp_path: Any) -> None:
     f = ShardFile.open(OsFileSystem(), path, create=True)
     tree = new_tree(f, node_bytes=512)
     for _ in range(30):
-        inserts = [(rnd.randrange(5000), [rnd.randrange(100), "v"]) for _ in range(200)]
+        inserts = [(rnd.randrange(5000), (rnd.randrange(100), "v")) for _ in range(200)]
         removes = [rnd.randrange(5000) for _ in range(100)]
         tree = commit(f, tree, inserts, removes)
         for k in removes:
@@ -595,7 +601,7 @@ def test_shard_file_tree_survives_reopen_and_checks(tmp_path: Any) -> None:
         assert_sound(tree)
         assert list(tree.fold()) == sorted(model.items())
         # A root read back from a ShardHeader holds its reduction as a tuple.
-        assert list(tree.full_reduce()) == model_reduce(model, lambda k: True)
+        assert tree.full_reduce() == model_reduce(model, lambda k: True)
     finally:
         f.close()
 
@@ -605,7 +611,7 @@ def test_concurrent_readers_see_their_snapshot(tmp_path: Any) -> None:
     f = ShardFile.open(OsFileSystem(), os.path.join(tmp_path, "s.shard"), create=True)
     cache = NodeCache(64)
     tree = new_tree(f, cache=cache)
-    tree = commit(f, tree, [(i, [i, "v"]) for i in range(20_000)])
+    tree = commit(f, tree, [(i, (i, "v")) for i in range(20_000)])
     snapshot = tree
     errors: list[BaseException] = []
 
@@ -614,7 +620,7 @@ def test_concurrent_readers_see_their_snapshot(tmp_path: Any) -> None:
         try:
             for _ in range(300):
                 i = rnd.randrange(20_000)
-                assert snapshot.get(i) == [i, "v"]
+                assert snapshot.get(i) == (i, "v")
             assert sum(1 for _ in snapshot.fold(100, 400)) == 301
         except BaseException as exc:  # reported to the main thread below
             errors.append(exc)
@@ -623,7 +629,7 @@ def test_concurrent_readers_see_their_snapshot(tmp_path: Any) -> None:
     for t in threads:
         t.start()
     for lo in range(0, 20_000, 2000):  # the writer rewrites everything meanwhile
-        tree = commit(f, tree, [(i, [i, "w"]) for i in range(lo, lo + 2000)])
+        tree = commit(f, tree, [(i, (i, "w")) for i in range(lo, lo + 2000)])
     for t in threads:
         t.join()
     f.close()
