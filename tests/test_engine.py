@@ -468,6 +468,38 @@ def test_strict_mode_fails_the_commit_that_breaks_an_invariant(
     db.close()
 
 
+def _lying_summary(field: str) -> Any:
+    """A ``DocInfo.to_value`` that stores a wrong derived field (the winner or the
+    active size), as a broken writer would: readers trust these fields."""
+    original = settee.docinfo.DocInfo.to_value
+
+    def to_value(self: Any) -> tuple[Any, ...]:
+        seq, deleted, winner, active, revs = original(self)
+        if field == "winner":
+            return (seq, deleted, "9-" + "f" * 32, active, revs)
+        return (seq, deleted, winner, active + 1, revs)
+
+    return to_value
+
+
+@pytest.mark.parametrize("field", ["winner", "active"])
+def test_a_wrong_stored_summary_is_caught_by_strict_mode_and_check(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, field: str
+) -> None:
+    """Format 3 stores winner and active beside the revision tree; strict mode and
+    ``settee check`` recompute them from the tree instead of trusting them."""
+    monkeypatch.setattr(settee.docinfo.DocInfo, "to_value", _lying_summary(field))
+    with (
+        _open(tmp_path / "strict", shards=1, strict=True) as db,
+        pytest.raises(settee.SetteeError, match="strict mode"),
+    ):
+        db.put({"_id": "doc"})
+    with _open(tmp_path / "lax", shards=1) as db:
+        db.put({"_id": "doc"})
+    problems = list(check_database(str(tmp_path / "lax")))
+    assert any(f"{'stored winner' if field == 'winner' else 'active size'}" in p for p in problems)
+
+
 def test_snapshot_held_across_close_never_reads_another_database(tmp_path: Any) -> None:
     """Regression (found in review): close() freed the descriptors without marking
     the file closed, so a reader still holding a snapshot could pread a reused
