@@ -42,7 +42,7 @@ from settee.spec.errors import CorruptionError
 from settee.spec.format import as_root
 
 __all__ = [
-    "DEFAULT_CACHE_NODES",
+    "DEFAULT_CACHE_BYTES",
     "KP_NODE",
     "KV_NODE",
     "MAX_NODE_BYTES",
@@ -61,7 +61,8 @@ KP_NODE = "kp"
 # Upper bound on a node's msgpack-encoded size: one 4 KiB block, like CouchDB's
 # default btree_chunk_size. Not a format constant: readers never depend on it.
 MAX_NODE_BYTES = 4096
-DEFAULT_CACHE_NODES = 1024
+#: Default node cache of one store, in encoded bytes (see ``NodeCache``).
+DEFAULT_CACHE_BYTES = 4 << 20
 # fixarray(2) + fixstr "kv"/"kp" + the largest (array32) header of the entry list.
 _NODE_OVERHEAD = 1 + 3 + 5
 
@@ -83,8 +84,8 @@ _NODE_PREFIX = {kind: b"\x92" + msgpack.packb(kind) for kind in (KV_NODE, KP_NOD
 class NodeStore(Protocol):
     """Where nodes live: ``ShardFile`` fits, so does a list in tests."""
 
-    def read_node(self, pos: int) -> Any:
-        """The node term at ``pos``, arrays decoded as tuples."""
+    def read_node(self, pos: int) -> tuple[Any, int]:
+        """The node term at ``pos`` (arrays decoded as tuples) and its encoded size."""
         ...
 
 
@@ -113,21 +114,24 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
 
 
 class NodeCache:
-    """Bounded LRU of decoded nodes keyed by position, shared by readers.
+    """LRU of decoded nodes keyed by position, bounded in bytes, shared by readers.
 
-    One cache serves one store only (positions are per file). Hits take no
-    lock; the lock serialises inserts and evictions alone, and reads from the
-    store happen outside it, so a slow disk never blocks other readers' hits.
-    Two readers missing the same node both read it; the second insert is harmless.
+    A node costs what it occupies in the file (its encoded size); decoded, as
+    tuples of atoms, it takes about three times that in memory. One cache
+    serves one store only (positions are per file). Hits take no lock; the lock
+    serialises inserts and evictions alone, and reads from the store happen
+    outside it, so a slow disk never blocks other readers' hits. Two readers
+    missing the same node both read it; the second insert is harmless.
     """
 
-    def __init__(self, capacity: int = DEFAULT_CACHE_NODES) -> None:
-        if capacity < 0:
-            raise ValueError(f"cache capacity must be >= 0, got {capacity}")
-        self.capacity = capacity
+    def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if capacity_bytes < 0:
+            raise ValueError(f"cache capacity must be >= 0 bytes, got {capacity_bytes}")
+        self.capacity_bytes = capacity_bytes
         self.hits = 0
         self.misses = 0
-        self._nodes: OrderedDict[int, Node] = OrderedDict()
+        self._nodes: OrderedDict[int, tuple[Node, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, pos: int) -> Node | None:
@@ -139,8 +143,8 @@ class NodeCache:
         The counters are statistics; a racing increment may be lost.
         """
         nodes = self._nodes
-        node = nodes.get(pos)
-        if node is None:
+        entry = nodes.get(pos)
+        if entry is None:
             self.misses += 1
             return None
         self.hits += 1
@@ -148,29 +152,43 @@ class NodeCache:
             nodes.move_to_end(pos)
         except KeyError:  # evicted by another thread's put meanwhile
             pass
-        return node
+        return entry[0]
 
-    def put(self, pos: int, node: Node) -> None:
-        """Remember ``node``; only ever call it for nodes already written."""
+    def put(self, pos: int, node: Node, size: int) -> None:
+        """Remember ``node`` of ``size`` encoded bytes; only for nodes already written."""
         with self._lock:
-            self._nodes[pos] = node
-            self._nodes.move_to_end(pos)
-            while len(self._nodes) > self.capacity:
-                self._nodes.popitem(last=False)
+            self._add(pos, node, size)
+            self._evict()
 
-    def put_many(self, nodes: dict[int, Node]) -> None:
-        """Remember several nodes under one lock acquisition, in the dict's order."""
+    def put_many(self, nodes: dict[int, tuple[Node, int]]) -> None:
+        """Remember several ``(node, size)`` under one lock acquisition, in the dict's order."""
         with self._lock:
-            for pos, node in nodes.items():
-                self._nodes[pos] = node
-                self._nodes.move_to_end(pos)
-            while len(self._nodes) > self.capacity:
-                self._nodes.popitem(last=False)
+            for pos, (node, size) in nodes.items():
+                self._add(pos, node, size)
+            self._evict()
+
+    def _add(self, pos: int, node: Node, size: int) -> None:
+        old = self._nodes.pop(pos, None)
+        if old is not None:
+            self._bytes -= old[1]
+        self._nodes[pos] = (node, size)
+        self._bytes += size
+
+    def _evict(self) -> None:
+        while self._bytes > self.capacity_bytes and self._nodes:
+            _, (_, size) = self._nodes.popitem(last=False)
+            self._bytes -= size
 
     def clear(self) -> None:
         """Forget everything (e.g. after the file was replaced by compaction)."""
         with self._lock:
             self._nodes.clear()
+            self._bytes = 0
+
+    @property
+    def bytes(self) -> int:
+        """Encoded bytes of the nodes held now (at most ``capacity_bytes``)."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -226,8 +244,9 @@ class BTree:
         self._reduce = reduce
         self._rereduce = rereduce
         self._cache = NodeCache() if cache is None else cache
-        # Nodes this tree's modify wrote, kept until the tree is first read; see node().
-        self._pending: dict[int, Node] | None = None
+        # Nodes this tree's modify wrote (with their sizes), kept until the tree is
+        # first read; see node().
+        self._pending: dict[int, tuple[Node, int]] | None = None
         self._path = str(getattr(store, "path", "<memory>"))
         self.node_bytes = node_bytes
 
@@ -258,7 +277,7 @@ class BTree:
         """The caller's rereduce over child reductions."""
         return self._rereduce
 
-    def _derive(self, root: list[Any] | None, pending: dict[int, Node]) -> BTree:
+    def _derive(self, root: list[Any] | None, pending: dict[int, tuple[Node, int]]) -> BTree:
         tree = BTree(
             self._store,
             root,
@@ -282,8 +301,9 @@ class BTree:
             self._cache.put_many(pending)
         node = self._cache.get(pos)
         if node is None:
-            node = decode_node(self._store.read_node(pos), self._path, pos)
-            self._cache.put(pos, node)
+            raw, size = self._store.read_node(pos)
+            node = decode_node(raw, self._path, pos)
+            self._cache.put(pos, node, size)
         return node
 
     def depth(self) -> int:
@@ -508,7 +528,10 @@ class BTree:
         _check_key_types(keys)
         change = _Modify(self, batch, keys, ops)
         root = change.run()
-        return self if root is self._root else self._derive(root, change.written)
+        if root is self._root:
+            return self
+        pending = {pos: (node, change.sizes[pos]) for pos, node in change.written.items()}
+        return self._derive(root, pending)
 
 
 def _check_key_types(sorted_keys: list[Any]) -> None:
@@ -536,6 +559,7 @@ class _Modify:
         self.pack = msgpack.Packer(use_bin_type=True)
         # Nodes added to the batch in this pass; the store cannot read them yet.
         self.written: dict[int, Node] = {}
+        self.sizes: dict[int, int] = {}
 
     def node(self, pos: int) -> Node:
         node = self.written.get(pos)
@@ -663,6 +687,7 @@ class _Modify:
         tree = self.tree
         red = tree.rereduce_fun([e[2] for e in chunk]) if is_kp else tree.reduce_fun(chunk)
         self.written[pos] = (is_kp, tuple([e[0] for e in chunk]), tuple(chunk))
+        self.sizes[pos] = len(payload)
         return (chunk[-1][0], pos, red)
 
 

@@ -96,7 +96,7 @@ def _read(walk: _Walk, pos: Any, where: str) -> tuple[str, list[Any]] | None:
         walk.problem(pos, f"{where}: node pointer is not an int")
         return None
     try:
-        raw = walk.tree.store.read_node(pos)
+        raw = walk.tree.store.read_node(pos)[0]
     except SetteeError as exc:
         walk.problem(pos, f"{where}: unreadable node: {exc}")
         return None

@@ -79,7 +79,7 @@ def check_shard(
             return
         yield from _check_identity(file, db_uuid, index, shards)
         yield from _check_commits(file, notes)
-        cache = NodeCache(256)
+        cache = NodeCache(1 << 20)
         header = file.header
         snap = Snapshot(
             file,

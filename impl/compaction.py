@@ -92,7 +92,7 @@ class _Copier:
         self.shard = shard
         self.file = file
         self.revs_limit = revs_limit
-        cache = NodeCache(256)
+        cache = NodeCache(1 << 20)
         self.by_id = by_id_tree(file, None, cache, shard.node_size)
         self.by_seq = by_seq_tree(file, None, cache, shard.node_size)
         self.seq = 0

@@ -43,10 +43,6 @@ from settee.tokens import encode_token
 
 __all__ = ["Database", "open"]
 
-#: Decoded B+tree nodes cached per shard file (about 4 KiB each when encoded).
-CACHE_NODES_PER_SHARD = 1024
-
-
 def open(path: str, **options: Any) -> Database:
     """Open the database at ``path``, creating it if missing (see SEMANTICS.md §1)."""
     return Database(path, **options)
@@ -102,7 +98,7 @@ class Database:
                         fsync=self.config["fsync"],
                         serialized=self.config["read_mode"] == "serialized",
                         revs_limit=self.config["revs_limit"],
-                        cache_nodes=CACHE_NODES_PER_SHARD,
+                        cache_bytes=self.config["cache_bytes"] // count,
                         strict=self.config["strict"],
                         node_size=self.config["node_size"],
                     )

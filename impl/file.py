@@ -167,10 +167,12 @@ class ShardFile:
         """
         return self.read_frame(pos)[0]
 
-    def read_node(self, pos: int) -> Any:
-        """``read_term`` for a B+tree node: arrays decode as tuples (FORMAT.md
-        "B+tree nodes"), so a cached node holds nothing the collector tracks."""
-        return self.read_frame(pos, decode=decode_node_payload)[0]
+    def read_node(self, pos: int) -> tuple[Any, int]:
+        """``read_term`` for a B+tree node, and the bytes its frame occupies: arrays
+        decode as tuples (FORMAT.md "B+tree nodes"), so a cached node holds nothing
+        the collector tracks, and the node cache budgets what it holds in bytes."""
+        node, end = self.read_frame(pos, decode=decode_node_payload)
+        return node, end - pos
 
     def read_frame(self, pos: int, *, decode: Decode = decode_payload) -> tuple[Any, int]:
         """``read_term(pos)`` and the file offset where that frame's laid-out bytes end."""

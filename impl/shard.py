@@ -165,7 +165,7 @@ class Shard:
         fsync: bool,
         serialized: bool,
         revs_limit: int,
-        cache_nodes: int,
+        cache_bytes: int,
         strict: bool = False,
         node_size: int = MAX_NODE_BYTES,
     ) -> None:
@@ -176,7 +176,7 @@ class Shard:
         self._serialized = serialized
         self._fsync = fsync
         self._revs_limit = revs_limit
-        self._cache_nodes = cache_nodes
+        self._cache_bytes = cache_bytes
         #: Check what every commit changed, and fail the write on any inconsistency.
         self.strict = strict
         #: Largest encoded B+tree node this session writes (the ``node_size`` option).
@@ -217,7 +217,7 @@ class Shard:
     def _snapshot_of(self, file: ShardFile) -> Snapshot:
         header = file.header
         assert header is not None  # invariant: _open_snapshot gave every file a header
-        cache = NodeCache(self._cache_nodes)
+        cache = NodeCache(self._cache_bytes)
         # The OS descriptor must outlive every snapshot that reads this file (a
         # compaction retires it while old readers still hold snapshots), so it is
         # closed when the last reference to the ShardFile goes, or by close().

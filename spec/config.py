@@ -93,6 +93,14 @@ OPTIONS: dict[str, Option] = {
         "largest encoded B+tree node a commit writes (CouchDB's btree_chunk_size); small "
         "values make tiny databases split and merge nodes, which the proof relies on",
     ),
+    "cache_bytes": Option(
+        192 * 1024 * 1024,
+        _int_in(0, 1 << 40),
+        "an int from 0 to 2**40 (bytes)",
+        "B+tree nodes kept decoded in memory, counted by their encoded size and split "
+        "evenly between the shards; decoded nodes take about 3x that in RAM. A database "
+        "whose trees fit reads every node from memory; 0 reads every node from the file",
+    ),
     "create": Option(
         True,
         lambda v: isinstance(v, bool),

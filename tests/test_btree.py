@@ -65,9 +65,10 @@ class MemoryStore:
         self.reads = 0
         self.encoded = encoded
 
-    def read_node(self, pos: int) -> Any:
+    def read_node(self, pos: int) -> tuple[Any, int]:
         self.reads += 1
-        return decode_node_payload(self.terms[pos - 1])
+        term = self.terms[pos - 1]
+        return decode_node_payload(term), len(term)
 
     def new_batch(self) -> MemoryBatch:
         return (EncodedMemoryBatch if self.encoded else MemoryBatch)(len(self.terms))
@@ -151,7 +152,7 @@ class BTreeMachine(RuleBasedStateMachine):
     @initialize(
         node_bytes=st.sampled_from([48, 96, 300, MAX_NODE_BYTES]),
         store=st.sampled_from(["memory", "memory-encoded", "shardfile"]),
-        cache_nodes=st.sampled_from([0, 4, 1024]),
+        cache_nodes=st.sampled_from([0, 200, 1 << 20]),
     )
     def start(self, node_bytes: int, store: str, cache_nodes: int) -> None:
         if store == "shardfile" and ShardFile is not None:
@@ -419,15 +420,21 @@ def test_fold_follows_couchdb_direction_convention() -> None:
     assert list(tree.fold(20, 10)) == [] and list(tree.fold(10, 20, descending=True)) == []
 
 
-def test_cache_is_bounded_and_shared_by_derived_trees() -> None:
+def test_cache_is_bounded_in_bytes_and_shared_by_derived_trees() -> None:
     store, tree = big_tree()
-    cache = NodeCache(16)
+    budget = 16 * 4096
+    cache = NodeCache(budget)
     tree = new_tree(store, tree.root, cache=cache)
     for i in range(0, 20_000, 97):
         assert tree.get(i) == (i, "v")
-    assert len(cache) == 16
+    # Full, by the encoded sizes of what it holds, and never over the budget.
+    assert budget - 4096 < cache.bytes <= budget
+    held = [cache._nodes[pos][1] for pos in cache._nodes]
+    assert cache.bytes == sum(held) and all(0 < size <= 4096 + 16 for size in held)
     derived = commit(store, tree, [(-1, (0, ""))])
     assert derived.cache is cache
+    derived.get(-1)  # the written path enters the cache, still within the budget
+    assert cache.bytes <= budget
 
 
 def test_garbage_node_raises_corruption_error() -> None:
@@ -609,7 +616,7 @@ def test_shard_file_tree_survives_reopen_and_checks(tmp_path: Any) -> None:
 @needs_shard_file
 def test_concurrent_readers_see_their_snapshot(tmp_path: Any) -> None:
     f = ShardFile.open(OsFileSystem(), os.path.join(tmp_path, "s.shard"), create=True)
-    cache = NodeCache(64)
+    cache = NodeCache(64 * 4096)
     tree = new_tree(f, cache=cache)
     tree = commit(f, tree, [(i, (i, "v")) for i in range(20_000)])
     snapshot = tree
