@@ -31,6 +31,7 @@ _GROUP_TITLES = [
     ("reopen", "Reopen time"),
     ("scaling", "Scaling"),
     ("bursts", "Read latency around write bursts"),
+    ("processes", "Readers in other processes"),
 ]
 
 
@@ -359,6 +360,13 @@ def performance_section(doc: dict[str, Any]) -> str:
             f"Random gets while {p['params']['burst']}-doc bursts commit: p99.9 {a('p99.9')} ms, "
             f"max {a('max')} ms (sqlite3 {b('p99.9')} ms, max {b('max')} ms); "
             f"settee ÷ sqlite3 reads/s ×{p['ratio']:.2f}."
+        )
+    if "processes.get" in pairs:
+        p = pairs["processes.get"]
+        bullets.append(
+            f"Random gets from reader processes (`readonly=True`) while a writer commits: "
+            f"2 processes {fmt(p['a']['median'])} vs 1 process {fmt(p['b']['median'])} "
+            f"reads/s (×{p['ratio']:.2f}) on {p['params']['cpus']} CPUs."
         )
     scale = [p for k, p in pairs.items() if k.startswith("scaling.")]
     if scale:

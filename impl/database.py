@@ -15,11 +15,14 @@ from typing import Any
 
 from settee import views
 from settee.compaction import compact_shard
+from settee.follower import FollowerShard, readonly_error
+from settee.heads import HeadsFile
 from settee.io import FileSystem, OsFileSystem
 from settee.layout import (
     acquire_lock,
     mark_locked,
     open_layout,
+    read_layout,
     release_lock,
     shard_path,
 )
@@ -43,6 +46,7 @@ from settee.tokens import encode_token
 
 __all__ = ["Database", "open"]
 
+
 def open(path: str, **options: Any) -> Database:
     """Open the database at ``path``, creating it if missing (see SEMANTICS.md §1)."""
     return Database(path, **options)
@@ -64,6 +68,10 @@ class Database:
             raise SetteeError(f"{path}: cannot open the database: {exc}") from exc
 
     def _open(self, path: str, options: dict[str, Any]) -> None:
+        self._heads: HeadsFile | None = None
+        if self.config["readonly"]:
+            self._open_readonly(path)
+            return
         # Lock before reading or creating anything, so two processes can never
         # both create the same database or open it for writing at once.
         if not self.config["create"] and not self.fs.exists(path):
@@ -79,10 +87,43 @@ class Database:
                 create=self.config["create"],
             )
             mark_locked(self.fs, path)
+            if type(self.fs) is OsFileSystem:  # other processes read HEADS (settee.heads)
+                self._heads = HeadsFile(path, writer=True)
             self.shards = self._open_shards(layout.uuid, layout.shards)
         except BaseException:
+            if self._heads is not None:
+                self._heads.close()
             release_lock(self._lock_fd)
             raise
+
+    def _open_readonly(self, path: str) -> None:
+        """Follow a database another handle writes: no lock, nothing created or repaired."""
+        self._lock_fd = None
+        if not self.fs.exists(path):
+            raise SetteeError(f"{path} does not exist: check the path (readonly=True)")
+        layout = read_layout(self.fs, path)
+        if type(self.fs) is OsFileSystem:
+            self._heads = HeadsFile(path, writer=False)
+        shards: list[Any] = []
+        try:
+            for index in range(layout.shards):
+                shards.append(
+                    FollowerShard(
+                        self.fs,
+                        shard_path(path, index),
+                        ShardIdentity(layout.uuid, index, layout.shards),
+                        heads=self._heads,
+                        cache_bytes=self.config["cache_bytes"] // layout.shards,
+                        node_size=self.config["node_size"],
+                    )
+                )
+        except BaseException:
+            for shard in shards:
+                shard.close()
+            if self._heads is not None:
+                self._heads.close()
+            raise
+        self.shards = shards
 
     def _open_shards(self, db_uuid: str, count: int) -> list[Shard]:
         shards: list[Shard] = []
@@ -101,6 +142,7 @@ class Database:
                         cache_bytes=self.config["cache_bytes"] // count,
                         strict=self.config["strict"],
                         node_size=self.config["node_size"],
+                        heads=self._heads,
                     )
                 )
         except BaseException:
@@ -121,6 +163,8 @@ class Database:
             for shard in self.shards:
                 shard.close()
         finally:
+            if self._heads is not None:
+                self._heads.close()
             release_lock(self._lock_fd)
 
     def __enter__(self) -> Database:
@@ -134,6 +178,11 @@ class Database:
         if self._closed:
             raise SetteeError("database is closed; open it again with settee.open(path)")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.config["readonly"]:
+            raise readonly_error(self.path)
+
     def _snapshots(self) -> list[Any]:
         """Every shard's current snapshot (raises SetteeError once closed)."""
         return [shard.current() for shard in self.shards]
@@ -145,7 +194,7 @@ class Database:
 
     def put(self, doc: Any) -> dict[str, Any]:
         """Create or update one document; raises Conflict, BadRequest."""
-        self._check_open()
+        self._check_writable()
         valid = self._validate(doc, new_edits=True)
         [result] = self._write([valid], new_edits=True)
         if isinstance(result, BaseException):
@@ -154,7 +203,7 @@ class Database:
 
     def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
         """Leave a tombstone on top of ``rev``; raises NotFound, Conflict, BadRequest."""
-        self._check_open()
+        self._check_writable()
         doc_id = validate_docid(doc_id)
         rev = check_optional_rev(rev)
         tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
@@ -166,7 +215,7 @@ class Database:
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """Write many documents; one result per doc (only errors with new_edits=False)."""
-        self._check_open()
+        self._check_writable()
         if not isinstance(docs, list | tuple):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
@@ -300,6 +349,6 @@ class Database:
 
     def compact(self) -> None:
         """Rewrite every shard file with only live data; readers and writers go on."""
-        self._check_open()
+        self._check_writable()
         for shard in self.shards:
             compact_shard(shard, revs_limit=self.config["revs_limit"])

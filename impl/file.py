@@ -123,11 +123,14 @@ class ShardFile:
         self.created = created
 
     @classmethod
-    def open(cls, fs: FileSystem, path: str, *, create: bool) -> ShardFile:
+    def open(
+        cls, fs: FileSystem, path: str, *, create: bool, tail_warning: bool = True
+    ) -> ShardFile:
         """Open ``path``, find its newest valid header. Never writes to the file.
 
         Raises ``SetteeError`` when the file is missing (and not ``create``), is not a
-        settee file, or has another FORMAT_VERSION.
+        settee file, or has another FORMAT_VERSION. ``tail_warning=False`` for a
+        reader following a live writer, whose uncommitted tail is no news.
         """
         try:
             handle, created = fs.open(path, create=False), False
@@ -146,7 +149,7 @@ class ShardFile:
         except BaseException:
             shard.close()
             raise
-        if shard._end > tail_start:
+        if shard._end > tail_start and tail_warning:
             warnings.warn(
                 TornTailWarning(
                     f"{path}: ignoring {shard._end - tail_start} bytes after offset "
@@ -327,6 +330,25 @@ class ShardFile:
                 "start with a settee marker): check the path, or restore the file from a backup",
             )
         return 0
+
+    def adopt_header(self, offset: int) -> bool:
+        """Make the valid header at ``offset`` this file's header, for a reader
+        following a writer in another process; False (and no change) when there is
+        none there. The writer's own ``ShardFile`` never calls it."""
+        size = self._handle.size()
+        self._reads.enter(self.path)
+        try:
+            found = read_header_at(self._handle, offset, size)
+        finally:
+            self._reads.leave()
+        if found is None or found.version != FORMAT_VERSION:
+            return False
+        try:
+            header = ShardHeader.parse(found.payload, path=self.path, offset=offset)
+        except CorruptionError:
+            return False
+        self.header, self.header_offset, self._end = header, offset, size
+        return True
 
     def _check_version(self, offset: int, version: int) -> None:
         if version != FORMAT_VERSION:

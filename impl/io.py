@@ -146,6 +146,7 @@ class OsFileHandle(FileHandle):
         self.path = path
         self._fd = fd
         self.read_fd = os.dup(fd)
+        self._open_fds: tuple[int, ...] = (self.read_fd, fd)
         # Only the writer thread appends, so tracking the end here needs no lock.
         self._end = os.fstat(fd).st_size
 
@@ -180,8 +181,11 @@ class OsFileHandle(FileHandle):
         return os.fstat(self.read_fd).st_size
 
     def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self._fd)
+        """Close both descriptors; idempotent. A second close must never reach the OS:
+        by then the numbers may belong to another file of this process."""
+        fds, self._open_fds = self._open_fds, ()
+        for fd in fds:
+            os.close(fd)
 
 
 class OsFileSystem(FileSystem):

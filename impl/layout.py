@@ -7,6 +7,8 @@
   shard-000.settee.compact   a compaction in progress (left alone by open; the next
                        compaction of that shard replaces it)
   LOCK                 empty, informational: the lock is an flock on the directory
+  HEADS                each shard's newest durable header, for readonly readers
+                       (settee.heads; a hint, never fsynced)
 ```
 
 Creation writes every shard file (with its first header) and fsyncs the

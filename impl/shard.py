@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import secrets
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 from settee.btree import MAX_NODE_BYTES, NodeCache
 from settee.docinfo import DocInfo, apply_edit
 from settee.file import ShardFile
+from settee.heads import HeadsFile
 from settee.io import FileSystem, FileSystemWrapper
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
@@ -39,7 +41,7 @@ from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.format import ShardHeader, as_root, encode_payload
 from settee.strict import require_consistent_commit
 
-__all__ = ["STEPS", "Shard", "ShardIdentity", "shard_header"]
+__all__ = ["STEPS", "Shard", "ShardIdentity", "check_identity", "shard_header"]
 
 #: Group-commit bounds: one commit takes at most this many documents or body bytes,
 #: so one huge burst cannot delay every acknowledgement behind it indefinitely.
@@ -74,6 +76,19 @@ class ShardIdentity:
     db_uuid: str
     index: int
     shards: int
+
+
+def check_identity(file: ShardFile, expected: ShardIdentity) -> None:
+    """SetteeError unless ``file``'s header belongs to the shard ``expected`` names."""
+    header = file.header
+    assert header is not None  # invariant: only called for a file that has a header
+    found = (header.db, header.shard, header.shards)
+    if found != (expected.db_uuid, expected.index, expected.shards):
+        raise SetteeError(
+            f"{file.path}: belongs to database {found[0]} shard {found[1]} of {found[2]}, "
+            f"expected {expected.db_uuid} shard {expected.index} of {expected.shards}; "
+            "shard files cannot be moved between databases"
+        )
 
 
 def shard_header(
@@ -168,9 +183,14 @@ class Shard:
         cache_bytes: int,
         strict: bool = False,
         node_size: int = MAX_NODE_BYTES,
+        heads: HeadsFile | None = None,
     ) -> None:
         self.path = path
         self.identity = identity
+        #: Where readers in other processes learn of durable commits (settee.heads),
+        #: and the generation of the file at the path: random per open, +1 per swap.
+        self._heads = heads
+        self._generation = secrets.randbits(32)
         self._lock = threading.RLock()
         self.fs: FileSystem = SerializedFileSystem(fs, self._lock) if serialized else fs
         self._serialized = serialized
@@ -183,6 +203,7 @@ class Shard:
         self.node_size = node_size
         self.step_hook: Callable[[str], None] | None = None
         self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=False))
+        self._publish(self.snapshot)
         self._queue = _Requests(self._step)
         self._submit_lock = threading.Lock()
         self.compaction_lock = threading.Lock()
@@ -230,16 +251,7 @@ class Shard:
         )
 
     def _check_identity(self, file: ShardFile) -> None:
-        header = file.header
-        assert header is not None  # invariant: only called for a file that has a header
-        expected = self.identity
-        found = (header.db, header.shard, header.shards)
-        if found != (expected.db_uuid, expected.index, expected.shards):
-            raise SetteeError(
-                f"{file.path}: belongs to database {found[0]} shard {found[1]} of {found[2]}, "
-                f"expected {expected.db_uuid} shard {expected.index} of {expected.shards}; "
-                "shard files cannot be moved between databases"
-            )
+        check_identity(file, self.identity)
 
     def shard_header(
         self, by_id: Sequence[Any] | None, by_seq: Sequence[Any] | None, seq: int
@@ -408,6 +420,7 @@ class Shard:
                 after = self._commit(group)
                 if self.strict:
                     require_consistent_commit(before, after, group.pending, start)
+                self._publish(after)
                 self.snapshot = after
                 self._step("publish")
             except _NothingWritten as exc:
@@ -470,6 +483,13 @@ class Shard:
             self._step("after_header_fsync")
         return Snapshot(file, by_id, by_seq, group.seq)
 
+    def _publish(self, snap: Snapshot) -> None:
+        """Tell readers in other processes that ``snap``'s commit is durable: called
+        after its header fsync, before this process's readers or writers see it."""
+        offset = snap.file.header_offset
+        if self._heads is not None and offset is not None:
+            self._heads.publish(self.identity.index, self._generation, offset)
+
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
             self.step_hook(name)
@@ -484,6 +504,8 @@ class Shard:
         """Make ``file`` (a finished compaction target already renamed over this
         shard's path) the shard's file. Runs on the writer thread."""
         self.snapshot = self._snapshot_of(file)
+        self._generation = (self._generation + 1) % (1 << 32)
+        self._publish(self.snapshot)
 
 
 class _Group:

@@ -100,15 +100,19 @@ class ReferenceDB:
         self._closed = False
         self._log_path: str | None = None
         self._log: Any = None
+        readonly = config["readonly"]
         if path is not None:
-            if not config["create"] and not os.path.exists(os.path.join(path, LOG_NAME)):
+            exists = os.path.exists(os.path.join(path, LOG_NAME))
+            if (readonly or not config["create"]) and not exists:
                 raise SetteeError(
                     f"{path} holds no settee database (no {LOG_NAME}); check the path"
                 )
-            os.makedirs(path, exist_ok=True)
+            if not readonly:
+                os.makedirs(path, exist_ok=True)
             self._log_path = os.path.join(path, LOG_NAME)
             self._replay()
-            self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
+            if not readonly:
+                self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -134,12 +138,17 @@ class ReferenceDB:
         if self._closed:
             raise SetteeError("database is closed: open it again to use it")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._config["readonly"]:
+            raise SetteeError("the database was opened with readonly=True: writes are refused")
+
     # ------------------------------------------------------------------ writes
 
     def put(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Store one document; Conflict if its _rev is not a current leaf."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             vdoc = self._validate(doc, new_edits=True)
             (result,) = self._update_interactive([vdoc])
             if "error" in result:
@@ -149,7 +158,7 @@ class ReferenceDB:
     def delete(self, docid: str, rev: str | None) -> dict[str, Any]:
         """Write a tombstone below leaf ``rev`` (chttpd_db DELETE semantics)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             docid = validate_docid(docid)
             rev = check_optional_rev(rev)
             entry = self._docs.get(docid)
@@ -167,7 +176,7 @@ class ReferenceDB:
     def bulk_docs(self, docs: list[dict[str, Any]], new_edits: bool = True) -> list[dict[str, Any]]:
         """Validate every doc, then apply them in order (see SEMANTICS.md §7)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if not isinstance(docs, (list, tuple)):
                 raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
             check_bool("new_edits", new_edits)
@@ -438,7 +447,7 @@ class ReferenceDB:
     def compact(self) -> None:
         """Drop bodies of non-leaf revisions and stem every tree."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             for entry in self._docs.values():
                 entry.tree = revtree.stem(entry.tree, self._config["revs_limit"])
                 leaves = set(revtree.leaves(entry.tree))

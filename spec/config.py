@@ -101,6 +101,14 @@ OPTIONS: dict[str, Option] = {
         "evenly between the shards; decoded nodes take about 3x that in RAM. A database "
         "whose trees fit reads every node from memory; 0 reads every node from the file",
     ),
+    "readonly": Option(
+        False,
+        lambda v: isinstance(v, bool),
+        "True or False",
+        "True: read a database another process (or another handle) writes: no lock, no "
+        "writer, nothing created; every write raises SetteeError; each call sees the "
+        "newest commit the writer has made durable",
+    ),
     "create": Option(
         True,
         lambda v: isinstance(v, bool),

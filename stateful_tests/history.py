@@ -81,10 +81,15 @@ class Scenario:
     options: dict[str, Any]
     programs: tuple[tuple[Any, ...], ...]
     batches: int
+    #: Reads made through a second handle, ``settee.open(path, readonly=True)``,
+    #: recorded on the same clock as every other client (empty: no such client).
+    reader: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         lines = [f"options {self.options}, group batches {self.batches}"]
         lines += [f"client {i}: {list(p)}" for i, p in enumerate(self.programs)]
+        if self.reader:
+            lines.append(f"readonly reader: {list(self.reader)}")
         return "\n".join(lines)
 
 
@@ -177,7 +182,16 @@ def random_scenario(
         "read_mode": read_mode,
         "node_size": rng.choice([128, 4096]),
     }
-    return Scenario(options, programs, rng.randint(1, 3))
+    closes = any(op == ("close",) for program in programs for op in program)
+    reader: tuple[Any, ...] = ()
+    if not closes and rng.random() < 0.5:  # a close would end the writer's handle only
+        reads = ["get", "get_rev", "all_docs", "group", "changes", "info"]
+        reader = tuple(_read_spec(rng.choice(reads), rng.choice(IDS)) for _ in range(ops + 2))
+    return Scenario(options, programs, rng.randint(1, 3), reader)
+
+
+def _read_spec(kind: str, doc_id: str) -> tuple[Any, ...]:
+    return (kind, doc_id) if kind in ("get", "get_rev") else (kind,)
 
 
 # -- recording ----------------------------------------------------------------------------------
@@ -312,10 +326,14 @@ class Client:
 
 
 def clients_for(scenario: Scenario, recorder: Recorder, seen: dict[str, str]) -> list[Client]:
+    """The writer's clients (the programs, then the group writer), then the readonly
+    reader's client, if the scenario has one."""
     group = group_ids(scenario.options["shards"])
     programs = list(scenario.programs)
     if scenario.batches:
         programs.append(tuple(("batch", gen) for gen in range(1, scenario.batches + 1)))
+    if scenario.reader:
+        programs.append(scenario.reader)
     return [Client(i, p, group, recorder, dict(seen)) for i, p in enumerate(programs)]
 
 

@@ -169,14 +169,26 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
     db = load_factory(spec)(f"{tmp}/db", **scenario.options, **_strict(spec))
     recorder = Recorder()
     result = RunResult(scenario, recorder)
+    follower = None
     try:
         seen = run_setup(db)
         clients = clients_for(scenario, recorder, seen)
+        if scenario.reader:
+            # The last client reads through a readonly handle (settee.follower): it
+            # must see what the writer's own readers see, on the same clock.
+            follower = _follower(db, f"{tmp}/db")
+            if follower is None:
+                clients.pop()
+            else:
+                # Reads take microseconds and commits milliseconds: spaced out, the
+                # reader's calls fall between the writers' acknowledgements.
+                clients[-1].before_call = _pause
         barrier = threading.Barrier(len(clients))
 
         def body(client: Any) -> None:
             barrier.wait()
-            client.run(db)
+            reader = scenario.reader and client.index == len(clients) - 1
+            client.run(follower if reader else db)
 
         threads = [threading.Thread(target=body, args=(c,), daemon=True) for c in clients]
         for t in threads:
@@ -192,10 +204,35 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
             )
             return result
     finally:
+        if follower is not None:
+            follower.close()
         _close(db, STRESS_TIMEOUT if result.problems else None)
         shutil.rmtree(tmp, ignore_errors=True)
     _check(result)
     return result
+
+
+def _pause(_step: str) -> None:
+    time.sleep(READER_PAUSE)
+
+
+#: Seconds the readonly reader of a stress run waits before each call.
+READER_PAUSE = 0.002
+
+
+def _follower(db: Any, path: str) -> Any:
+    """A readonly handle on ``db``'s directory: the engine's own ``open_follower``
+    (a mutant's), else ``settee.open(path, readonly=True)`` when ``db`` is settee's
+    engine (or wraps it); None for engines without one (the reference)."""
+    import settee
+
+    opener = getattr(db, "open_follower", None)
+    if opener is not None:
+        return opener(path)
+    inner = getattr(db, "inner", db)
+    if not isinstance(inner, settee.Database):
+        return None
+    return settee.open(path, readonly=True)
 
 
 def _check(result: RunResult) -> None:

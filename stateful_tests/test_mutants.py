@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from settee.proof.stateful.campaigns import run_interleavings, run_mutants
+from settee.proof.stateful.campaigns import run_interleavings, run_mutants, run_stress
 from settee.proof.stateful.interleavings import ADMIT_THEN_CLOSE, hold_admitted_write, run_scheduled
 from settee.proof.stateful.mutants import MUTANTS
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
 #: so running it first here would only cost time; each has its own test below.
-CONCURRENT_ONLY = {"enqueue_outside_lock"}
+CONCURRENT_ONLY = {"enqueue_outside_lock", "stale_follower"}
 
 ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
 
@@ -59,3 +59,11 @@ def test_enqueue_outside_lock_fails_the_admitted_write_schedule() -> None:
     report = result.report()
     assert "a call never returned: ['client-0'] blocked" in report, report
     assert "--- client-0 (not parked)" in report and "client-0@enqueue" in report, report
+
+
+def test_stale_follower_is_caught_by_the_stress_campaign() -> None:
+    """Only the stress campaign reads through a readonly handle (about half its
+    scenarios), on the same clock as the writer's clients."""
+    summary = run_stress("settee.proof.stateful.mutants:stale_follower", runs=60, seed=0)
+    assert summary.failures, summary.text()[:3000]
+    assert "readonly reader" in summary.reproducer and "not linearizable" in summary.reproducer

@@ -63,6 +63,7 @@ EXPECTED_PREFIXES = [
     "reopen",
     "scaling.",
     "bursts.get",
+    "processes.get",
 ]
 
 

@@ -219,6 +219,17 @@ class EnqueueOutsideLock(Wrapper):
         plant(self.inner, EnqueueOutsideLockShard)
 
 
+class StaleFollower(Wrapper):
+    """A readonly handle (``readonly=True``) keeps the commit it opened at: it never
+    follows the writer, so a read after an acknowledged write misses it."""
+
+    def open_follower(self, path: str) -> Any:
+        follower = settee.open(path, readonly=True)
+        for shard in follower.shards:
+            shard.current = lambda shard=shard: shard.snapshot  # type: ignore[method-assign]
+        return follower
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -234,6 +245,7 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "partial_batch": (PartialBatch, "a reader sees a partially applied batch"),
     "revs_limit_ignored": (RevsLimitIgnored, "stemming never happens"),
     "enqueue_outside_lock": (EnqueueOutsideLock, "a write admitted before close() hangs"),
+    "stale_follower": (StaleFollower, "a readonly handle never sees new commits"),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

@@ -1,0 +1,88 @@
+"""HEADS: where each shard's newest durable commit is, for readers in other processes.
+
+``<path>/HEADS`` holds one slot per shard at offset ``SLOT_SIZE * index``
+(FORMAT.md "HEADS"): the file offset of the shard file's newest header whose
+fsync has returned, the generation of the file (a number the writer changes
+whenever a compaction puts a new file at the path: the copy's header may sit
+at an offset the old file's header once had), and a crc32c of both. The
+writer process rewrites a shard's slot after every commit's header fsync,
+before the commit is published or acknowledged, and after opening and after a
+compaction swap. A process that
+opened the database with ``readonly=True`` reads the slots on each call and
+reads up to the commit a slot names, never past it: a commit whose fsync has
+not returned stays invisible to it, as it does to the writer's own readers.
+
+The file is a hint, never fsynced and never trusted alone: a slot that is
+missing, torn or fails its crc, or names no valid header of the shard file,
+sends the reader back to the newest valid header it finds by scanning the file
+(what ``settee.open`` does). Nothing else reads it; deleting it loses nothing.
+
+It lives on the real file system only (``OsFileSystem``): other processes are
+what it is for. A database on another ``FileSystem`` (the proof's simulated
+disks) publishes nothing, and its readonly readers scan. A failed ``pwrite``
+of a slot does not fail the commit, which is already durable; the writer
+retries on the next commit, and until then readers in other processes may
+lag behind by the commits since the last slot that reached the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+
+import crc32c
+
+from settee.spec.errors import SetteeError
+
+__all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile"]
+
+HEADS_NAME = "HEADS"
+# u64 LE header offset, u32 LE file generation, u32 LE crc32c of those 12 bytes.
+_SLOT = struct.Struct("<QII")
+SLOT_SIZE = _SLOT.size
+
+
+class HeadsFile:
+    """The HEADS file of one database directory, open for publishing or for reading."""
+
+    def __init__(self, path: str, *, writer: bool) -> None:
+        self.path = os.path.join(path, HEADS_NAME)
+        self._writer = writer
+        self._fd: int | None = None
+        if writer:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise SetteeError(f"{self.path}: cannot open for writing: {exc}") from exc
+
+    def publish(self, index: int, generation: int, header_offset: int) -> None:
+        """Name ``header_offset`` of file ``generation`` as shard ``index``'s newest
+        durable commit (writer only)."""
+        assert self._writer and self._fd is not None  # invariant: only the writer publishes
+        fields = header_offset.to_bytes(8, "little") + generation.to_bytes(4, "little")
+        slot = fields + crc32c.crc32c(fields).to_bytes(4, "little")
+        with contextlib.suppress(OSError):  # a hint: see the module docstring
+            os.pwrite(self._fd, slot, SLOT_SIZE * index)
+
+    def read(self, index: int) -> tuple[int, int] | None:
+        """``(generation, header offset)`` of shard ``index``'s slot, or None when there
+        is no valid slot (no HEADS file, a short or torn slot, a crc mismatch)."""
+        fd = self._fd
+        if fd is None:
+            try:
+                fd = self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None  # no writer has published yet: readers scan the file
+        raw = os.pread(fd, SLOT_SIZE, SLOT_SIZE * index)
+        if len(raw) != SLOT_SIZE:
+            return None
+        offset, generation, crc = _SLOT.unpack(raw)
+        if crc32c.crc32c(raw[:12]) != crc:
+            return None
+        return generation, offset
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,250 @@
+"""``settee.open(path, readonly=True)``: readers beside the one writer (issue 16).
+
+A readonly handle takes no lock, creates nothing, refuses every write, and on
+each call sees the newest commit the writer has made durable: never one whose
+header fsync has not returned (``settee.heads``), always one that was
+acknowledged before the call began, across a compaction's file swap, and in
+another process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import settee
+import settee.reference
+from settee.heads import HEADS_NAME, SLOT_SIZE
+
+
+def _writer(path: Path, **options: Any) -> settee.Database:
+    return settee.open(str(path), **{"shards": 2, **options})
+
+
+def _state(db: Any) -> tuple[Any, Any]:
+    rows = db.all_docs(include_docs=True)["rows"]
+    return [(r["id"], r["value"]["rev"], r["doc"]) for r in rows], db.info()["doc_count"]
+
+
+@pytest.mark.parametrize("engine", ["settee", "reference"])
+def test_readonly_on_a_missing_path_creates_nothing(tmp_path: Path, engine: str) -> None:
+    opener = settee.open if engine == "settee" else settee.reference.open
+    with pytest.raises(settee.SetteeError, match=r"readonly|no settee database|check the path"):
+        opener(str(tmp_path / "nothing"), readonly=True)
+    assert not (tmp_path / "nothing").exists()
+
+
+@pytest.mark.parametrize("engine", ["settee", "reference"])
+def test_every_write_is_refused_and_changes_nothing(tmp_path: Path, engine: str) -> None:
+    opener = settee.open if engine == "settee" else settee.reference.open
+    with opener(str(tmp_path / "db")) as db:
+        rev = db.put({"_id": "a", "v": 1})["rev"]
+    with opener(str(tmp_path / "db"), readonly=True) as ro:
+        before = _state(ro)
+        for call in (
+            lambda: ro.put({"_id": "b"}),
+            lambda: ro.put({"_id": "a", "_rev": rev, "v": 2}),
+            lambda: ro.delete("a", rev),
+            lambda: ro.bulk_docs([{"_id": "c"}]),
+            lambda: ro.bulk_docs("not a list"),  # refused as readonly first, like put
+            ro.compact,
+        ):
+            with pytest.raises(settee.SetteeError, match="readonly"):
+                call()
+        assert _state(ro) == before
+        assert ro.get("a")["v"] == 1
+
+
+def test_reader_sees_each_acknowledged_write_at_once(tmp_path: Path) -> None:
+    with _writer(tmp_path / "db") as db, settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        assert ro.all_docs()["rows"] == []
+        revs = {}
+        for i in range(40):
+            doc_id = f"d{i:02d}"
+            revs[doc_id] = db.put({"_id": doc_id, "i": i})["rev"]
+            assert ro.get(doc_id)["_rev"] == revs[doc_id]
+            assert ro.info()["doc_count"] == i + 1
+        db.delete("d00", revs["d00"])
+        with pytest.raises(settee.NotFound):
+            ro.get("d00")
+        assert _state(ro) == _state(db)
+        assert ro.changes()["last_seq"] == db.changes()["last_seq"]
+
+
+def test_reader_never_sees_a_commit_before_its_header_fsync_returns(tmp_path: Path) -> None:
+    """The header of the commit is in the file, its fsync has not returned: a
+    reader that scanned for the newest header would show it; HEADS does not."""
+    with _writer(tmp_path / "db") as db:
+        db.put({"_id": "old"})
+        ro = settee.open(str(tmp_path / "db"), readonly=True)
+        parked, release = threading.Event(), threading.Event()
+        shard = db.shards[0]
+        for s in db.shards:
+
+            def hook(step: str, s: Any = s) -> None:
+                if step == "before_header_fsync" and s is shard:
+                    parked.set()
+                    release.wait(10)
+
+            s.step_hook = hook
+        target = next(f"new{i}" for i in range(1000) if db._shard(f"new{i}") is shard)
+        writer = threading.Thread(target=db.put, args=({"_id": target},))
+        writer.start()
+        try:
+            assert parked.wait(10)
+            with pytest.raises(settee.NotFound):
+                ro.get(target)
+            assert [r["id"] for r in ro.all_docs()["rows"]] == ["old"]
+        finally:
+            release.set()
+            writer.join(10)
+        assert ro.get(target)["_id"] == target  # acknowledged now: visible
+        ro.close()
+
+
+def test_reader_follows_a_compaction_and_keeps_reading(tmp_path: Path) -> None:
+    with _writer(tmp_path / "db") as db, settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        for i in range(200):
+            rev = db.put({"_id": f"d{i:03d}", "v": 0})["rev"]
+            db.put({"_id": f"d{i:03d}", "_rev": rev, "v": 1})
+        held = ro.all_docs(include_docs=True)
+        inodes = [os.stat(s.path).st_ino for s in db.shards]
+        db.compact()
+        assert [os.stat(s.path).st_ino for s in db.shards] != inodes  # files were swapped
+        assert ro.all_docs(include_docs=True) == held
+        assert ro.info()["sizes"]["file"] == db.info()["sizes"]["file"]
+        db.put({"_id": "after", "v": 2})
+        assert ro.get("after")["v"] == 2
+        assert _state(ro) == _state(db)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage", "short"])
+def test_a_damaged_heads_file_falls_back_to_scanning(tmp_path: Path, damage: str) -> None:
+    with _writer(tmp_path / "db") as db:
+        db.put({"_id": "a"})
+        heads = tmp_path / "db" / HEADS_NAME
+        if damage == "deleted":
+            heads.unlink()
+        elif damage == "garbage":
+            heads.write_bytes(os.urandom(SLOT_SIZE * 2))
+        else:
+            heads.write_bytes(heads.read_bytes()[: SLOT_SIZE // 2])
+        with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+            assert ro.get("a")["_id"] == "a"
+            db.put({"_id": "b"})  # the writer publishes again (where the file is, if any)
+            assert ro.get("b")["_id"] == "b"
+
+
+def test_concurrent_readers_during_writes_and_compaction_see_whole_commits(
+    tmp_path: Path,
+) -> None:
+    """Every all_docs of a reader is one committed state: the writer puts doc
+    pairs in one bulk_docs (one shard), so a pair is never seen half-written."""
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    with (
+        _writer(tmp_path / "db", shards=1) as db,
+        settee.open(str(tmp_path / "db"), readonly=True) as ro,
+    ):
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    ids = [r["id"] for r in ro.all_docs()["rows"]]
+                    assert len(ids) % 2 == 0, ids
+                    for a in ids[::2]:
+                        assert a.replace("a", "b", 1) in ids
+            except BaseException as exc:
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in readers:
+            t.start()
+        for i in range(120):
+            db.bulk_docs([{"_id": f"a{i:04d}"}, {"_id": f"b{i:04d}"}])
+            if i % 40 == 39:
+                db.compact()
+        stop.set()
+        for t in readers:
+            t.join(30)
+    assert not errors, errors[0]
+
+
+_CHILD = r"""
+import json, sys, settee
+path = sys.argv[1]
+db = settee.open(path, readonly=True)
+seen = -1
+for line in sys.stdin:
+    want = int(line)
+    # Everything acknowledged before this request was sent must be visible now.
+    count = db.info()["doc_count"]
+    ids = [r["id"] for r in db.all_docs()["rows"]]
+    ok = count >= want and ids == [f"d{i:04d}" for i in range(count)] and count >= seen
+    seen = count
+    print(json.dumps({"want": want, "count": count, "ok": ok}), flush=True)
+db.close()
+"""
+
+
+def test_a_reader_in_another_process_sees_acknowledged_writes_in_order(tmp_path: Path) -> None:
+    """Real-time order across processes: once put() returned here, a read the other
+    process starts afterwards sees it; and it never sees a state that was not a
+    prefix of the writer's sequence of commits."""
+    path = tmp_path / "db"
+    with _writer(path) as db:
+        db.put({"_id": "d0000"})
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            for i in range(1, 60):
+                db.put({"_id": f"d{i:04d}"})
+                child.stdin.write(f"{i + 1}\n")
+                child.stdin.flush()
+                answer = json.loads(child.stdout.readline())
+                assert answer["ok"], answer
+        finally:
+            child.stdin.close()
+            assert child.wait(30) == 0
+
+
+def test_closing_a_reader_never_closes_another_files_descriptor(tmp_path: Path) -> None:
+    """Regression (found by the stress campaign: compaction failed with EBADF): a
+    reader's close() closed its file's descriptors, and the file's finalizer closed
+    the same numbers again when the last snapshot went; by then they belonged to
+    another file of the process."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        db.put({"_id": "a"})
+        ro = settee.open(str(tmp_path / "db"), readonly=True)
+        assert ro.get("a")["_id"] == "a"
+        handle = ro.shards[0].current().file.handle
+        numbers = {handle.read_fd, handle._fd}
+        del handle
+        ro.close()
+        # Take the freed numbers, as the next file this process opens would.
+        taken: list[int] = []
+        while not numbers <= set(taken) and len(taken) < 200:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+        try:
+            del ro
+            gc.collect()  # the reader's ShardFile goes, and its finalizer runs
+            devnull = os.stat(os.devnull).st_rdev
+            assert all(os.fstat(fd).st_rdev == devnull for fd in numbers)
+        finally:
+            for fd in taken:
+                os.close(fd)
+        db.put({"_id": "b"})
+        assert [r["id"] for r in db.all_docs()["rows"]] == ["a", "b"]
