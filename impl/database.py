@@ -10,6 +10,7 @@ before waiting, so the shards commit in parallel.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -87,13 +88,24 @@ class Database:
                 create=self.config["create"],
             )
             mark_locked(self.fs, path)
-            if type(self.fs) is OsFileSystem:  # other processes read HEADS (settee.heads)
-                self._heads = HeadsFile(path, writer=True)
             self.shards = self._open_shards(layout.uuid, layout.shards)
         except BaseException:
-            if self._heads is not None:
-                self._heads.close()
             release_lock(self._lock_fd)
+            raise
+        if type(self.fs) is OsFileSystem:  # other processes read HEADS (settee.heads)
+            self._attach_heads(path)
+
+    def _attach_heads(self, path: str) -> None:
+        try:
+            self._heads = HeadsFile(path, writer=True)
+        except SetteeError as exc:  # a hint only: readonly readers then scan the files
+            warnings.warn(f"{exc}; readonly readers will scan the shard files", stacklevel=4)
+            return
+        try:
+            for shard in self.shards:
+                shard.attach_heads(self._heads)
+        except BaseException:
+            self.close()
             raise
 
     def _open_readonly(self, path: str) -> None:
@@ -142,7 +154,6 @@ class Database:
                         cache_bytes=self.config["cache_bytes"] // count,
                         strict=self.config["strict"],
                         node_size=self.config["node_size"],
-                        heads=self._heads,
                     )
                 )
         except BaseException:

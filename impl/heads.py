@@ -74,7 +74,10 @@ class HeadsFile:
                 fd = self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 return None  # no writer has published yet: readers scan the file
-        raw = os.pread(fd, SLOT_SIZE, SLOT_SIZE * index)
+        try:
+            raw = os.pread(fd, SLOT_SIZE, SLOT_SIZE * index)
+        except OSError:  # not a readable file (a directory, an I/O error): no slot
+            return None
         if len(raw) != SLOT_SIZE:
             return None
         offset, generation, crc = _SLOT.unpack(raw)

@@ -183,13 +183,13 @@ class Shard:
         cache_bytes: int,
         strict: bool = False,
         node_size: int = MAX_NODE_BYTES,
-        heads: HeadsFile | None = None,
     ) -> None:
         self.path = path
         self.identity = identity
-        #: Where readers in other processes learn of durable commits (settee.heads),
-        #: and the generation of the file at the path: random per open, +1 per swap.
-        self._heads = heads
+        #: Where readers in other processes learn of durable commits (settee.heads;
+        #: see attach_heads), and the generation of the file at the path: random per
+        #: open, +1 per swap.
+        self._heads: HeadsFile | None = None
         self._generation = secrets.randbits(32)
         self._lock = threading.RLock()
         self.fs: FileSystem = SerializedFileSystem(fs, self._lock) if serialized else fs
@@ -203,7 +203,6 @@ class Shard:
         self.node_size = node_size
         self.step_hook: Callable[[str], None] | None = None
         self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=False))
-        self._publish(self.snapshot)
         self._queue = _Requests(self._step)
         self._submit_lock = threading.Lock()
         self.compaction_lock = threading.Lock()
@@ -482,6 +481,16 @@ class Shard:
                 file.sync()
             self._step("after_header_fsync")
         return Snapshot(file, by_id, by_seq, group.seq)
+
+    def attach_heads(self, heads: HeadsFile) -> None:
+        """Publish this shard's commits in ``heads`` from now on, starting with the
+        current one. The database attaches it once every shard has opened: opening a
+        damaged directory must change nothing in it."""
+        self.call_in_writer(lambda: self._attach(heads))
+
+    def _attach(self, heads: HeadsFile) -> None:
+        self._heads = heads
+        self._publish(self.snapshot)
 
     def _publish(self, snap: Snapshot) -> None:
         """Tell readers in other processes that ``snap``'s commit is durable: called
