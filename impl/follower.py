@@ -34,7 +34,7 @@ from settee.file import ShardFile
 from settee.heads import HeadsFile
 from settee.io import FileHandle, FileSystem, OsFileSystem
 from settee.shard import ShardIdentity, check_identity
-from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
+from settee.snapshot import Snapshot
 from settee.spec.errors import CorruptionError, SetteeError
 
 __all__ = ["FollowerShard", "readonly_error"]
@@ -113,13 +113,7 @@ class FollowerShard:
         self._token = token
         if old is not None and old.file is file and old.seq == header.seq:
             return old
-        cache = self._caches[file]
-        return Snapshot(
-            file,
-            by_id_tree(file, header.by_id, cache, self.node_size),
-            by_seq_tree(file, header.by_seq, cache, self.node_size),
-            header.seq,
-        )
+        return Snapshot.of_header(file, header, self._caches[file], self.node_size)
 
     def _replaced(self, file: ShardFile) -> bool:
         if not isinstance(self.fs, OsFileSystem):

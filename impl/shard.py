@@ -34,7 +34,7 @@ from settee.docinfo import DocInfo, apply_edit
 from settee.file import ShardFile
 from settee.heads import HeadsFile
 from settee.io import FileSystem, FileSystemWrapper
-from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
+from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
@@ -242,12 +242,7 @@ class Shard:
         # compaction retires it while old readers still hold snapshots), so it is
         # closed when the last reference to the ShardFile goes, or by close().
         self._close_file = weakref.finalize(file, _close_handle, file.handle)
-        return Snapshot(
-            file,
-            by_id_tree(file, header.by_id, cache, self.node_size),
-            by_seq_tree(file, header.by_seq, cache, self.node_size),
-            header.seq,
-        )
+        return Snapshot.of_header(file, header, cache, self.node_size)
 
     def _check_identity(self, file: ShardFile) -> None:
         check_identity(file, self.identity)

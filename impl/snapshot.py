@@ -19,6 +19,7 @@ from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
 from settee.docinfo import DocInfo
 from settee.file import ShardFile
 from settee.spec.errors import CorruptionError
+from settee.spec.format import ShardHeader
 
 __all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
 
@@ -84,6 +85,19 @@ class Snapshot:
     by_id: BTree
     by_seq: BTree
     seq: int
+
+    @classmethod
+    def of_header(
+        cls, file: ShardFile, header: ShardHeader, cache: NodeCache, node_bytes: int
+    ) -> Snapshot:
+        """The snapshot ``header`` (a commit of ``file``) describes, its trees' nodes
+        cached in ``cache``."""
+        return cls(
+            file,
+            by_id_tree(file, header.by_id, cache, node_bytes),
+            by_seq_tree(file, header.by_seq, cache, node_bytes),
+            header.seq,
+        )
 
     # -- documents ------------------------------------------------------------
 
