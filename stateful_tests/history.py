@@ -82,14 +82,17 @@ class Scenario:
     programs: tuple[tuple[Any, ...], ...]
     batches: int
     #: Reads made through a second handle, ``settee.open(path, readonly=True)``,
-    #: recorded on the same clock as every other client (empty: no such client).
+    #: recorded on the same clock as every other client (empty: no such client),
+    #: opened in this process or, with ``reader_process``, in another one.
     reader: tuple[Any, ...] = ()
+    reader_process: bool = False
 
     def describe(self) -> str:
         lines = [f"options {self.options}, group batches {self.batches}"]
         lines += [f"client {i}: {list(p)}" for i, p in enumerate(self.programs)]
         if self.reader:
-            lines.append(f"readonly reader: {list(self.reader)}")
+            where = "another process" if self.reader_process else "this process"
+            lines.append(f"readonly reader ({where}): {list(self.reader)}")
         return "\n".join(lines)
 
 
@@ -187,7 +190,8 @@ def random_scenario(
     if not closes and rng.random() < 0.5:  # a close would end the writer's handle only
         reads = ["get", "get_rev", "all_docs", "group", "changes", "info"]
         reader = tuple(_read_spec(rng.choice(reads), rng.choice(IDS)) for _ in range(ops + 2))
-    return Scenario(options, programs, rng.randint(1, 3), reader)
+    other_process = bool(reader) and rng.random() < 0.5
+    return Scenario(options, programs, rng.randint(1, 3), reader, other_process)
 
 
 def _read_spec(kind: str, doc_id: str) -> tuple[Any, ...]:

@@ -32,6 +32,7 @@ from settee.proof.stateful.history import (
     group_ids,
     run_setup,
 )
+from settee.proof.stateful.reader_process import ReaderProcess
 from settee.proof.stateful.scheduler import Scheduler, SchedulerFileSystem, ScheduleStuck
 from settee.spec.errors import BadRequest
 
@@ -176,7 +177,7 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
         if scenario.reader:
             # The last client reads through a readonly handle (settee.follower): it
             # must see what the writer's own readers see, on the same clock.
-            follower = _follower(db, f"{tmp}/db")
+            follower = _follower(spec, db, f"{tmp}/db", scenario.reader_process)
             if follower is None:
                 clients.pop()
             else:
@@ -220,19 +221,19 @@ def _pause(_step: str) -> None:
 READER_PAUSE = 0.002
 
 
-def _follower(db: Any, path: str) -> Any:
-    """A readonly handle on ``db``'s directory: the engine's own ``open_follower``
-    (a mutant's), else ``settee.open(path, readonly=True)`` when ``db`` is settee's
-    engine (or wraps it); None for engines without one (the reference)."""
+def _follower(spec: str, db: Any, path: str, other_process: bool) -> Any:
+    """A readonly handle on ``db``'s directory, here or in another process
+    (``ReaderProcess``): the engine's own ``open_follower`` (a mutant's), else
+    ``settee.open(path, readonly=True)`` when ``db`` is settee's engine (or wraps
+    it); None for engines without one (the reference)."""
     import settee
 
     opener = getattr(db, "open_follower", None)
-    if opener is not None:
-        return opener(path)
-    inner = getattr(db, "inner", db)
-    if not isinstance(inner, settee.Database):
+    if opener is None and not isinstance(getattr(db, "inner", db), settee.Database):
         return None
-    return settee.open(path, readonly=True)
+    if other_process:
+        return ReaderProcess(spec, path)
+    return settee.open(path, readonly=True) if opener is None else opener(path)
 
 
 def _check(result: RunResult) -> None:

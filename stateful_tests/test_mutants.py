@@ -67,3 +67,23 @@ def test_stale_follower_is_caught_by_the_stress_campaign() -> None:
     summary = run_stress("settee.proof.stateful.mutants:stale_follower", runs=60, seed=0)
     assert summary.failures, summary.text()[:3000]
     assert "readonly reader" in summary.reproducer and "not linearizable" in summary.reproducer
+
+
+def test_stale_follower_in_another_process_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader process (stateful_tests/reader_process.py) opens the mutant's
+    readonly handle in its own process; its reads are still on the history's clock."""
+    from settee.proof.stateful import interleavings
+    from settee.proof.stateful.history import Scenario
+    from settee.proof.stateful.interleavings import run_threads
+
+    # 8 reads spread over 160 ms: most of them come after the three writes.
+    monkeypatch.setattr(interleavings, "READER_PAUSE", 0.02)
+    writes = (("put", "a", {"v": 1}, True), ("put", "b", {"v": 2}, True), ("delete", "c"))
+    reads = (("all_docs",),) * 8
+    scenario = Scenario({"shards": 1, "read_mode": "parallel"}, (writes,), 0, reads, True)
+    result = run_threads("settee.proof.stateful.mutants:stale_follower", scenario)
+    assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
+    engine = run_threads("settee:open", scenario)
+    assert not engine.problems, engine.report()[:3000]
+    readers = [r for r in engine.recorder.records if r.client == 1]
+    assert len(readers) == len(reads) and all(r.output[0] == "ok" for r in readers)

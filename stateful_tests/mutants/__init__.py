@@ -223,7 +223,8 @@ class StaleFollower(Wrapper):
     """A readonly handle (``readonly=True``) keeps the commit it opened at: it never
     follows the writer, so a read after an acknowledged write misses it."""
 
-    def open_follower(self, path: str) -> Any:
+    @staticmethod
+    def open_follower(path: str) -> Any:
         follower = settee.open(path, readonly=True)
         for shard in follower.shards:
             shard.current = lambda shard=shard: shard.snapshot  # type: ignore[method-assign]
