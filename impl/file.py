@@ -161,14 +161,19 @@ class ShardFile:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def read_term(self, pos: int) -> Any:
+    def read_term(self, pos: int, payload_size: int | None = None) -> Any:
         """The object stored at ``pos``; raises ``CorruptionError`` on any mismatch.
 
         Thread-safe without locks (pread only). One pread when the term fits in
-        ``READ_AHEAD`` bytes, else exactly two. An OS error (EIO, ...) becomes a
-        ``SetteeError`` naming the file and offset.
+        ``READ_AHEAD`` bytes (or in ``payload_size``, when the caller knows the
+        payload's length: a body's pointer does), else exactly two. A wrong
+        ``payload_size`` costs a second pread, never a wrong answer. An OS error
+        (EIO, ...) becomes a ``SetteeError`` naming the file and offset.
         """
-        return self.read_frame(pos)[0]
+        ahead = (
+            READ_AHEAD if payload_size is None else laid_out_size(pos, FRAME_SIZE + payload_size)
+        )
+        return self.read_frame(pos, ahead=ahead)[0]
 
     def read_node(self, pos: int) -> tuple[Any, int]:
         """``read_term`` for a B+tree node, and the bytes its frame occupies: arrays
@@ -177,20 +182,22 @@ class ShardFile:
         node, end = self.read_frame(pos, decode=decode_node_payload)
         return node, end - pos
 
-    def read_frame(self, pos: int, *, decode: Decode = decode_payload) -> tuple[Any, int]:
+    def read_frame(
+        self, pos: int, *, decode: Decode = decode_payload, ahead: int = READ_AHEAD
+    ) -> tuple[Any, int]:
         """``read_term(pos)`` and the file offset where that frame's laid-out bytes end."""
         self._reads.enter(self.path)
         try:
-            return self._read_frame(pos, decode)
+            return self._read_frame(pos, decode, ahead)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
         finally:
             self._reads.leave()
 
-    def _read_frame(self, pos: int, decode: Decode) -> tuple[Any, int]:
+    def _read_frame(self, pos: int, decode: Decode, ahead: int) -> tuple[Any, int]:
         if pos <= 0 or pos % BLOCK_SIZE == 0:
             raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
-        raw = self._handle.pread(pos, READ_AHEAD)
+        raw = self._handle.pread(pos, max(ahead, 1 + FRAME_SIZE))
         room = BLOCK_SIZE - pos % BLOCK_SIZE
         if room >= FRAME_SIZE and len(raw) >= FRAME_SIZE:
             # Fast path: a frame that ends before the next block boundary has no
@@ -203,7 +210,7 @@ class ShardFile:
             raise CorruptionError(self.path, pos, "frame prefix extends past end of file")
         span = laid_out_size(pos, frame_size(self._logical(raw[:prefix_span], pos)))
         if span > len(raw):
-            raw = self._read_rest(pos, raw, span)
+            raw = self._read_rest(pos, raw, span, max(ahead, 1 + FRAME_SIZE))
         return self._decode(self._logical(raw[:span], pos), pos, decode), pos + span
 
     def _decode(self, frame: bytes, pos: int, decode: Decode) -> Any:
@@ -213,10 +220,10 @@ class ShardFile:
         except Exception as exc:  # crc held, so this is a writer bug or a crc collision
             raise CorruptionError(self.path, pos, f"undecodable payload: {exc}") from exc
 
-    def _read_rest(self, pos: int, raw: bytes, span: int) -> bytes:
+    def _read_rest(self, pos: int, raw: bytes, span: int, asked: int) -> bytes:
         # A short first read already proved the file ends inside this frame; otherwise
         # check the size before asking for a length that a flipped bit may have inflated.
-        if len(raw) < READ_AHEAD or pos + span > self._handle.size():
+        if len(raw) < asked or pos + span > self._handle.size():
             raise CorruptionError(self.path, pos, f"frame of {span} bytes extends past end of file")
         rest = self._handle.pread(pos + len(raw), span - len(raw))
         if len(raw) + len(rest) < span:

@@ -121,7 +121,7 @@ class Snapshot:
         pointer = info.bodies.get(rev)
         if pointer is None:
             return None
-        body = self.file.read_term(pointer[0])
+        body = self.file.read_term(pointer[0], pointer[1])
         if not isinstance(body, dict):
             raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
