@@ -17,6 +17,9 @@ missing, torn or fails its crc, or names no valid header of the shard file,
 sends the reader back to the newest valid header it finds by scanning the file
 (what ``settee.open`` does). Nothing else reads it; deleting it loses nothing.
 
+A reader whose HEADS was deleted and recreated by a writer that reopened notices
+within ``RECHECK_SECONDS`` and reopens it; until then it may lag behind.
+
 It lives on the real file system only (``OsFileSystem``): other processes are
 what it is for. A database on another ``FileSystem`` (the proof's simulated
 disks) publishes nothing, and its readonly readers scan. A failed ``pwrite``
@@ -30,6 +33,8 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import threading
+import time
 
 import crc32c
 
@@ -38,6 +43,8 @@ from settee.spec.errors import SetteeError
 __all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile"]
 
 HEADS_NAME = "HEADS"
+#: How often a reader checks that its open HEADS is still the one at the path.
+RECHECK_SECONDS = 0.2
 # u64 LE header offset, u32 LE file generation, u32 LE crc32c of those 12 bytes.
 _SLOT = struct.Struct("<QII")
 SLOT_SIZE = _SLOT.size
@@ -50,6 +57,8 @@ class HeadsFile:
         self.path = os.path.join(path, HEADS_NAME)
         self._writer = writer
         self._fd: int | None = None
+        self._open_lock = threading.Lock()  # readers open the file lazily, once
+        self._checked = time.monotonic()
         if writer:
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -69,10 +78,11 @@ class HeadsFile:
         """``(generation, header offset)`` of shard ``index``'s slot, or None when there
         is no valid slot (no HEADS file, a short or torn slot, a crc mismatch)."""
         fd = self._fd
+        if fd is not None and time.monotonic() - self._checked > RECHECK_SECONDS:
+            fd = self._reopen_if_replaced(fd)
         if fd is None:
-            try:
-                fd = self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            fd = self._open_for_reading()
+            if fd is None:
                 return None  # no writer has published yet: readers scan the file
         try:
             raw = os.pread(fd, SLOT_SIZE, SLOT_SIZE * index)
@@ -85,7 +95,30 @@ class HeadsFile:
             return None
         return generation, offset
 
+    def _reopen_if_replaced(self, fd: int) -> int | None:
+        """The open HEADS, or None when the path now holds another file (deleted and
+        recreated by a writer that reopened): the old one is never written again."""
+        self._checked = time.monotonic()
+        try:
+            same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            same = False
+        if same:
+            return fd
+        self.close()
+        return None
+
+    def _open_for_reading(self) -> int | None:
+        with self._open_lock:
+            if self._fd is None:
+                try:
+                    self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+            return self._fd
+
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._open_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -261,3 +261,19 @@ def test_a_heads_path_that_cannot_be_opened_does_not_stop_the_writer(tmp_path: P
             assert [r["id"] for r in ro.all_docs()["rows"]] == ["a", "b"]
             db.put({"_id": "c"})
             assert ro.get("c")["_id"] == "c"
+
+
+def test_a_reader_follows_a_heads_file_recreated_by_a_new_writer(tmp_path: Path) -> None:
+    import time
+
+    from settee.heads import RECHECK_SECONDS
+
+    with _writer(tmp_path / "db") as db:
+        db.put({"_id": "a"})
+    with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        assert ro.get("a")["_id"] == "a"  # the reader has HEADS open now
+        (tmp_path / "db" / HEADS_NAME).unlink()
+        with _writer(tmp_path / "db") as db:  # a new writer creates a new HEADS
+            db.put({"_id": "b"})
+            time.sleep(RECHECK_SECONDS * 1.5)
+            assert ro.get("b")["_id"] == "b"
