@@ -1,0 +1,85 @@
+"""Quick per-call costs of the seed workloads, settee vs sqlite3, for profiling work.
+
+``python -m bench.micro [N] [workload ...]`` loads N documents (default 20,000)
+into settee (4 shards, fsync on) and into sqlite3 (WAL, synchronous=FULL), then
+times each workload on one thread, best of three 0.5 s loops, and prints µs per
+call and sqlite3 ÷ settee time (settee's share of sqlite3's speed, as the bench's
+peer ratios). Seconds, not minutes: for trying a change, not for the README (which
+takes its numbers from ``settee bench``). Workloads: get, multiget, multiget_docs,
+range, range_docs, insert.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from bench.stores import DocStore, SetteeStore, SqliteStore, doc_id, load_settee, make_doc
+
+__all__ = ["main"]
+
+_WORKLOADS = ("get", "multiget", "multiget_docs", "range", "range_docs", "insert")
+
+
+def _per_call_us(step: Callable[[], object], seconds: float) -> float:
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _step(name: str, store: DocStore, docs: int, rng: random.Random) -> Callable[[], object]:
+    if name == "get":
+        return lambda: store.get(doc_id(rng.randrange(docs)))
+    if name.startswith("multiget"):
+        docs_too = name.endswith("_docs")
+        return lambda: store.multiget([doc_id(rng.randrange(docs)) for _ in range(100)], docs_too)
+    if name.startswith("range"):
+        docs_too = name.endswith("_docs")
+        return lambda: store.rangeget(doc_id(rng.randrange(docs - 100)), 100, docs_too)
+    next_id = [docs]
+
+    def insert() -> None:
+        first = next_id[0]
+        next_id[0] += 100
+        store.insert([make_doc(doc_id(n), n) for n in range(first, first + 100)])
+
+    return insert
+
+
+def main(argv: list[str]) -> int:
+    docs = int(argv[0]) if argv and argv[0].isdigit() else 20_000
+    wanted = [w for w in argv if not w.isdigit()] or list(_WORKLOADS)
+    work = tempfile.mkdtemp(prefix="settee-micro-")
+    try:
+        ours = SetteeStore.engine(os.path.join(work, "settee"), shards=4, fsync=True)
+        theirs = SqliteStore(os.path.join(work, "docs.sqlite3"))
+        load_settee(ours.db, 0, docs)
+        for lo in range(0, docs, 5000):
+            theirs.insert([make_doc(doc_id(n), n) for n in range(lo, min(docs, lo + 5000))])
+        for name in wanted:
+            seconds = 1.0 if name == "insert" else 0.5
+            a = min(
+                _per_call_us(_step(name, ours, docs, random.Random(1)), seconds) for _ in range(3)
+            )
+            b = min(
+                _per_call_us(_step(name, theirs, docs, random.Random(1)), seconds) for _ in range(3)
+            )
+            print(
+                f"{name:14s} settee {a:9.1f} µs  sqlite3 {b:9.1f} µs  settee/sqlite3 {b / a:5.2f}"
+            )
+        ours.close()
+        theirs.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
