@@ -87,13 +87,24 @@ async def handle_all_dbs(state: State, request: web.BaseRequest) -> web.StreamRe
     start, end = query_json(query, "startkey"), query_json(query, "endkey")
     if query_bool(query, "descending"):
         names.reverse()
-        names = [n for n in names if (start is None or n <= start) and (end is None or n >= end)]
+        names = [n for n in names if _cmp(n, start) <= 0 and _cmp(n, end) >= 0]
     else:
-        names = [n for n in names if (start is None or n >= start) and (end is None or n <= end)]
+        names = [n for n in names if _cmp(n, start) >= 0 and _cmp(n, end) <= 0]
     skip = query_int(query, "skip", 0) or 0
     limit = query_int(query, "limit")
     names = names[skip:] if limit is None else names[skip : skip + limit]
     return respond(reply(200, names))
+
+
+def _cmp(name: str, key: Any) -> int:
+    """``name`` against a JSON key in CouchDB's collation, as far as names need it:
+    null, booleans and numbers sort before every string, arrays and objects after.
+    A missing key (None: the parameter was not given) bounds nothing."""
+    if key is None:
+        return 0
+    if isinstance(key, str):
+        return (name > key) - (name < key)
+    return -1 if isinstance(key, list | dict) else 1
 
 
 async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResponse:
@@ -134,8 +145,11 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
     method = request.method
     if method == "PUT":
         shards = request.query.get("q")
-        if shards is not None and (not shards.isdigit() or int(shards) < 1):
+        # ASCII digits only: str.isdigit() also says yes to "²", which int() refuses.
+        if shards is not None and not (shards.isascii() and shards.isdigit() and len(shards) < 5):
             raise HTTPError(400, "bad_request", "The `q` value should be a positive integer.")
+        if shards is not None and not 1 <= int(shards) <= 1024:
+            raise HTTPError(400, "bad_request", "The `q` value should be from 1 to 1024.")
         await state.run(state.registry.create, name, int(shards) if shards else None)
         location = str(request.url.with_query(None))
         return respond(reply(201, {"ok": True}, {"Location": location}))

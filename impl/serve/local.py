@@ -19,6 +19,8 @@ import threading
 from typing import Any
 
 from settee.serve.protocol import HTTPError
+from settee.spec.config import DEFAULTS
+from settee.spec.docs import normalise_body
 from settee.spec.errors import Conflict, NotFound
 
 __all__ = ["LocalDocs", "local_rev", "write_json_durably"]
@@ -81,7 +83,11 @@ class LocalDocs:
     def put(self, doc_id: str, doc: dict[str, Any], rev: str | None) -> str:
         """Store ``doc`` (a ``_deleted`` one removes it); the new rev, ``0-0`` on delete."""
         given = 0 if rev is None else local_rev(rev)
-        body = {k: v for k, v in doc.items() if k not in _META}
+        # The same rules as a document's body: what is stored must encode (no lone
+        # surrogates) and read back as it was (no ints past 64 bits, no NaN).
+        body = normalise_body(
+            {k: v for k, v in doc.items() if k not in _META}, DEFAULTS["max_document_size"]
+        )
         with self._lock:
             docs = dict(self._load())
             current = docs[doc_id]["rev"] if doc_id in docs else 0

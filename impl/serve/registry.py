@@ -35,12 +35,14 @@ from settee.serve.protocol import HTTPError
 __all__ = ["DbEntry", "Notifier", "Registry", "check_db_name"]
 
 # couch_db:validate_dbname: a lowercase letter, then lowercase letters, digits, _$()+-/
-_DB_NAME = re.compile(r"^[a-z][a-z0-9_$()+/-]*$")
+# Matched whole (fullmatch): with ``match``, ``$`` also matches before a final
+# newline, and "a\n" became a database directory.
+_DB_NAME = re.compile(r"[a-z][a-z0-9_$()+/-]*")
 _MAX_NAME = 238
 
 
 def check_db_name(name: str) -> None:
-    if not _DB_NAME.match(name) or len(name) > _MAX_NAME:
+    if not _DB_NAME.fullmatch(name) or len(name) > _MAX_NAME:
         raise HTTPError(
             400,
             "illegal_database_name",
@@ -209,7 +211,7 @@ class Registry:
             if entry.startswith("_"):
                 continue
             name = entry.replace("%2F", "/")
-            if _DB_NAME.match(name) and self._exists(name):
+            if _DB_NAME.fullmatch(name) and self._exists(name):
                 found.append(name)
         return sorted(found)
 

@@ -1,0 +1,165 @@
+"""A client that sends what no client should: settee serve answers 4xx, never 500.
+
+Hypothesis draws hostile database names, query values and JSON bodies (unicode
+digits, control characters, a trailing newline, numbers past 64 bits, lone
+surrogates, invalid UTF-8 in the URL) for the endpoints that take them, and
+checks every answer: below 500, a CouchDB error body when it is an error, the
+server still serving afterwards, and no directory on disk whose name breaks
+CouchDB's database-name rule (issue 15, "a server bad clients cannot break").
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from settee.serve import start_server
+
+#: CouchDB's rule for database names (couch_db:validatename), matched whole.
+DB_NAME = re.compile(r"[a-z][a-z0-9_$()+/-]*")
+#: What the server itself keeps beside the databases (settee.serve.local).
+_SERVER_OWN = {"_local"}
+
+_NASTY_TEXT = st.sampled_from(
+    [
+        "²",  # a unicode digit: str.isdigit() says yes, int() says no
+        "٣",
+        "1\n",
+        "a\n",
+        "\x00",
+        "9223372036854775808",
+        "-1",
+        "1" * 5000,
+        "1e3",
+        "true",
+        " 1",
+        "",
+    ]
+)
+_RAW_QUERY = st.one_of(
+    _NASTY_TEXT.map(lambda s: urllib.parse.quote(s, safe="")),
+    st.sampled_from(["%ED%A0%80", "%FF", "%C2", "%00", "%0A"]),  # invalid UTF-8, NUL, LF
+)
+_DB_NAME = st.one_of(
+    _NASTY_TEXT.map(lambda s: "a" + s),
+    _NASTY_TEXT,
+    st.sampled_from(["A", "a%0A", "a%0Ab", "a%00", "..", "a/..", "a%2F..%2F..", "_users2"]),
+)
+_QUERY_ENDPOINTS = [
+    ("GET", "/_all_dbs?{k}={v}", ["startkey", "endkey", "limit", "skip", "descending"]),
+    ("PUT", "/{db}?{k}={v}", ["q", "n"]),
+    ("GET", "/{db}/_all_docs?{k}={v}", ["limit", "skip", "startkey", "keys", "descending"]),
+    ("GET", "/{db}/_changes?{k}={v}", ["since", "limit", "heartbeat", "timeout", "style"]),
+    ("GET", "/{db}/doc?{k}={v}", ["rev", "revs", "open_revs", "latest", "conflicts"]),
+    ("PUT", "/{db}/doc?{k}={v}", ["new_edits", "rev", "batch"]),
+]
+_BAD_JSON_VALUES = st.sampled_from(
+    [
+        '"\\ud800"',
+        '"a\\udfffb"',
+        "1" * 5000,
+        "1e400",
+        "NaN",
+        "-Infinity",
+        "[" * 5000 + "]" * 5000,
+        '{"_rev": "1-' + "1" * 40 + '"}',
+    ]
+)
+
+
+class _Client:
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __call__(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            headers = {"Content-Type": "application/json"}
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Client, Path]]:
+    root = tmp_path_factory.mktemp("hostile")
+    handle = start_server(str(root), "127.0.0.1", 0, fsync=False)
+    client = _Client(handle.port)
+    assert client("PUT", "/target")[0] == 201
+    assert client("PUT", "/target/doc", b'{"v": 1}')[0] == 201
+    yield client, root
+    handle.stop()
+
+
+def _send(client: _Client, root: Path, method: str, path: str, body: bytes | None = None) -> None:
+    """Send one hostile request and check the answer and what it left on disk."""
+    what = f"{method} {path} {(body or b'')[:80]!r}"
+    before = {entry.name for entry in root.iterdir()}
+    status, raw = client(method, path, body)
+    assert status < 500, f"{what} -> {status} {raw[:300]!r}"
+    if status >= 400 and raw:
+        answer = json.loads(raw)
+        assert set(answer) >= {"error", "reason"}, (what, answer)
+    created = {entry.name for entry in root.iterdir()} - before - _SERVER_OWN
+    for name in created:
+        assert DB_NAME.fullmatch(name.replace("%2F", "/")), f"{what} created {name!r}"
+    assert client("GET", "/target/doc")[0] == 200, f"server stopped serving after {what}"
+
+
+_HOSTILE = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@_HOSTILE
+@given(name=_DB_NAME, method=st.sampled_from(["PUT", "GET", "DELETE"]))
+def test_hostile_database_names_are_4xx_and_create_nothing_invalid(
+    served: tuple[_Client, Path], name: str, method: str
+) -> None:
+    client, root = served
+    path = "/" + (name if "%" in name else urllib.parse.quote(name, safe=""))
+    _send(client, root, method, path)
+
+
+@_HOSTILE
+@given(endpoint=st.sampled_from(_QUERY_ENDPOINTS), data=st.data(), value=_RAW_QUERY)
+def test_hostile_query_values_are_4xx(
+    served: tuple[_Client, Path], endpoint: tuple[str, str, list[str]], data: Any, value: str
+) -> None:
+    client, root = served
+    method, template, keys = endpoint
+    key = data.draw(st.sampled_from(keys))
+    db = "target" if method == "GET" or "doc" in template else "fresh"
+    path = template.format(db=db, k=key, v=value)
+    body = b'{"v": 2}' if method == "PUT" and "doc" in template else None
+    _send(client, root, method, path, body)
+    if db == "fresh":
+        client("DELETE", "/fresh")
+
+
+@_HOSTILE
+@given(
+    where=st.sampled_from(["/target/_local/l", "/target/d", "/target/_bulk_docs"]),
+    value=_BAD_JSON_VALUES,
+)
+def test_hostile_json_values_are_4xx(served: tuple[_Client, Path], where: str, value: str) -> None:
+    client, root = served
+    doc = '{"v": ' + value + "}"
+    body = ('{"docs": [' + doc + "]}") if where.endswith("_bulk_docs") else doc
+    method = "POST" if where.endswith("_bulk_docs") else "PUT"
+    _send(client, root, method, where, body.encode())
