@@ -148,3 +148,36 @@ def test_large_body_streams_in_and_the_size_cap_is_413(tmp_path: Path) -> None:
         reply = _put_chunked(h.port, "/big/doc2", body)
         assert reply.startswith(b"HTTP/1.1 413"), reply
         assert b'"error":"too_large"' in reply
+
+
+def test_idle_and_half_sent_connections_cannot_hold_max_connections_forever(
+    tmp_path: Any,
+) -> None:
+    """Issue 15: with --max-connections 3, three sockets that send nothing (or a
+    request line and never the end of the headers) locked every client out. They
+    are closed after idle_timeout, and then a real client is served."""
+    import http.client
+    import socket
+    import time
+
+    from settee.serve import start_server
+
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, max_connections=3, idle_timeout=400)
+    try:
+        hogs = [socket.create_connection(("127.0.0.1", handle.port)) for _ in range(3)]
+        hogs[0].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        time.sleep(0.1)
+        blocked = socket.create_connection(("127.0.0.1", handle.port))
+        blocked.settimeout(5)
+        assert blocked.recv(1) == b""  # over the cap: closed at once
+        blocked.close()
+        for hog in hogs:
+            hog.settimeout(5)
+            assert hog.recv(1) == b""  # the server hung up on each after 0.4 s
+            hog.close()
+        conn = http.client.HTTPConnection("127.0.0.1", handle.port, timeout=5)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        handle.stop()

@@ -39,6 +39,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ("sndbuf", "SO_SNDBUF bytes; unset: the kernel autotunes (recommended)"),
         ("threads", "worker threads for engine calls"),
         ("max-url-length", "longest request URL in bytes (a document id must fit in one)"),
+        ("idle-timeout", "ms a connection may stay open without sending a whole request"),
         ("shards", "shards of new databases (PUT /db?q=N overrides)"),
     ):
         parser.add_argument(f"--{name}", type=int, default=None, help=help_text)
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             "sndbuf",
             "threads",
             "max_url_length",
+            "idle_timeout",
             "shards",
         )
         if getattr(args, key) is not None

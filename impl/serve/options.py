@@ -38,6 +38,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "max_url_length": 1024**2,
         "threads": 16,  # worker threads for engine calls (never on the event loop)
         "changes_timeout": 60_000,  # ms a longpoll/continuous feed waits at most
+        # ms a connection may stay open without sending a whole request: before its
+        # first request, with half-sent headers, or idle between requests (aiohttp's
+        # keep-alive default is an hour)
+        "idle_timeout": 60_000,
         # databases (passed to settee.open; shards only when a database is created)
         "shards": 4,
         "fsync": True,
@@ -48,7 +52,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
 )
 
 _POSITIVE_INTS = ("backlog", "max_connections", "recbuf", "sndbuf", "max_request_size")
-_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout", "max_url_length")
+_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout", "max_url_length", "idle_timeout")
 #: Options whose value settee.open validates itself.
 DB_OPTIONS = ("shards", "fsync", "read_mode", "revs_limit", "max_document_size")
 

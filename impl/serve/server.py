@@ -152,6 +152,11 @@ class ServerHandle:
                 access_log=None,
                 read_bufsize=READ_BUFSIZE,
                 max_line_size=self.options["max_url_length"],
+                # Closes a connection that has not sent a whole request for this long:
+                # idle before its first request, half-sent headers, or idle between
+                # requests (aiohttp's default is an hour), so idle sockets cannot hold
+                # every --max-connections slot.
+                keepalive_timeout=self.options["idle_timeout"] / 1000,
             )
             sock = listening_socket(self.host, port, self.options)
             backlog = self.options["backlog"]
