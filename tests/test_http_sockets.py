@@ -150,6 +150,24 @@ def test_large_body_streams_in_and_the_size_cap_is_413(tmp_path: Path) -> None:
         assert b'"error":"too_large"' in reply
 
 
+def test_the_default_body_cap_follows_max_document_size(tmp_path: Path) -> None:
+    """Issue 15: the default cap was 4 GiB, so one 200 MB body cost ~850 MB of RSS
+    before the document was refused. By default it is now 2 x max_document_size
+    plus 1 MiB, enforced as the bytes stream in (chunked: no length to check first)."""
+    from settee.serve.options import DEFAULTS as SERVE_DEFAULTS
+    from settee.serve.options import merge_options, request_limit
+
+    assert request_limit(SERVE_DEFAULTS) == 2 * 64 * 1024 * 1024 + (1 << 20)
+    small = merge_options(max_document_size=100_000)
+    body = json.dumps({"blob": "x" * (request_limit(small) + 10)}).encode()
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False, max_document_size=100_000) as h:
+        assert _put_chunked(h.port, "/capped", b"{}").startswith(b"HTTP/1.1 201")
+        reply = _put_chunked(h.port, "/capped/doc", body)
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+        fits = json.dumps({"blob": "x" * 50_000}).encode()
+        assert _put_chunked(h.port, "/capped/doc", fits).startswith(b"HTTP/1.1 201")
+
+
 def test_idle_and_half_sent_connections_cannot_hold_max_connections_forever(
     tmp_path: Any,
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from settee.spec.errors import BadRequest
 
-__all__ = ["DB_OPTIONS", "DEFAULTS", "db_options", "merge_options"]
+__all__ = ["DB_OPTIONS", "DEFAULTS", "db_options", "merge_options", "request_limit"]
 
 #: Every server option and its default. ``recbuf``/``sndbuf`` default to None:
 #: settee never calls ``setsockopt(SO_RCVBUF/SO_SNDBUF)`` unless asked, so the
@@ -32,7 +32,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "recbuf": None,  # SO_RCVBUF bytes; None: never set (kernel autotuning)
         "sndbuf": None,  # SO_SNDBUF bytes; None: never set (kernel autotuning)
         # requests
-        "max_request_size": 4 * 1024**3,  # body bytes (CouchDB max_http_request_size)
+        # body bytes (CouchDB max_http_request_size); None: twice max_document_size plus
+        # 1 MiB (a document's JSON is larger than its msgpack), so one request cannot
+        # make the server buffer gigabytes before it refuses them
+        "max_request_size": None,
         # URL bytes (CouchDB [httpd] max_uri_length): the engine takes ids of any length,
         # and a document must be reachable at /{db}/{id}, so far above the usual 8 KiB.
         "max_url_length": 1024**2,
@@ -80,6 +83,12 @@ def merge_options(**given: Any) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadRequest(f"server option {key} must be a positive int, not {value!r}")
     return merged
+
+
+def request_limit(options: Mapping[str, Any]) -> int:
+    """The largest request body accepted, in bytes (413 past it, while streaming)."""
+    given = options["max_request_size"]
+    return int(given) if given is not None else 2 * options["max_document_size"] + (1 << 20)
 
 
 def db_options(options: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from settee.serve.options import request_limit
 from settee.serve.protocol import HTTPError
 from settee.serve.registry import DbEntry, Registry
 
@@ -58,7 +59,7 @@ class State:
         """The whole request body, read as the bytes arrive (no small fixed reads,
         no 1 MiB cap); 413 past ``max_request_size`` as CouchDB's
         ``max_http_request_size``."""
-        limit = self.options["max_request_size"]
+        limit = request_limit(self.options)
         length = request.content_length
         if length is not None and length > limit:
             raise _too_large()
