@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import urllib.parse
 from collections.abc import Iterator
@@ -120,7 +121,7 @@ def _send(client: _Client, root: Path, method: str, path: str, body: bytes | Non
 
 
 _HOSTILE = settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -163,3 +164,48 @@ def test_hostile_json_values_are_4xx(served: tuple[_Client, Path], where: str, v
     body = ('{"docs": [' + doc + "]}") if where.endswith("_bulk_docs") else doc
     method = "POST" if where.endswith("_bulk_docs") else "PUT"
     _send(client, root, method, where, body.encode())
+
+
+_JSON_ANY = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=8),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_BODY_ENDPOINTS = [
+    ("POST", "/target/_all_docs", "keys"),
+    ("POST", "/target/_bulk_get", "docs"),
+    ("POST", "/target/_revs_diff", None),
+    ("POST", "/target/_changes?filter=_doc_ids", "doc_ids"),
+    ("POST", "/target/_bulk_docs", "docs"),
+    ("POST", "/target/_bulk_docs", "new_edits"),
+    ("POST", "/target", None),
+    ("PUT", "/target/_local/h", None),
+    ("PUT", "/target/d2", "_revisions"),
+    ("PUT", "/target/d3", "_deleted"),
+    ("DELETE", "/target/doc?rev={v}", None),
+]
+
+
+@_HOSTILE
+@given(endpoint=st.sampled_from(_BODY_ENDPOINTS), value=_JSON_ANY)
+def test_hostile_request_bodies_are_4xx(
+    served: tuple[_Client, Path], endpoint: tuple[str, str, str | None], value: Any
+) -> None:
+    """Any JSON where the endpoint expects a particular shape: a field of the wrong
+    type, a number past 64 bits, nesting where a string belongs."""
+    client, root = served
+    method, path, field = endpoint
+    if "{v}" in path:
+        path = path.format(v=urllib.parse.quote(json.dumps(value), safe=""))
+        body = None
+    else:
+        body = json.dumps(value if field is None else {field: value}).encode()
+    _send(client, root, method, path, body)
