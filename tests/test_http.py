@@ -557,3 +557,47 @@ def test_engine_calls_never_block_the_event_loop(
     assert time.monotonic() - t0 < 0.5  # answered while the slow put still runs
     writer.join()
     assert client("GET", f"{db}/slow").status == 200
+
+
+def test_a_local_write_rewrites_only_its_own_file(tmp_path: Path) -> None:
+    """Issue 15: every _local write rewrote one file holding all of a database's
+    local documents; replication checkpoints made that O(all checkpoints) per write."""
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as h:
+        c = Client(h.port)
+        assert c("PUT", "/loc").status == 201
+        for i in range(30):
+            assert c("PUT", f"/loc/_local/c{i}", {"seq": i}).status == 201
+        folder = tmp_path / "_local" / "loc"
+        before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+        assert len(before) == 30
+        assert c("PUT", "/loc/_local/c7", {"seq": 70, "_rev": "0-1"}).status == 201
+        after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+        changed = [name for name in before if before[name] != after[name]]
+        assert len(changed) == 1 and set(after) == set(before)
+        assert c("GET", "/loc/_local/c7").json == {"_id": "_local/c7", "_rev": "0-2", "seq": 70}
+        assert c("DELETE", "/loc/_local/c3?rev=0-1").status == 200
+        assert len(list(folder.iterdir())) == 29
+
+
+def test_local_documents_of_the_one_file_format_are_migrated(tmp_path: Path) -> None:
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as h:
+        assert Client(h.port)("PUT", "/old").status == 201
+    legacy = tmp_path / "_local" / "old.json"
+    legacy.parent.mkdir(exist_ok=True)
+    docs = {
+        "_local/cp": {"rev": 4, "body": {"last_seq": "12-x"}},
+        "_local/a/b": {"rev": 1, "body": {}},
+    }
+    legacy.write_text(json.dumps({"docs": docs}), encoding="utf-8")
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as h:
+        c = Client(h.port)
+        assert c("GET", "/old/_local/cp").json == {
+            "_id": "_local/cp",
+            "_rev": "0-4",
+            "last_seq": "12-x",
+        }
+        assert c("GET", "/old/_local/a%2Fb").json["_rev"] == "0-1"
+        assert c("PUT", "/old/_local/cp", {"last_seq": "13-y", "_rev": "0-4"}).json["rev"] == "0-5"
+    assert not legacy.exists() and (tmp_path / "_local" / "old.json.migrated").exists()
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as h:
+        assert Client(h.port)("GET", "/old/_local/cp").json["_rev"] == "0-5"

@@ -1,20 +1,28 @@
 """``_local/{id}`` documents: per-database, durable, never replicated.
 
 The engine has no local documents (SEMANTICS.md: ``_local/`` ids are refused),
-so the server keeps them beside the database in one JSON file,
-``<dir>/_local/<database>.json``. They never show in ``_changes`` or
-``_all_docs``, which is the point: replicators store their checkpoints here.
-Revisions follow CouchDB's local documents, ``0-1``, ``0-2``, ...: an update
-must name the current revision (none for a new document), else 409.
-Every change rewrites the file by write-temp, fsync, rename, fsync-directory,
-so an acknowledged checkpoint survives a crash and a torn file never appears.
+so the server keeps them beside the database, one JSON file per document in
+``<dir>/_local/<database>/`` (named by a hash of the id, which may hold any
+character). They never show in ``_changes`` or ``_all_docs``, which is the
+point: replicators store their checkpoints here. Revisions follow CouchDB's
+local documents, ``0-1``, ``0-2``, ...: an update must name the current
+revision (none for a new document), else 409. A change rewrites that
+document's file alone, by write-temp, fsync, rename, fsync-directory, so an
+acknowledged checkpoint survives a crash and a torn file never appears.
+
+Earlier releases kept all of a database's local documents in one file,
+``<dir>/_local/<database>.json``, rewritten whole by every change. Such a file
+is split into per-document files the first time the database's local documents
+are used, then renamed to ``<database>.json.migrated`` (kept, never read).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import threading
 from typing import Any
 
@@ -48,34 +56,64 @@ def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
     # The rename must not reach disk before the new file's bytes do: fsync first.
     os.replace(tmp, path)
     if fsync:
-        fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_dir(os.path.dirname(path))
 
 
 class LocalDocs:
     """The local documents of one database. Thread-safe; blocking (call off the loop)."""
 
     def __init__(self, path: str, *, fsync: bool = True) -> None:
-        self.path = path
+        #: The one-file store of earlier releases; migrated on first use.
+        self.legacy = path
+        self.path = path[: -len(".json")] if path.endswith(".json") else path + ".d"
         self._fsync = fsync
         self._lock = threading.Lock()
-        self._docs: dict[str, dict[str, Any]] | None = None
+        self._cache: dict[str, dict[str, Any] | None] = {}  # id -> entry; None: absent
+        self._migrated = False
 
-    def _load(self) -> dict[str, dict[str, Any]]:
-        if self._docs is None:
-            try:
-                with open(self.path, encoding="utf-8") as f:
-                    self._docs = json.load(f)["docs"]
-            except FileNotFoundError:
-                self._docs = {}
-        return self._docs
+    def _file(self, doc_id: str) -> str:
+        digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return os.path.join(self.path, digest[:40] + ".json")
+
+    def _entry(self, doc_id: str) -> dict[str, Any] | None:
+        """``{"id", "rev", "body"}`` of ``doc_id``, or None; call with the lock held."""
+        self._migrate()
+        if doc_id in self._cache:
+            return self._cache[doc_id]
+        try:
+            with open(self._file(doc_id), encoding="utf-8") as f:
+                entry: dict[str, Any] | None = json.load(f)
+        except FileNotFoundError:
+            entry = None
+        if entry is not None and entry.get("id") != doc_id:
+            entry = None  # a hash collision: not this document (never seen in practice)
+        self._cache[doc_id] = entry
+        return entry
+
+    def _migrate(self) -> None:
+        """Split an earlier release's one-file store into per-document files."""
+        if self._migrated:
+            return
+        try:
+            with open(self.legacy, encoding="utf-8") as f:
+                docs = json.load(f)["docs"]
+        except FileNotFoundError:
+            self._migrated = True
+            return
+        for doc_id, entry in docs.items():
+            write_json_durably(
+                self._file(doc_id),
+                {"id": doc_id, "rev": entry["rev"], "body": entry["body"]},
+                fsync=self._fsync,
+            )
+        # Only once every document has its own file; a crash before this repeats the
+        # split, which nothing can have changed in between (writes wait for it).
+        os.replace(self.legacy, self.legacy + ".migrated")
+        self._migrated = True
 
     def get(self, doc_id: str) -> dict[str, Any]:
         with self._lock:
-            entry = self._load().get(doc_id)
+            entry = self._entry(doc_id)
         if entry is None:
             raise NotFound("missing")
         return {"_id": doc_id, "_rev": f"0-{entry['rev']}", **entry["body"]}
@@ -89,29 +127,40 @@ class LocalDocs:
             {k: v for k, v in doc.items() if k not in _META}, DEFAULTS["max_document_size"]
         )
         with self._lock:
-            docs = dict(self._load())
-            current = docs[doc_id]["rev"] if doc_id in docs else 0
+            entry = self._entry(doc_id)
+            current = 0 if entry is None else entry["rev"]
             if given != current:
                 raise Conflict()
             if doc.get("_deleted") is True:
-                if doc_id not in docs:
+                if entry is None:
                     raise NotFound("missing")
-                del docs[doc_id]
-                new = "0-0"
-            else:
-                docs[doc_id] = {"rev": current + 1, "body": body}
-                new = f"0-{current + 1}"
-            self._save(docs)
-            self._docs = docs
-        return new
+                self._remove(doc_id)
+                return "0-0"
+            entry = {"id": doc_id, "rev": current + 1, "body": body}
+            write_json_durably(self._file(doc_id), entry, fsync=self._fsync)
+            self._cache[doc_id] = entry
+            return f"0-{current + 1}"
 
-    def _save(self, docs: dict[str, Any]) -> None:
-        write_json_durably(self.path, {"docs": docs}, fsync=self._fsync)
+    def _remove(self, doc_id: str) -> None:
+        os.remove(self._file(doc_id))
+        self._cache[doc_id] = None
+        if self._fsync:
+            _fsync_dir(self.path)
 
     def destroy(self) -> None:
         """Forget every local document (the database is being deleted)."""
         with self._lock:
-            self._docs = {}
-            for path in (self.path, self.path + ".tmp"):
+            self._cache.clear()
+            self._migrated = True
+            shutil.rmtree(self.path, ignore_errors=True)
+            for path in (self.legacy, self.legacy + ".tmp", self.legacy + ".migrated"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
