@@ -402,6 +402,21 @@ def test_changes_normal_feed(client: Client, db: str) -> None:
     assert row["changes"] == [{"rev": winner}, {"rev": loser}]
 
 
+def test_changes_with_docs_and_conflicts_lists_them_as_get_does(client: Client, db: str) -> None:
+    """Issue 15 (PouchDB's conflicts tests): ?include_docs=true&conflicts=true gives
+    each doc its _conflicts, exactly as GET /db/doc?conflicts=true; without
+    conflicts=true, or on a doc without conflicts, there is none."""
+    put(client, db, "plain", {"v": 1})
+    winner, loser = make_conflict(client, db, "c")
+    rows = client("GET", f"{db}/_changes?include_docs=true&conflicts=true").json["results"]
+    docs = {r["id"]: r["doc"] for r in rows}
+    direct = client("GET", f"{db}/c?conflicts=true").json
+    assert docs["c"] == direct and docs["c"]["_conflicts"] == [loser]
+    assert docs["c"]["_rev"] == winner and "_conflicts" not in docs["plain"]
+    plain = client("GET", f"{db}/_changes?include_docs=true").json["results"]
+    assert all("_conflicts" not in r["doc"] for r in plain)
+
+
 def test_longpoll_waits_for_a_write_and_times_out(client: Client, db: str) -> None:
     since = client("GET", db).json["update_seq"]
     t0 = time.monotonic()

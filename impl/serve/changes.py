@@ -1,5 +1,5 @@
 """``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous``, ``since``,
-``limit``, ``include_docs``, ``style=all_docs``, ``filter=_doc_ids``,
+``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, ``filter=_doc_ids``,
 ``heartbeat``, ``timeout``.
 
 Waiting for new commits costs no polling: every write goes through this
@@ -54,6 +54,7 @@ class ChangesQuery:
     since: Any
     limit: int | None
     include_docs: bool
+    conflicts: bool  # with include_docs: each doc's _conflicts, as GET ?conflicts=true
     all_leaves: bool
     doc_ids: frozenset[str] | None
     heartbeat: float | None  # seconds
@@ -96,6 +97,7 @@ def _parse(query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: in
         since=query.get("since", "0"),
         limit=query_int(query, "limit"),
         include_docs=query_bool(query, "include_docs"),
+        conflicts=query_bool(query, "conflicts"),
         all_leaves=style == "all_docs",
         doc_ids=doc_ids,
         heartbeat=heartbeat,
@@ -114,13 +116,19 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
             rows = rows[: q.limit]
             result["last_seq"] = rows[-1]["seq"] if rows else since
         result["results"] = rows
-    if q.all_leaves and result["results"]:
+    with_conflicts = q.conflicts and q.include_docs
+    if (q.all_leaves or with_conflicts) and result["results"]:
         infos = revs.doc_infos(db, [row["id"] for row in result["results"]])
         for row in result["results"]:
             info = infos.get(row["id"])
-            if info is not None:
-                leaves = revtree.leaves(info.tree)
-                row["changes"] = [{"rev": rev} for rev in leaves]
+            if info is None:
+                continue
+            if q.all_leaves:
+                row["changes"] = [{"rev": rev} for rev in revtree.leaves(info.tree)]
+            doc = row.get("doc")
+            conflicts = revtree.conflicts(info.tree) if with_conflicts and doc else []
+            if conflicts and doc.get("_rev") == info.winner:
+                doc["_conflicts"] = conflicts
     return result
 
 
