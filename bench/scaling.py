@@ -139,9 +139,15 @@ def _get(db: Any, n: int, rng: random.Random) -> int:
 
 
 def _measure(op: str, db: Any, n: int, cfg: Config) -> Callable[[], Outcome]:
+    """One sample of ``op``: µs per unit its step returns, over ``cfg.seconds``."""
+    step = _step(op, db, n, cfg)
+    return lambda: Outcome(1e6 / run_for(step, cfg.seconds))
+
+
+def _step(op: str, db: Any, n: int, cfg: Config) -> Callable[[], int]:
     rng = random.Random(n)
     if op == "get":
-        return lambda: Outcome(1e6 / run_for(lambda: _get(db, n, rng), cfg.seconds))
+        return lambda: _get(db, n, rng)
     if op == "multiget":
 
         def multiget() -> int:
@@ -149,14 +155,14 @@ def _measure(op: str, db: Any, n: int, cfg: Config) -> Callable[[], Outcome]:
             db.all_docs(keys=keys)
             return 1
 
-        return lambda: Outcome(1e6 / run_for(multiget, cfg.seconds))
+        return multiget
     if op == "range_docs":
 
         def range_docs() -> int:
             start = doc_id(rng.randrange(max(1, n - _RANGE_ROWS)))
             return len(db.all_docs(startkey=start, limit=_RANGE_ROWS, include_docs=True)["rows"])
 
-        return lambda: Outcome(1e6 / run_for(range_docs, cfg.seconds))
+        return range_docs
     ids = itertools.count(n)  # new ids after the preloaded ones, never reused
 
     def insert() -> int:
@@ -164,4 +170,4 @@ def _measure(op: str, db: Any, n: int, cfg: Config) -> Callable[[], Outcome]:
         db.bulk_docs(batch)
         return len(batch)
 
-    return lambda: Outcome(1e6 / run_for(insert, cfg.seconds))
+    return insert

@@ -58,14 +58,18 @@ class DocInfo:
         tree: dict[str, list[Any]],
         bodies: dict[str, list[int]],
         active: int,
+        winner: str | None = None,
     ) -> None:
+        """``winner``: the tree's winning revision when the caller already knows it."""
         self.id = id
         self.seq = seq
         self.deleted = deleted
         self._tree: dict[str, list[Any]] | None = tree
         self._bodies: dict[str, list[int]] | None = bodies
         self.active = active
-        self.winner = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
+        if winner is None:
+            winner = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
+        self.winner = winner
         self._revs: bytes | None = None
 
     def __repr__(self) -> str:

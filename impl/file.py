@@ -197,7 +197,8 @@ class ShardFile:
     def _read_frame(self, pos: int, decode: Decode, ahead: int) -> tuple[Any, int]:
         if pos <= 0 or pos % BLOCK_SIZE == 0:
             raise CorruptionError(self.path, pos, "not a term position (block boundary or < 1)")
-        raw = self._handle.pread(pos, max(ahead, 1 + FRAME_SIZE))
+        asked = max(ahead, 1 + FRAME_SIZE)  # at least a frame prefix and a marker
+        raw = self._handle.pread(pos, asked)
         room = BLOCK_SIZE - pos % BLOCK_SIZE
         if room >= FRAME_SIZE and len(raw) >= FRAME_SIZE:
             # Fast path: a frame that ends before the next block boundary has no
@@ -210,7 +211,7 @@ class ShardFile:
             raise CorruptionError(self.path, pos, "frame prefix extends past end of file")
         span = laid_out_size(pos, frame_size(self._logical(raw[:prefix_span], pos)))
         if span > len(raw):
-            raw = self._read_rest(pos, raw, span, max(ahead, 1 + FRAME_SIZE))
+            raw = self._read_rest(pos, raw, span, asked)
         return self._decode(self._logical(raw[:span], pos), pos, decode), pos + span
 
     def _decode(self, frame: bytes, pos: int, decode: Decode) -> Any:

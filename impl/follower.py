@@ -26,7 +26,6 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
@@ -130,14 +129,6 @@ class FollowerShard:
         weakref.finalize(file, _close_handle, file.handle)
         self._caches[file] = NodeCache(self._cache_bytes)
         return file
-
-    # -- writes are refused ---------------------------------------------------------------
-
-    def submit(self, docs: Sequence[Any], **_: Any) -> Any:
-        raise readonly_error(self.path)
-
-    def call_in_writer(self, fn: Any) -> Any:
-        raise readonly_error(self.path)
 
     def close(self) -> None:
         """Stop reading; later calls raise SetteeError. Idempotent."""

@@ -581,7 +581,9 @@ class _Group:
             for rev, placeholder in info.bodies.items():
                 if placeholder[0] is None:
                     bodies[rev] = [batch.add_encoded(self.bodies[(doc_id, rev)]), placeholder[1]]
-            infos.append(DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active))
+            infos.append(
+                DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active, info.winner)
+            )
         by_id = self.base.by_id.modify(batch, [(i.id, i.to_value()) for i in infos], [])
         seq_rows = [(i.seq, i.by_seq_row()) for i in infos]
         by_seq = self.base.by_seq.modify(batch, seq_rows, self.stale_seqs)
@@ -598,7 +600,7 @@ def _next_info(
     winner = revtree.winner(tree)
     leaves = set(revtree.leaves(tree))
     active = sum(p[1] for r, p in bodies.items() if r in leaves)
-    return DocInfo(doc_id, seq, tree[winner][1], tree, bodies, active)
+    return DocInfo(doc_id, seq, tree[winner][1], tree, bodies, active, winner)
 
 
 def _write_failed(path: str, exc: BaseException) -> SetteeError:

@@ -137,9 +137,7 @@ def _plain_scalar(value: Any, path: tuple[Any, ...], key: Any) -> Any:
         return value
     if kind is float:
         if not math.isfinite(value):
-            raise BadRequest(
-                f"{_where((*path, key))} = {value} is not a JSON number: store null or a str"
-            )
+            raise _not_a_number(value, (*path, key))
         return value
     if value is None or value is True or value is False:
         return value
@@ -150,6 +148,10 @@ def _too_big(number: int, path: tuple[Any, ...]) -> BadRequest:
     return BadRequest(
         f"{_where(path)} = {describe(number)} does not fit in 64 bits: store it as a str"
     )
+
+
+def _not_a_number(real: float, path: tuple[Any, ...]) -> BadRequest:
+    return BadRequest(f"{_where(path)} = {real} is not a JSON number: store null or a str")
 
 
 def _plain_subclass_scalar(value: Any, path: tuple[Any, ...]) -> Any:
@@ -166,7 +168,7 @@ def _plain_subclass_scalar(value: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(value, float):
         real = float.__float__(value)
         if not math.isfinite(real):
-            raise BadRequest(f"{_where(path)} = {real} is not a JSON number: store null or a str")
+            raise _not_a_number(real, path)
         return real
     raise BadRequest(
         f"{_where(path)} is a {type(value).__name__}, which JSON cannot hold: use dict, list, "
