@@ -616,3 +616,111 @@ def test_local_documents_of_the_one_file_format_are_migrated(tmp_path: Path) -> 
     assert not legacy.exists() and (tmp_path / "_local" / "old.json.migrated").exists()
     with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as h:
         assert Client(h.port)("GET", "/old/_local/cp").json["_rev"] == "0-5"
+
+
+# -- Mango: _find and _changes filters -----------------------------------------------------------
+
+
+def _people(client: Client, db: str) -> None:
+    docs = [
+        {"_id": f"p{i:02d}", "age": 20 + i, "name": name, "tags": tags}
+        for i, (name, tags) in enumerate(
+            [("ann", ["a"]), ("Bob", ["b", "x"]), ("cid", []), ("dee", ["x"]), ("Eve", ["a", "x"])]
+        )
+    ]
+    docs.append({"_id": "_design/app", "filters": {"f": "function(doc, req) { return true; }"}})
+    r = client("POST", f"{db}/_bulk_docs", {"docs": docs})
+    assert r.status == 201 and all("ok" in row for row in r.json)
+
+
+def test_find_selects_skips_limits_projects_and_pages(client: Client, db: str) -> None:
+    _people(client, db)
+    query = {"selector": {"age": {"$gte": 21}, "tags": {"$elemMatch": {"$eq": "x"}}}}
+    r = client("POST", f"{db}/_find", {**query, "fields": ["_id", "name"]})
+    assert r.status == 200, r.raw
+    assert r.json["docs"] == [
+        {"_id": "p01", "name": "Bob"},
+        {"_id": "p03", "name": "dee"},
+        {"_id": "p04", "name": "Eve"},
+    ]
+    assert r.json["warning"].startswith("No matching index found")
+    first = client("POST", f"{db}/_find", {**query, "limit": 2, "skip": 0}).json
+    assert [d["_id"] for d in first["docs"]] == ["p01", "p03"]
+    assert all(d["_rev"].startswith("1-") for d in first["docs"])
+    rest = client("POST", f"{db}/_find", {**query, "bookmark": first["bookmark"]}).json
+    assert [d["_id"] for d in rest["docs"]] == ["p04"]
+    backwards = client("POST", f"{db}/_find", {**query, "sort": [{"_id": "desc"}], "skip": 1})
+    assert [d["_id"] for d in backwards.json["docs"]] == ["p03", "p01"]
+    # Design documents are never results, even of a selector that matches everything.
+    everything = client("POST", f"{db}/_find", {"selector": {}, "limit": 100}).json["docs"]
+    assert [d["_id"] for d in everything] == [f"p{i:02d}" for i in range(5)]
+    stats = client("POST", f"{db}/_find", {"selector": {"name": "ann"}, "execution_stats": True})
+    assert stats.json["execution_stats"]["total_docs_examined"] == 5
+    assert stats.json["execution_stats"]["results_returned"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({}, "missing_required_key"),
+        ({"selector": []}, "invalid_selector_json"),
+        ({"selector": {"a": {"$bogus": 1}}}, "invalid_operator"),
+        ({"selector": {"a": {"$in": 5}}}, "bad_arg"),
+        ({"selector": {"$gt": 1}}, "invalid_selector"),
+        ({"selector": {"a..b": 1}}, "invalid_field_name"),
+        ({"selector": {}, "limit": -1}, "invalid_non_neg_integer"),
+        ({"selector": {}, "limit": 2**63}, None),
+        ({"selector": {}, "sort": ["age"]}, "no_usable_index"),
+        ({"selector": {}, "sort": [{"_id": "asc"}, {"a": "desc"}]}, "unsupported_mixed_sort"),
+        ({"selector": {}, "bookmark": "%%%"}, "invalid_bookmark"),
+        ({"selector": {}, "fields": "a"}, "invalid_fields"),
+        ({"selector": {}, "colour": 1}, "invalid_key"),
+    ],
+)
+def test_find_refuses_what_couchdb_refuses(client: Client, db: str, body: Any, error: Any) -> None:
+    r = client("POST", f"{db}/_find", body)
+    if error is None:
+        assert r.status == 200, r.raw
+    else:
+        assert (r.status, r.json["error"]) == (400, error), r.raw
+
+
+def test_changes_selector_and_design_filters(client: Client, db: str) -> None:
+    _people(client, db)
+    body = {"selector": {"name": {"$regex": "^[A-Z]"}}}
+    r = client("POST", f"{db}/_changes?filter=_selector", body)
+    assert r.status == 200, r.raw
+    assert sorted(row["id"] for row in r.json["results"]) == ["p01", "p04"]
+    assert all("doc" not in row for row in r.json["results"])
+    limited = client("POST", f"{db}/_changes?filter=_selector&limit=1&include_docs=true", body)
+    [row] = limited.json["results"]
+    assert row["doc"]["name"] in ("Bob", "Eve") and limited.json["last_seq"] == row["seq"]
+    more = client("POST", f"{db}/_changes?filter=_selector&since={row['seq']}", body).json
+    assert {row["id"]} | {r["id"] for r in more["results"]} == {"p01", "p04"}
+    assert client("GET", f"{db}/_changes?filter=_selector").status == 400
+    bad = client("POST", f"{db}/_changes?filter=_selector", {"selector": {"a": {"$x": 1}}})
+    assert (bad.status, bad.json["error"]) == (400, "bad_request")
+    design = client("GET", f"{db}/_changes?filter=_design").json["results"]
+    assert [row["id"] for row in design] == ["_design/app"]
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "reason"),
+    [
+        ("filter=nope/f", 404, "missing"),
+        ("filter=app/nope", 404, "missing json key: nope"),
+        ("filter=app/f", 400, None),
+        ("filter=_view", 400, "`view` filter parameter is not provided."),
+        ("filter=_view&view=app/v", 404, "missing json key: views"),
+        ("filter=_bogus", 400, "unknown builtin filter name"),
+        ("filter=a/b/c", 400, "`filter` must be of the form `designname/filtername`"),
+    ],
+)
+def test_changes_design_filters_answer_as_couchdb(
+    client: Client, db: str, query: str, status: int, reason: str | None
+) -> None:
+    _people(client, db)
+    r = client("GET", f"{db}/_changes?{query}")
+    assert r.status == status, r.raw
+    if reason is not None:
+        assert r.json["reason"] == reason

@@ -180,6 +180,11 @@ _JSON_ANY = st.recursive(
     max_leaves=8,
 )
 _BODY_ENDPOINTS = [
+    ("POST", "/target/_find", "selector"),
+    ("POST", "/target/_find", "fields"),
+    ("POST", "/target/_find", "sort"),
+    ("POST", "/target/_find", "bookmark"),
+    ("POST", "/target/_find", "limit"),
     ("POST", "/target/_all_docs", "keys"),
     ("POST", "/target/_bulk_get", "docs"),
     ("POST", "/target/_revs_diff", None),
@@ -209,3 +214,44 @@ def test_hostile_request_bodies_are_4xx(
     else:
         body = json.dumps(value if field is None else {field: value}).encode()
     _send(client, root, method, path, body)
+
+
+# Mango selectors: every operator (valid, unsupported, unknown), dotted, escaped, empty
+# and array-index field names, any JSON as arguments, nested combinations.
+_MANGO_KEY = st.sampled_from(
+    [
+        *("$and", "$or", "$nor", "$not", "$eq", "$ne", "$lt", "$gte", "$in", "$nin", "$all"),
+        *("$mod", "$size", "$regex", "$type", "$exists", "$elemMatch", "$allMatch"),
+        *("$keyMapMatch", "$beginsWith", "$where", "$text", "$bogus"),
+        *("a", "a.b", "a\\.b", "", ".", "a..b", "b.0", "b.-1", "b.99", "_id", "v"),
+    ]
+)
+_SELECTOR = st.dictionaries(
+    _MANGO_KEY,
+    st.recursive(
+        _JSON_ANY,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(_MANGO_KEY, inner, max_size=3)
+        ),
+        max_leaves=12,
+    ),
+    max_size=3,
+)
+_MANGO_DOCS = [
+    {"a": {"b": [1, "x", {"c": None}]}, "b": [3, 2.5, "s"], "v": "Text"},
+    {"a": 5, "b": {"0": True}, "a.b": -(2**70), "v": [[], {}]},
+]
+
+
+@_HOSTILE
+@given(selector=_SELECTOR, changes=st.booleans())
+def test_hostile_selectors_are_4xx(
+    served: tuple[_Client, Path], selector: dict[str, Any], changes: bool
+) -> None:
+    """Any selector CouchDB would refuse is a 400; any it accepts is evaluated on
+    documents whose shapes meet its paths, and answered."""
+    client, root = served
+    for i, doc in enumerate(_MANGO_DOCS):
+        client("PUT", f"/target/mango{i}", json.dumps(doc).encode())  # 409 after the first
+    path = "/target/_changes?filter=_selector" if changes else "/target/_find"
+    _send(client, root, "POST", path, json.dumps({"selector": selector}).encode())

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from settee.serve import changes, dbs, docs
+from settee.serve import changes, dbs, docs, find
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.state import State
 
@@ -36,6 +36,7 @@ _DB_ROUTES = {
     "_compact": dbs.handle_compact,
     "_ensure_full_commit": dbs.handle_ensure_full_commit,
     "_changes": changes.handle_changes,
+    "_find": find.handle_find,
 }
 
 _COMMON_HEADERS = {"Cache-Control": "must-revalidate", "Server": "settee"}

@@ -1,6 +1,9 @@
 """``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous``, ``since``,
-``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, ``filter=_doc_ids``,
-``heartbeat``, ``timeout``.
+``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, the built-in
+filters ``_doc_ids``, ``_selector`` (Mango, POST) and ``_design``, ``heartbeat``,
+``timeout``. ``filter=ddoc/name`` and ``filter=_view`` answer 404 as CouchDB
+does when the design document or function is missing, and 400 when it exists:
+settee serve runs no JavaScript.
 
 Waiting for new commits costs no polling: every write goes through this
 server (the engine's ``LOCK`` lets one process open a database), so each
@@ -17,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -36,7 +40,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.spec import revtree
+from settee.spec import revtree, selector
 
 __all__ = ["handle_changes"]
 
@@ -56,12 +60,85 @@ class ChangesQuery:
     include_docs: bool
     conflicts: bool  # with include_docs: each doc's _conflicts, as GET ?conflicts=true
     all_leaves: bool
-    doc_ids: frozenset[str] | None
+    filter: ChangesFilter | None
     heartbeat: float | None  # seconds
     timeout: float  # seconds
 
 
-def _parse(query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: int) -> ChangesQuery:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChangesFilter:
+    """What ``filter=`` keeps: one of CouchDB's built-in filters, or a design
+    document's function (which settee serve names, but cannot run)."""
+
+    kind: str  # "_doc_ids", "_selector", "_design", or "filters"/"views" of a ddoc
+    doc_ids: frozenset[str] = frozenset()
+    selector: Any = None  # normalised (settee.spec.selector)
+    ddoc: str = ""
+    function: str = ""
+
+
+def _parse_filter(
+    name: str | None, query: Mapping[str, str], body: Mapping[str, Any], method: str
+) -> ChangesFilter | None:
+    """couch_changes:configure_filter, minus running JavaScript."""
+    if not name:
+        return None
+    if name == "_doc_ids":
+        ids = body.get("doc_ids", query_json(query, "doc_ids"))
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise HTTPError(
+                400, "bad_request", "`doc_ids` filter parameter is not a list of doc ids."
+            )
+        return ChangesFilter("_doc_ids", doc_ids=frozenset(ids))
+    if name == "_selector":
+        if method != "POST":
+            raise HTTPError(400, "bad_request", "Selector must be specified in POST payload")
+        try:
+            return ChangesFilter("_selector", selector=selector.normalize(body.get("selector")))
+        except selector.BadSelector as exc:
+            raise HTTPError(400, "bad_request", exc.reason) from exc
+    if name == "_design":
+        return ChangesFilter("_design")
+    if name == "_view":
+        view = body.get("query", {}).get("view") if isinstance(body.get("query"), dict) else None
+        view = view if isinstance(view, str) else query.get("view", "")
+        if not view:
+            raise HTTPError(400, "bad_request", "`view` filter parameter is not provided.")
+        return _ddoc_filter("views", view, "`view` must be of the form `designname/viewname`")
+    if name.startswith("_"):
+        raise HTTPError(400, "bad_request", "unknown builtin filter name")
+    return _ddoc_filter("filters", name, "`filter` must be of the form `designname/filtername`")
+
+
+def _ddoc_filter(kind: str, name: str, form: str) -> ChangesFilter | None:
+    parts = [unquote(p) for p in name.split("/") if p]
+    if not parts:
+        return None
+    if len(parts) != 2:
+        raise HTTPError(400, "bad_request", form)
+    return ChangesFilter(kind, ddoc=parts[0], function=parts[1])
+
+
+def check_ddoc_filter(db: settee.Database, f: ChangesFilter) -> None:
+    """404 as CouchDB for a missing design document or function; a present one
+    is refused (400): settee serve runs no JavaScript."""
+    ddoc = db.get("_design/" + f.ddoc)  # NotFound: 404 missing / deleted
+    functions = ddoc.get(f.kind)
+    if not isinstance(functions, dict):
+        raise settee.NotFound(f"missing json key: {f.kind}")
+    if f.function not in functions:
+        raise settee.NotFound(f"missing json key: {f.function}")
+    raise HTTPError(
+        400,
+        "bad_request",
+        f"settee serve runs no JavaScript: `{f.ddoc}/{f.function}` ({f.kind}) cannot be "
+        "applied; filter with _doc_ids, _selector or _design",
+    )
+
+
+def _parse(
+    query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: int, method: str
+) -> ChangesQuery:
     feed = _FEEDS.get(query.get("feed", "normal"))
     if feed is None:
         raise HTTPError(
@@ -70,17 +147,7 @@ def _parse(query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: in
     style = query.get("style", "main_only")
     if style not in ("main_only", "all_docs"):
         raise HTTPError(400, "bad_request", "style must be main_only or all_docs")
-    doc_ids = None
-    filter_name = query.get("filter")
-    if filter_name == "_doc_ids":
-        ids = body.get("doc_ids", query_json(query, "doc_ids"))
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise HTTPError(
-                400, "bad_request", "`doc_ids` filter parameter is not a list of doc ids."
-            )
-        doc_ids = frozenset(ids)
-    elif filter_name is not None:
-        raise HTTPError(400, "bad_request", "settee supports only filter=_doc_ids")
+    changes_filter = _parse_filter(query.get("filter"), query, body, method)
     heartbeat = None
     if "heartbeat" in query:
         beat = 60_000 if query["heartbeat"] == "true" else query_int(query, "heartbeat")
@@ -99,23 +166,22 @@ def _parse(query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: in
         include_docs=query_bool(query, "include_docs"),
         conflicts=query_bool(query, "conflicts"),
         all_leaves=style == "all_docs",
-        doc_ids=doc_ids,
+        filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
     )
 
 
+#: Changes read per engine call while a filter looks for ``limit`` rows it keeps.
+_FILTER_PAGE = 500
+
+
 def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, Any]:
     """One page of changes after ``since``, filtered and styled as ``q`` asks."""
-    if q.doc_ids is None:
+    if q.filter is None:
         result = db.changes(since=since, limit=q.limit, include_docs=q.include_docs)
     else:
-        result = db.changes(since=since, include_docs=q.include_docs)
-        rows = [row for row in result["results"] if row["id"] in q.doc_ids]
-        if q.limit is not None and len(rows) > q.limit:
-            rows = rows[: q.limit]
-            result["last_seq"] = rows[-1]["seq"] if rows else since
-        result["results"] = rows
+        result = _filtered_changes(db, q, since)
     with_conflicts = q.conflicts and q.include_docs
     if (q.all_leaves or with_conflicts) and result["results"]:
         infos = revs.doc_infos(db, [row["id"] for row in result["results"]])
@@ -123,13 +189,61 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
             info = infos.get(row["id"])
             if info is None:
                 continue
-            if q.all_leaves:
+            if q.all_leaves and not (q.filter and q.filter.kind == "_selector"):
                 row["changes"] = [{"rev": rev} for rev in revtree.leaves(info.tree)]
             doc = row.get("doc")
             conflicts = revtree.conflicts(info.tree) if with_conflicts and doc else []
             if conflicts and doc.get("_rev") == info.winner:
                 doc["_conflicts"] = conflicts
     return result
+
+
+def _filtered_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, Any]:
+    """Changes that pass ``q.filter``, read a page at a time until ``q.limit`` are
+    kept; ``last_seq`` is the last kept row's when the limit cut the list."""
+    f = q.filter
+    assert f is not None
+    if f.kind in ("filters", "views"):
+        check_ddoc_filter(db, f)  # raises: 404, or 400 (no JavaScript here)
+    wants_docs = q.include_docs or f.kind == "_selector"
+    kept: list[dict[str, Any]] = []
+    position = since
+    while True:
+        page = db.changes(since=position, limit=_FILTER_PAGE, include_docs=wants_docs)
+        for row in page["results"]:
+            if _keep(db, f, row, q.all_leaves):
+                if not q.include_docs:
+                    row.pop("doc", None)
+                kept.append(row)
+                if q.limit is not None and len(kept) >= q.limit:
+                    return {"results": kept, "last_seq": row["seq"]}
+        position = page["last_seq"]
+        if len(page["results"]) < _FILTER_PAGE:
+            return {"results": kept, "last_seq": position}
+
+
+def _keep(db: settee.Database, f: ChangesFilter, row: dict[str, Any], all_leaves: bool) -> bool:
+    if f.kind == "_doc_ids":
+        return row["id"] in f.doc_ids
+    if f.kind == "_design":
+        return row["id"].startswith("_design")
+    # _selector: each revision the row reports is matched as a whole document.
+    if not all_leaves:
+        return selector.matches(f.selector, row["doc"])
+    info = revs.doc_infos(db, [row["id"]]).get(row["id"])
+    leaves = revtree.leaves(info.tree) if info is not None else []
+    passed = [rev for rev in leaves if selector.matches(f.selector, _leaf_doc(db, row, rev))]
+    row["changes"] = [{"rev": rev} for rev in passed]
+    return bool(passed)
+
+
+def _leaf_doc(db: settee.Database, row: dict[str, Any], rev: str) -> dict[str, Any]:
+    if rev == row["doc"].get("_rev"):
+        return row["doc"]
+    try:
+        return db.get(row["id"], rev=rev)
+    except settee.NotFound:
+        return {"_id": row["id"], "_rev": rev}
 
 
 async def handle_changes(
@@ -143,7 +257,7 @@ async def handle_changes(
             body = await state.run(decode_object, raw)
     elif request.method not in ("GET", "HEAD"):
         raise method_not_allowed("GET,HEAD,POST")
-    q = _parse(request.query, body, state.options["changes_timeout"])
+    q = _parse(request.query, body, state.options["changes_timeout"], request.method)
     if q.feed == "normal":
         return respond(await state.run(_page, entry.db, q, q.since))
     since = q.since

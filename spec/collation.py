@@ -1,0 +1,142 @@
+"""CouchDB's view collation of JSON values, as Mango selectors compare them.
+
+Types sort ``null < false < true < numbers < strings < arrays < objects``;
+numbers by value (``1 == 1.0``); arrays element by element, a prefix first;
+objects member by member in their stored order (key, then value), a prefix
+first. That much is CouchDB's (docs "Views Collation", couch_ejson_compare).
+
+Strings: CouchDB asks ICU's root collator (the Unicode Collation Algorithm).
+settee has no ICU, so :func:`collate_text` follows the UCA's three levels on
+a simpler weight table, which is exact for the 7-bit ASCII order CouchDB
+documents (symbols < digits < letters; letters compared without case first,
+then lowercase before uppercase: ``a < A < aa < b``) and close elsewhere:
+letters with accents sort with their base letter (NFD, marks compared second),
+other characters after the ASCII letters by code point. Two strings are equal
+only when identical (ICU also equates strings differing only in ignorable
+characters such as U+200B; settee does not). SEMANTICS.md "Mango" says the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+import unicodedata
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["collate_json", "collate_text", "json_type"]
+
+# The 7-bit symbols in the order ICU's root collation gives them (CouchDB docs).
+_SYMBOLS = " `^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$"
+_SYMBOL_WEIGHT = {c: i + 1 for i, c in enumerate(_SYMBOLS)}
+_DIGIT_BASE = len(_SYMBOLS) + 1
+_LETTER_BASE = _DIGIT_BASE + 10
+_OTHER_BASE = _LETTER_BASE + 26
+
+_TYPE_RANK = {"null": 0, "boolean": 1, "number": 2, "string": 3, "array": 4, "object": 5}
+
+
+def json_type(value: Any) -> str:
+    """Mango's ``$type`` name of a JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    return "object"
+
+
+def _primary(char: str) -> int:
+    if char in _SYMBOL_WEIGHT:
+        return _SYMBOL_WEIGHT[char]
+    if "0" <= char <= "9":
+        return _DIGIT_BASE + ord(char) - ord("0")
+    lower = char.lower()
+    if len(lower) == 1 and "a" <= lower <= "z":
+        return _LETTER_BASE + ord(lower) - ord("a")
+    return _OTHER_BASE + ord(char)
+
+
+def _sort_key(text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Primary (base characters), secondary (accents), tertiary (case) weights."""
+    primary: list[int] = []
+    secondary: list[int] = []
+    tertiary: list[int] = []
+    for char in unicodedata.normalize("NFD", text):
+        if unicodedata.combining(char):
+            if secondary:
+                secondary[-1] = secondary[-1] * 1024 + ord(char) % 1024
+            continue
+        primary.append(_primary(char))
+        secondary.append(0)
+        tertiary.append(1 if char != char.lower() else 0)
+    return tuple(primary), tuple(secondary), tuple(tertiary)
+
+
+def collate_text(a: str, b: str) -> int:
+    """-1, 0 or 1 as ``a`` sorts before, equal to or after ``b`` (see the module doc)."""
+    if a == b:
+        return 0
+    key_a, key_b = _sort_key(a), _sort_key(b)
+    if key_a != key_b:
+        return -1 if key_a < key_b else 1
+    return -1 if a < b else 1  # same weights, different code points: code point order
+
+
+def _cmp(a: Any, b: Any) -> int:
+    return (a > b) - (a < b)
+
+
+def collate_json(a: Any, b: Any) -> int:
+    """-1, 0 or 1 as JSON value ``a`` sorts before, equal to or after ``b``.
+
+    Iterative, so values nested as deep as a document may be (500 levels) cannot
+    exhaust the interpreter's stack.
+
+    post: __return__ in (-1, 0, 1)
+    """
+    pending: list[Iterator[tuple[str, Any, Any]]] = [iter([("value", a, b)])]
+    while pending:
+        step = next(pending[-1], None)
+        if step is None:
+            pending.pop()
+            continue
+        kind, x, y = step
+        if kind == "value":
+            order, inner = _compare_values(x, y)
+        elif kind == "key":
+            order, inner = collate_text(x, y), None
+        else:  # "length": every element was equal, so the shorter sorts first
+            order, inner = _cmp(x, y), None
+        if order:
+            return order
+        if inner is not None:
+            pending.append(inner)
+    return 0
+
+
+def _compare_values(x: Any, y: Any) -> tuple[int, Iterator[tuple[str, Any, Any]] | None]:
+    """The order of two values when it is known without looking inside them,
+    else 0 and the steps that compare their members."""
+    type_x, type_y = json_type(x), json_type(y)
+    if type_x != type_y:
+        return _cmp(_TYPE_RANK[type_x], _TYPE_RANK[type_y]), None
+    if type_x == "null":
+        return 0, None
+    if type_x in ("boolean", "number"):
+        return _cmp(x, y), None
+    if type_x == "string":
+        return collate_text(x, y), None
+    if type_x == "array":
+        elements = (("value", i, j) for i, j in zip(x, y, strict=False))
+        return 0, itertools.chain(elements, [("length", len(x), len(y))])
+    members = (
+        step
+        for (key_x, value_x), (key_y, value_y) in zip(x.items(), y.items(), strict=False)
+        for step in (("key", key_x, key_y), ("value", value_x, value_y))
+    )
+    return 0, itertools.chain(members, [("length", len(x), len(y))])

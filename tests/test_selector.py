@@ -1,0 +1,228 @@
+"""Mango selectors and CouchDB's JSON collation (settee.spec.selector, .collation).
+
+Examples pin CouchDB's documented answers (docs "Views Collation", "Selector
+Syntax", mango_selector's normalisation); the Hypothesis properties tie the
+operators to each other the way CouchDB's definitions do, over any document.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from settee.spec.collation import collate_json, collate_text
+from settee.spec.selector import BadSelector, extract_fields, matches, normalize
+
+# CouchDB's documented collation sequence (docs "Views Collation", couch_mrview tests).
+ORDERED = [
+    None,
+    False,
+    True,
+    1,
+    2,
+    3.0,
+    4,
+    "a",
+    "A",
+    "aa",
+    "b",
+    "B",
+    "ba",
+    "bb",
+    ["a"],
+    ["b"],
+    ["b", "c"],
+    ["b", "c", "a"],
+    ["b", "d"],
+    ["b", "d", "e"],
+    {"a": 1},
+    {"a": 2},
+    {"b": 1},
+    {"b": 2},
+    {"b": 2, "a": 1},
+    {"b": 2, "c": 2},
+]
+ASCII_ORDER = (
+    " `^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$0123456789"
+    "aAbBcCdDeEfFgGhHiIjJkKlLmMnNoOpPqQrRsStTuUvVwWxXyYzZ"
+)
+
+
+def test_collation_follows_couchdbs_documented_sequence() -> None:
+    for (i, a), (j, b) in itertools.product(enumerate(ORDERED), repeat=2):
+        assert collate_json(a, b) == (i > j) - (i < j), (a, b)
+    assert "".join(sorted(ASCII_ORDER, key=functools.cmp_to_key(collate_text))) == ASCII_ORDER
+    keys = ["AbcZZZZZ", "abc1", "ABC", "Abc", "abc"]
+    assert sorted(keys, key=functools.cmp_to_key(collate_text)) == [
+        "abc",
+        "Abc",
+        "ABC",
+        "abc1",
+        "AbcZZZZZ",
+    ]
+    assert collate_text("e", "é") < 0 < collate_text("f", "é")  # accents sort with the base
+
+
+def test_collation_survives_deep_nesting_and_huge_numbers() -> None:
+    deep: list[Any] = []
+    tip = deep
+    for _ in range(5000):
+        tip.append([])
+        tip = tip[0]
+    assert collate_json(deep, deep) == 0
+    assert collate_json(10**5000, 1.5) == 1 and collate_json(2**63, 2**63 + 1) == -1
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(JSON, JSON, JSON)
+def test_collation_is_a_total_order(a: Any, b: Any, c: Any) -> None:
+    assert collate_json(a, b) == -collate_json(b, a)
+    assert collate_json(a, a) == 0
+    if collate_json(a, b) <= 0 and collate_json(b, c) <= 0:
+        assert collate_json(a, c) <= 0
+
+
+DOC = {
+    "_id": "x",
+    "age": 5,
+    "tags": [1, 2, 3],
+    "nested": {"name": "Hello", "k.dot": 1},
+    "none": None,
+    "neg": -7,
+}
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ({}, True),
+        ({"age": 5}, True),
+        ({"age": 5.0}, True),
+        ({"age": {"$gt": 4, "$lt": 6}}, True),
+        ({"age": {"$gt": "4"}}, False),  # numbers sort before strings
+        ({"missing": {"$exists": False}}, True),
+        ({"missing": {"$ne": 1}}, False),  # a condition needs its field...
+        ({"$not": {"missing": 1}}, False),  # ...also when negated (pushed down to $ne)
+        ({"$not": {"missing": {"$exists": True}}}, True),
+        ({"$not": {"age": 1}}, True),
+        ({"$nor": [{"age": 5}]}, False),
+        ({"$or": []}, True),
+        ({"$and": []}, True),
+        ({"tags": {"$all": [3, 1]}}, True),
+        ({"tags": {"$all": [[1, 2, 3]]}}, True),
+        ({"tags": {"$all": []}}, False),
+        ({"tags": {"$elemMatch": {"$gt": 2}}}, True),
+        ({"tags": {"$allMatch": {"$gt": 1}}}, False),
+        ({"tags": {"$size": 3}}, True),
+        ({"tags": {"$in": [9, 3]}}, True),
+        ({"tags": {"$nin": [3]}}, False),
+        ({"age": {"$in": []}}, False),
+        ({"age": {"$nin": []}}, True),
+        ({"tags.2": 3}, True),
+        ({"tags.3": {"$exists": False}}, False),  # out of range is a bad path, not missing
+        ({"nested.name": {"$regex": "^H.l"}}, True),
+        ({"nested.name": {"$beginsWith": "He"}}, True),
+        ({"nested.k\\.dot": 1}, True),
+        ({"nested": {"name": "Hello"}}, True),
+        ({"nested": {"$keyMapMatch": {"$eq": "name"}}}, True),
+        ({"none": {"$type": "null"}}, True),
+        ({"age": {"$mod": [2, 1]}}, True),
+        ({"neg": {"$mod": [2, -1]}}, True),  # Erlang rem: the dividend's sign
+        ({"neg": {"$mod": [2, 1]}}, False),
+        ({"age": {"$not": {"$regex": "5"}}}, True),  # not a string: $regex fails, $not holds
+    ],
+)
+def test_selectors_match_as_couchdb(selector: dict[str, Any], expected: bool) -> None:
+    assert matches(normalize(selector), DOC) is expected
+
+
+@pytest.mark.parametrize(
+    ("selector", "error"),
+    [
+        ([], "invalid_selector"),
+        ({"$gt": 1}, "invalid_selector"),
+        ({"a": {"$bogus": 1}}, "invalid_operator"),
+        ({"a": {"$where": "x"}}, "not_supported"),
+        ({"a": {"$in": 1}}, "bad_arg"),
+        ({"a": {"$size": -1}}, "bad_arg"),
+        ({"a": {"$mod": [2.0, 1]}}, "bad_arg"),
+        ({"a": {"$mod": [0, 0]}}, "bad_arg"),
+        ({"a": {"$regex": "("}}, "bad_arg"),
+        ({"a": {"$exists": 1}}, "bad_arg"),
+        ({"$and": {}}, "bad_arg"),
+        ({"a..b": 1}, "invalid_field_name"),
+    ],
+)
+def test_bad_selectors_are_refused_with_mangos_error(selector: Any, error: str) -> None:
+    with pytest.raises(BadSelector) as raised:
+        normalize(selector)
+    assert raised.value.error == error
+
+
+def test_deep_selectors_are_refused_not_overflowed() -> None:
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(5000):
+        deep = {"$not": deep}
+    with pytest.raises(BadSelector):
+        normalize(deep)
+
+
+FIELDS = st.sampled_from(["a", "b", "c.d", "e.0"])
+DOCS = st.fixed_dictionaries(
+    {},
+    optional={
+        "a": JSON,
+        "b": st.integers(-3, 3),
+        "c": st.fixed_dictionaries({}, optional={"d": JSON}),
+        "e": st.lists(JSON, max_size=2),
+    },
+)
+
+
+@given(doc=DOCS, field=FIELDS, value=JSON)
+def test_operators_relate_as_couchdb_defines_them(
+    doc: dict[str, Any], field: str, value: Any
+) -> None:
+    def m(cond: Any) -> bool:
+        return matches(normalize({field: cond}), doc)
+
+    exists = m({"$exists": True})
+    # A path through an array by a bad index is neither there nor missing (bad_path).
+    bad_path = field == "e.0" and doc.get("e") == []
+    assert exists != m({"$exists": False}) or bad_path
+    # Comparison conditions and their negations need the field; with it they split.
+    assert m({"$gt": value}) == (exists and not m({"$lte": value}))
+    assert m({"$not": {"$gt": value}}) == m({"$lte": value})
+    assert m({"$ne": value}) == (exists and not m({"$eq": value}))
+    # A bare value means $eq (an object value would be read as nested field names).
+    implicit = {"$eq": value} if isinstance(value, dict) else value
+    assert m({"$eq": value}) == m(implicit)
+    if not m({"$type": "array"}):
+        assert m({"$in": [value]}) == m({"$eq": value})
+        assert m({"$nin": [value]}) == (exists and not m({"$in": [value]}))
+    both = matches(normalize({"$and": [{field: {"$gte": value}}, {field: {"$lte": value}}]}), doc)
+    assert both == m({"$eq": value})
+    either = matches(normalize({"$or": [{field: {"$lt": value}}, {field: {"$gte": value}}]}), doc)
+    assert either == exists
+    assert matches(normalize({"$not": {"$not": {field: implicit}}}), doc) == m(implicit)
+
+
+@given(doc=DOCS)
+def test_fields_of_every_member_is_the_document(doc: dict[str, Any]) -> None:
+    assert extract_fields(doc, list(doc)) == doc
+    assert extract_fields(doc, []) is doc
+    picked = extract_fields(doc, ["c.d", "nope.x"])
+    assert picked == ({"c": {"d": doc["c"]["d"]}} if "d" in doc.get("c", {}) else {})
