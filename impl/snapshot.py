@@ -149,6 +149,12 @@ class Snapshot:
         red = self.by_id.full_reduce()
         return [0, 0, 0] if red is None else list(red)
 
+    def changes_after(self, since: int) -> int:
+        """How many documents changed after ``since`` (by_seq rows past it), in
+        O(log n) from stored reductions: ``_changes``'s ``pending``."""
+        reds, leaf = self.by_seq.split_reductions(since, inclusive=True)
+        return (self.by_seq.full_reduce() or 0) - sum(reds) - len(leaf)
+
     def changes(self, since: int) -> Iterator[tuple[int, str, str, bool]]:
         """``(seq, id, winning rev, deleted)`` for every doc changed after ``since``."""
         for seq, (doc_id, rev, deleted) in self.by_seq.fold(since + 1, None):

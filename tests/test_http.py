@@ -724,3 +724,50 @@ def test_changes_design_filters_answer_as_couchdb(
     assert r.status == status, r.raw
     if reason is not None:
         assert r.json["reason"] == reason
+
+
+# -- database-level endpoints replicators and admin tools call ------------------------------------
+
+
+def test_security_is_stored_validated_and_removed_with_the_database(
+    client: Client, db: str
+) -> None:
+    admin_only = {"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}}
+    assert client("GET", f"{db}/_security").json == admin_only  # CouchDB 3's default
+    sec = {"admins": {"names": ["ann"], "roles": []}, "members": {"names": [], "roles": ["r"]}}
+    assert client("PUT", f"{db}/_security", sec).json == {"ok": True}
+    assert client("GET", f"{db}/_security").json == sec
+    for bad, reason in [
+        ({"admins": {"names": "ann"}}, "names must be a JSON list of strings"),
+        ({"members": {"roles": [1]}}, "roles must be a JSON list of strings"),
+        ({"admins": []}, "admins or members must be a JSON list of strings"),
+    ]:
+        r = client("PUT", f"{db}/_security", bad)
+        assert (r.status, r.json["reason"]) == (400, reason)
+    assert client("PUT", f"{db}/_security", raw=b"[]").status == 400
+    assert client("GET", f"{db}/_security").json == sec  # refusals changed nothing
+    assert client("DELETE", db).status == 200
+    assert client("PUT", db).status == 201
+    assert client("GET", f"{db}/_security").json == admin_only
+
+
+def test_session_and_active_tasks_answer_as_an_admin_party(client: Client) -> None:
+    session = client("GET", "/_session").json
+    assert session["ok"] is True and session["userCtx"] == {"name": None, "roles": ["_admin"]}
+    login = client("POST", "/_session", {"name": "a", "password": "b"})
+    assert (login.status, login.json["error"]) == (401, "unauthorized")
+    assert client("DELETE", "/_session").json == {"ok": True}
+    assert client("GET", "/_active_tasks").json == []
+
+
+def test_changes_reports_pending_past_its_last_seq(client: Client, db: str) -> None:
+    for i in range(5):
+        put(client, db, f"d{i}", {"i": i})
+    page = client("GET", f"{db}/_changes?limit=2").json
+    assert page["pending"] == 3
+    rest = client("GET", f"{db}/_changes?since={page['last_seq']}").json
+    assert (len(rest["results"]), rest["pending"]) == (3, 0)
+    put(client, db, "d0", {"i": 0, "_rev": client("GET", f"{db}/d0").json["_rev"]})
+    assert client("GET", f"{db}/_changes?since={rest['last_seq']}&limit=0").json["pending"] == 1
+    lines = client("GET", f"{db}/_changes?feed=continuous&limit=2&timeout=1").raw.splitlines()
+    assert json.loads(lines[-1])["pending"] == 3  # d0 moved: 5 docs, 2 sent

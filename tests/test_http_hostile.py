@@ -185,6 +185,8 @@ _BODY_ENDPOINTS = [
     ("POST", "/target/_find", "sort"),
     ("POST", "/target/_find", "bookmark"),
     ("POST", "/target/_find", "limit"),
+    ("PUT", "/target/_security", None),
+    ("PUT", "/target/_security", "members"),
     ("POST", "/target/_all_docs", "keys"),
     ("POST", "/target/_bulk_get", "docs"),
     ("POST", "/target/_revs_diff", None),

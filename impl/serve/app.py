@@ -25,6 +25,8 @@ _SERVER_ROUTES = {
     "_all_dbs": dbs.handle_all_dbs,
     "_uuids": dbs.handle_uuids,
     "_up": dbs.handle_up,
+    "_session": dbs.handle_session,
+    "_active_tasks": dbs.handle_active_tasks,
 }
 
 _DB_ROUTES = {
@@ -33,6 +35,7 @@ _DB_ROUTES = {
     "_bulk_get": dbs.handle_bulk_get,
     "_revs_diff": dbs.handle_revs_diff,
     "_revs_limit": dbs.handle_revs_limit,
+    "_security": dbs.handle_security,
     "_compact": dbs.handle_compact,
     "_ensure_full_commit": dbs.handle_ensure_full_commit,
     "_changes": changes.handle_changes,

@@ -182,6 +182,7 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
         result = db.changes(since=since, limit=q.limit, include_docs=q.include_docs)
     else:
         result = _filtered_changes(db, q, since)
+    result["pending"] = revs.changes_pending(db, result["last_seq"])
     with_conflicts = q.conflicts and q.include_docs
     if (q.all_leaves or with_conflicts) and result["results"]:
         infos = revs.doc_infos(db, [row["id"] for row in result["results"]])
@@ -347,7 +348,8 @@ async def _continuous(
             if q.heartbeat is None:
                 break
             await stream.write(b"\n")
-    await stream.write(encode_json({"last_seq": since, "pending": 0}))
+    pending = await state.run(revs.changes_pending, entry.db, since)
+    await stream.write(encode_json({"last_seq": since, "pending": pending}))
     await stream.write_eof()
     return stream
 

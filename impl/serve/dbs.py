@@ -33,6 +33,8 @@ from settee.spec import revtree
 from settee.spec.format import FORMAT_VERSION
 
 __all__ = [
+    "check_security",
+    "handle_active_tasks",
     "handle_all_dbs",
     "handle_all_docs",
     "handle_bulk_docs",
@@ -43,6 +45,8 @@ __all__ = [
     "handle_revs_diff",
     "handle_revs_limit",
     "handle_root",
+    "handle_security",
+    "handle_session",
     "handle_uuids",
 ]
 
@@ -357,6 +361,58 @@ async def handle_revs_limit(
         raise HTTPError(400, "bad_request", "The revs_limit must be a positive integer.")
     await state.run(state.registry.set_revs_limit, entry.name, limit)
     return respond(reply(200, {"ok": True}))
+
+
+async def handle_security(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``GET`` the database's security object (CouchDB 3's admin-only default until
+    one is stored); ``PUT`` one with ``admins``/``members`` of ``names``/``roles``.
+    Stored and returned, not enforced: settee serve has no users (every request is
+    an admin's)."""
+    _only(request, "GET,PUT")
+    if request.method != "PUT":
+        return respond(reply(200, await state.run(entry.local.security)))
+    value = await state.run(decode_object, await state.read_body(request))
+    check_security(value)
+    await state.run(entry.local.set_security, value)
+    return respond(reply(200, {"ok": True}))
+
+
+def check_security(value: dict[str, Any]) -> None:
+    """couch_db:validate_security_object, answering 400 where CouchDB throws."""
+    members = value.get("members", value.get("readers", {}))
+    for group in (value.get("admins", {}), members):
+        if not isinstance(group, dict):
+            raise HTTPError(400, "bad_request", "admins or members must be a JSON list of strings")
+        for key in ("names", "roles"):
+            items = group.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise HTTPError(400, "bad_request", f"{key} must be a JSON list of strings")
+
+
+async def handle_session(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    """No users, so every request is an admin's (CouchDB's admin party): ``GET`` says
+    so, ``DELETE`` logs out of nothing, and a login cannot succeed (401, as CouchDB
+    answers a name it does not know)."""
+    _only(request, "GET,POST,DELETE")
+    if request.method == "POST":
+        raise HTTPError(401, "unauthorized", "Name or password is incorrect.")
+    if request.method == "DELETE":
+        return respond(reply(200, {"ok": True}))
+    session = {
+        "ok": True,
+        "userCtx": {"name": None, "roles": ["_admin"]},
+        "info": {"authentication_handlers": ["default"]},
+    }
+    return respond(reply(200, session))
+
+
+async def handle_active_tasks(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    """No replications or indexers run inside settee serve; compactions are quick
+    and reported by ``compact_running`` in the database's info."""
+    _only(request, "GET")
+    return respond(reply(200, []))
 
 
 # -- maintenance --------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 from settee.serve.protocol import HTTPError
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
-from settee.spec.errors import Conflict, NotFound
+from settee.spec.errors import Conflict, NotFound, SetteeError
 
 __all__ = ["LocalDocs", "local_rev", "write_json_durably"]
 
@@ -146,6 +146,27 @@ class LocalDocs:
         self._cache[doc_id] = None
         if self._fsync:
             _fsync_dir(self.path)
+
+    def security(self) -> dict[str, Any]:
+        """The stored ``_security`` object, or CouchDB 3's admin-only default."""
+        with self._lock:
+            try:
+                with open(self._security_file(), encoding="utf-8") as f:
+                    value = json.load(f)
+            except FileNotFoundError:
+                return {"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}}
+        if not isinstance(value, dict):
+            raise SetteeError(f"{self._security_file()}: not a JSON object (restore or remove it)")
+        return value
+
+    def set_security(self, value: dict[str, Any]) -> None:
+        body = normalise_body(value, DEFAULTS["max_document_size"])
+        with self._lock:
+            write_json_durably(self._security_file(), body, fsync=self._fsync)
+
+    def _security_file(self) -> str:
+        # Beside the documents' files, which are named by 40 hex digits: no clash.
+        return os.path.join(self.path, "_security.json")
 
     def destroy(self) -> None:
         """Forget every local document (the database is being deleted)."""

@@ -1,5 +1,5 @@
 """Revision reads the public API does not offer: ``open_revs``, ``revs_info``,
-``deleted_conflicts`` and the leaves for ``_changes?style=all_docs``.
+``deleted_conflicts``, the leaves for ``_changes?style=all_docs`` and its ``pending``.
 
 This is the one module of the server that reads engine internals, read-only:
 a document's ``DocInfo`` (its rev tree and which bodies are stored) from the
@@ -20,8 +20,10 @@ from settee.spec.docs import validate_docid
 from settee.spec.errors import NotFound
 from settee.spec.revs import is_valid_rev
 from settee.spec.routing import shard_of
+from settee.tokens import decode_token
 
 __all__ = [
+    "changes_pending",
     "deleted_conflicts",
     "doc_info",
     "doc_infos",
@@ -35,6 +37,14 @@ def doc_info(db: settee.Database, doc_id: str) -> DocInfo | None:
     validate_docid(doc_id)
     shard = db.shards[shard_of(doc_id, len(db.shards))]
     return shard.current().doc_info(doc_id)
+
+
+def changes_pending(db: settee.Database, last_seq: Any) -> int:
+    """``_changes``'s ``pending``: changes after ``last_seq`` (a token this database
+    returned), counted from each shard's current snapshot."""
+    snaps = [shard.current() for shard in db.shards]
+    position = decode_token(last_seq, len(snaps), [snap.seq for snap in snaps])
+    return sum(snap.changes_after(seq) for snap, seq in zip(snaps, position, strict=True))
 
 
 def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
