@@ -771,3 +771,17 @@ def test_changes_reports_pending_past_its_last_seq(client: Client, db: str) -> N
     assert client("GET", f"{db}/_changes?since={rest['last_seq']}&limit=0").json["pending"] == 1
     lines = client("GET", f"{db}/_changes?feed=continuous&limit=2&timeout=1").raw.splitlines()
     assert json.loads(lines[-1])["pending"] == 3  # d0 moved: 5 docs, 2 sent
+
+
+def test_get_rev_with_latest_follows_the_branch_to_its_leaf(client: Client, db: str) -> None:
+    first = put(client, db, "d", {"v": 1})
+    second = put(client, db, "d", {"v": 2, "_rev": first})
+    assert client("GET", f"{db}/d?rev={first}&latest=true").json["_rev"] == second
+    assert client("GET", f"{db}/d?rev={second}&latest=true").json["_rev"] == second
+    assert client("GET", f"{db}/d?rev={first}").json["_rev"] == first
+    winner, loser = make_conflict(client, db, "c")
+    root = client("GET", f"{db}/c?revs=true").json["_revisions"]
+    rev1 = f"1-{root['ids'][-1]}"
+    assert client("GET", f"{db}/c?rev={rev1}&latest=true").json["_rev"] == winner
+    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == loser
+    assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").status == 404

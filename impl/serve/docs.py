@@ -110,7 +110,9 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
             raise settee.NotFound("missing")
         return results
     meta = query_bool(query, "meta")
-    rev = None if latest else query.get("rev")
+    rev = query.get("rev")
+    if latest and rev is not None:
+        rev = revs.latest_leaf(db, doc_id, rev)
     doc = db.get(doc_id, rev=rev, revs=revs_flag, conflicts=meta or query_bool(query, "conflicts"))
     if rev is None and (meta or query_bool(query, "deleted_conflicts")):
         deleted = revs.deleted_conflicts(db, doc_id)
