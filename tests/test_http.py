@@ -709,7 +709,7 @@ def test_changes_selector_and_design_filters(client: Client, db: str) -> None:
     [
         ("filter=nope/f", 404, "missing"),
         ("filter=app/nope", 404, "missing json key: nope"),
-        ("filter=app/f", 400, None),
+        ("filter=app/f", 200, None),
         ("filter=_view", 400, "`view` filter parameter is not provided."),
         ("filter=_view&view=app/v", 404, "missing json key: views"),
         ("filter=_bogus", 400, "unknown builtin filter name"),
@@ -785,3 +785,93 @@ def test_get_rev_with_latest_follows_the_branch_to_its_leaf(client: Client, db: 
     assert client("GET", f"{db}/c?rev={rev1}&latest=true").json["_rev"] == winner
     assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == loser
     assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").status == 404
+
+
+# -- design-document JavaScript (mini-racer) -------------------------------------------------------
+
+VDU = """function(newDoc, oldDoc, userCtx, secObj) {
+  if (newDoc.bad) throw({forbidden: 'no bad docs'});
+  if (newDoc.who && userCtx.roles.indexOf('_admin') < 0) throw({unauthorized: 'admins only'});
+  if (newDoc._deleted && oldDoc && oldDoc.keep) throw({forbidden: 'kept ' + oldDoc._rev});
+  if (newDoc.sec && !secObj.admins) throw({forbidden: 'no secObj'});
+}"""
+
+
+def test_validate_doc_update_refuses_writes_from_every_endpoint(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    put(client, db, "_design/v", {"validate_doc_update": VDU})
+    bad = client("PUT", f"{db}/b", {"bad": True})
+    assert (bad.status, bad.json) == (403, {"error": "forbidden", "reason": "no bad docs"})
+    assert client("POST", db, {"bad": 1}).status == 403
+    assert client("PUT", f"{db}/w", {"who": 1, "sec": 1}).status == 201  # admin, secObj given
+    kept = put(client, db, "k", {"keep": True})
+    gone = client("DELETE", f"{db}/k?rev={kept}")
+    assert (gone.status, gone.json["reason"]) == (403, f"kept {kept}")
+    rows = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "ok1"}, {"_id": "no", "bad": 1}]})
+    assert rows.status == 201
+    assert rows.json[0]["ok"] is True and rows.json[0]["id"] == "ok1"
+    assert rows.json[1] == {"id": "no", "error": "forbidden", "reason": "no bad docs"}
+    replicated = {"_id": "r", "bad": 1, "_revisions": {"start": 1, "ids": ["a" * 32]}}
+    rows = client("POST", f"{db}/_bulk_docs", {"docs": [replicated], "new_edits": False})
+    assert rows.json == [{"id": "r", "error": "forbidden", "reason": "no bad docs"}]
+    assert client("GET", f"{db}/r").status == 404 and client("GET", f"{db}/no").status == 404
+    # The design document itself is not validated by its own function.
+    assert client("PUT", f"{db}/_design/w", {"bad": True}).status == 201
+
+
+def test_changes_runs_filter_and_view_functions(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    _people(client, db)
+    ddoc = {
+        "filters": {"older": "function(doc, req) { return doc.age >= Number(req.query.min); }"},
+        "views": {
+            "x": {"map": "function(doc) { if ((doc.tags || []).indexOf('x') >= 0) emit(doc._id); }"}
+        },
+    }
+    put(client, db, "_design/q", ddoc)
+    older = client("GET", f"{db}/_changes?filter=q/older&min=23").json["results"]
+    assert sorted(row["id"] for row in older) == ["p03", "p04"]
+    tagged = client("GET", f"{db}/_changes?filter=_view&view=q/x").json["results"]
+    assert sorted(row["id"] for row in tagged) == ["p01", "p03", "p04"]
+    one = client("GET", f"{db}/_changes?filter=q/older&min=23&limit=1&include_docs=true").json
+    assert [row["doc"]["age"] >= 23 for row in one["results"]] == [True]
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("function(doc) { while (true) {} }", "os_process_error"),
+        ("function(doc) { throw new Error('boom'); }", "os_process_error"),
+        ("this is not javascript", "compilation_error"),
+        ("42", "compilation_error"),
+        ("function(doc) { var a = []; while (true) a.push(new Array(1e6)); }", "os_process_error"),
+    ],
+)
+def test_broken_filters_fail_alone(
+    client: Client, db: str, source: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("py_mini_racer")
+    from settee.serve import js
+
+    monkeypatch.setattr(js, "CALL_SECONDS", 0.5)
+    put(client, db, "d", {})
+    put(client, db, "_design/f", {"filters": {"f": source}})
+    r = client("GET", f"{db}/_changes?filter=f/f")
+    assert (r.status, r.json["error"]) == (400, error), r.raw
+    put(client, db, "_design/g", {"filters": {"g": "function(doc) { return true; }"}})
+    assert client("GET", f"{db}/_changes?filter=g/g").status == 200
+
+
+def test_without_mini_racer_design_functions_are_a_clear_400(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from settee.serve import js
+    from settee.serve.protocol import HTTPError
+
+    monkeypatch.setitem(sys.modules, "py_mini_racer", None)
+    assert "pip install 'settee[js]'" in (js.js_available() or "")
+    with pytest.raises(HTTPError) as refused:
+        js.JsRuntime().compile("function(doc) {}", "_design/x: filters.f")
+    assert refused.value.status == 400 and "settee[js]" in refused.value.reason

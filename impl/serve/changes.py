@@ -1,9 +1,9 @@
 """``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous``, ``since``,
 ``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, the built-in
 filters ``_doc_ids``, ``_selector`` (Mango, POST) and ``_design``, ``heartbeat``,
-``timeout``. ``filter=ddoc/name`` and ``filter=_view`` answer 404 as CouchDB
-does when the design document or function is missing, and 400 when it exists:
-settee serve runs no JavaScript.
+``timeout``, and the design functions ``filter=ddoc/name`` and ``filter=_view``
+(``view=ddoc/name``: documents the map function emits for), run by
+``settee.serve.js``; a missing design document or function is 404 as in CouchDB.
 
 Waiting for new commits costs no polling: every write goes through this
 server (the engine's ``LOCK`` lets one process open a database), so each
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -26,6 +27,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
+from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -75,6 +77,9 @@ class ChangesFilter:
     selector: Any = None  # normalised (settee.spec.selector)
     ddoc: str = ""
     function: str = ""
+    #: For "filters"/"views": the design function as a predicate over documents,
+    #: resolved against the database before the feed starts (``resolve_filter``).
+    passes: Callable[[dict[str, Any]], bool] | None = None
 
 
 def _parse_filter(
@@ -119,20 +124,31 @@ def _ddoc_filter(kind: str, name: str, form: str) -> ChangesFilter | None:
     return ChangesFilter(kind, ddoc=parts[0], function=parts[1])
 
 
-def check_ddoc_filter(db: settee.Database, f: ChangesFilter) -> None:
-    """404 as CouchDB for a missing design document or function; a present one
-    is refused (400): settee serve runs no JavaScript."""
-    ddoc = db.get("_design/" + f.ddoc)  # NotFound: 404 missing / deleted
-    functions = ddoc.get(f.kind)
-    if not isinstance(functions, dict):
-        raise settee.NotFound(f"missing json key: {f.kind}")
-    if f.function not in functions:
-        raise settee.NotFound(f"missing json key: {f.function}")
-    raise HTTPError(
-        400,
-        "bad_request",
-        f"settee serve runs no JavaScript: `{f.ddoc}/{f.function}` ({f.kind}) cannot be "
-        "applied; filter with _doc_ids, _selector or _design",
+def _filter_request(request: web.BaseRequest, entry: DbEntry, body: Any) -> dict[str, Any]:
+    """The ``req`` object CouchDB passes to a filter function (the members filters use)."""
+    raw_path = request.rel_url.raw_path
+    return {
+        "info": {"db_name": entry.name},
+        "id": None,
+        "method": request.method,
+        "path": [p for p in request.rel_url.path.split("/") if p],
+        "raw_path": str(request.rel_url),
+        "requested_path": [p for p in raw_path.split("/") if p],
+        "query": dict(request.query),
+        "headers": dict(request.headers),
+        "body": "undefined" if request.method == "GET" else json.dumps(body),
+        "peer": request.remote or "",
+        "form": {},
+        "cookie": {},
+        "userCtx": user_ctx(entry.name),
+    }
+
+
+def _resolve_filter(
+    entry: DbEntry, f: ChangesFilter, req: dict[str, Any]
+) -> Callable[[dict[str, Any]], bool]:
+    return entry.design.changes_filter(
+        entry.db, f.kind, f.ddoc, f.function, {**req, "secObj": entry.local.security()}
     )
 
 
@@ -172,6 +188,8 @@ def _parse(
     )
 
 
+#: Filters that judge each revision's document (they set a row's ``changes`` themselves).
+_BY_DOCUMENT = ("_selector", "filters", "views")
 #: Changes read per engine call while a filter looks for ``limit`` rows it keeps.
 _FILTER_PAGE = 500
 
@@ -190,7 +208,7 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
             info = infos.get(row["id"])
             if info is None:
                 continue
-            if q.all_leaves and not (q.filter and q.filter.kind == "_selector"):
+            if q.all_leaves and not (q.filter and q.filter.kind in _BY_DOCUMENT):
                 row["changes"] = [{"rev": rev} for rev in revtree.leaves(info.tree)]
             doc = row.get("doc")
             conflicts = revtree.conflicts(info.tree) if with_conflicts and doc else []
@@ -204,9 +222,7 @@ def _filtered_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[
     kept; ``last_seq`` is the last kept row's when the limit cut the list."""
     f = q.filter
     assert f is not None
-    if f.kind in ("filters", "views"):
-        check_ddoc_filter(db, f)  # raises: 404, or 400 (no JavaScript here)
-    wants_docs = q.include_docs or f.kind == "_selector"
+    wants_docs = q.include_docs or f.kind in ("_selector", "filters", "views")
     kept: list[dict[str, Any]] = []
     position = since
     while True:
@@ -228,12 +244,17 @@ def _keep(db: settee.Database, f: ChangesFilter, row: dict[str, Any], all_leaves
         return row["id"] in f.doc_ids
     if f.kind == "_design":
         return row["id"].startswith("_design")
-    # _selector: each revision the row reports is matched as a whole document.
+    # _selector and design functions: each revision the row reports, as a whole document.
+    if f.passes is not None:
+        passes = f.passes
+    else:
+        normal = f.selector
+        passes = lambda doc: selector.matches(normal, doc)  # noqa: E731
     if not all_leaves:
-        return selector.matches(f.selector, row["doc"])
+        return passes(row["doc"])
     info = revs.doc_infos(db, [row["id"]]).get(row["id"])
     leaves = revtree.leaves(info.tree) if info is not None else []
-    passed = [rev for rev in leaves if selector.matches(f.selector, _leaf_doc(db, row, rev))]
+    passed = [rev for rev in leaves if passes(_leaf_doc(db, row, rev))]
     row["changes"] = [{"rev": rev} for rev in passed]
     return bool(passed)
 
@@ -259,6 +280,10 @@ async def handle_changes(
     elif request.method not in ("GET", "HEAD"):
         raise method_not_allowed("GET,HEAD,POST")
     q = _parse(request.query, body, state.options["changes_timeout"], request.method)
+    if q.filter is not None and q.filter.kind in ("filters", "views"):
+        req = _filter_request(request, entry, body)
+        passes = await state.run(_resolve_filter, entry, q.filter, req)
+        q = dataclasses.replace(q, filter=dataclasses.replace(q.filter, passes=passes))
     if q.feed == "normal":
         return respond(await state.run(_page, entry.db, q, q.since))
     since = q.since

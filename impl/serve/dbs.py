@@ -14,7 +14,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
-from settee.serve.docs import check_doc, handle_post_doc, new_doc_id
+from settee.serve.docs import check_doc, handle_post_doc, new_doc_id, validate_writes
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -269,10 +269,34 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
                 "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
             )
         prepared.append(doc)
-    results = entry.db.bulk_docs(prepared, new_edits=new_edits)
-    if prepared:
+    verdicts = validate_writes(entry, prepared)
+    accepted = [doc for doc, refusal in zip(prepared, verdicts, strict=True) if refusal is None]
+    results = entry.db.bulk_docs(accepted, new_edits=new_edits) if accepted else []
+    if accepted:
         state.notify(entry)
+    if len(accepted) < len(prepared):
+        results = _with_refusals(prepared, verdicts, results, new_edits)
     return reply(201, results)
+
+
+def _with_refusals(
+    docs: list[dict[str, Any]],
+    verdicts: list[HTTPError | None],
+    results: list[dict[str, Any]],
+    new_edits: bool,
+) -> list[dict[str, Any]]:
+    """The answer rows in request order, a refused document's row in its place (with
+    ``new_edits=false`` only failures have rows, so refusals come first)."""
+    refusals = [
+        {"id": doc["_id"], "error": refusal.error, "reason": refusal.reason}
+        for doc, refusal in zip(docs, verdicts, strict=True)
+        if refusal is not None
+    ]
+    if not new_edits:
+        return refusals + results
+    written = iter(results)
+    refused = iter(refusals)
+    return [next(refused) if v is not None else next(written) for v in verdicts]
 
 
 async def handle_bulk_docs(

@@ -18,6 +18,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
+from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -33,7 +34,14 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.docids import new_docid
 
-__all__ = ["check_doc", "handle_doc", "handle_local", "handle_post_doc", "new_doc_id"]
+__all__ = [
+    "check_doc",
+    "handle_doc",
+    "handle_local",
+    "handle_post_doc",
+    "new_doc_id",
+    "validate_writes",
+]
 
 #: Special members CouchDB accepts on input (couch_doc:transfer_fields); settee
 #: accepts the same minus ``_attachments``, which it cannot store.
@@ -159,6 +167,39 @@ async def _handle_get(
 # -- PUT / DELETE / POST ----------------------------------------------------------------------
 
 
+def validate_writes(entry: DbEntry, docs: list[dict[str, Any]]) -> list[HTTPError | None]:
+    """The design documents' ``validate_doc_update`` verdict on each document about
+    to be written: None to write it, else the refusal (403, 401, ...)."""
+    check = entry.design.validator(entry.db, user_ctx(entry.name), entry.local.security)
+    if check is None:
+        return [None] * len(docs)
+    verdicts: list[HTTPError | None] = []
+    for doc in docs:
+        try:
+            check(doc, _old_doc(entry.db, doc))
+            verdicts.append(None)
+        except HTTPError as exc:
+            verdicts.append(exc)
+    return verdicts
+
+
+def _old_doc(db: settee.Database, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The revision a write replaces, as ``validate_doc_update`` receives it: the one
+    its ``_rev`` names, else the current winner, else None (a new document)."""
+    for rev in (doc.get("_rev"), None):
+        try:
+            return db.get(doc["_id"], rev=rev) if rev is not None else db.get(doc["_id"])
+        except (settee.NotFound, settee.BadRequest):
+            continue
+    return None
+
+
+def _validated(entry: DbEntry, doc: dict[str, Any]) -> None:
+    [refusal] = validate_writes(entry, [doc])
+    if refusal is not None:
+        raise refusal
+
+
 def _put_doc(
     state: State,
     entry: DbEntry,
@@ -190,10 +231,12 @@ def _put_doc(
                 "bad_request",
                 "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
             )
+        _validated(entry, doc)
         entry.db.bulk_docs([doc], new_edits=False)
         state.notify(entry)
         new_rev = doc.get("_rev") or _rev_of_revisions(doc["_revisions"])
     else:
+        _validated(entry, doc)
         new_rev = entry.db.put(doc)["rev"]
         state.notify(entry)
     return (200 if doc.get("_deleted") is True else 201), {"ok": True, "id": doc_id, "rev": new_rev}
@@ -206,6 +249,8 @@ def _rev_of_revisions(revisions: dict[str, Any]) -> str:
 def _delete_doc(
     state: State, entry: DbEntry, doc_id: str, rev: str | None
 ) -> tuple[int, dict[str, Any]]:
+    tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
+    _validated(entry, tombstone)
     result = entry.db.delete(doc_id, rev)
     state.notify(entry)
     return 200, result
@@ -248,6 +293,7 @@ def _post_doc(state: State, entry: DbEntry, body: bytes) -> dict[str, Any]:
     if not doc.get("_id"):
         doc["_id"] = new_doc_id()
     check_doc(doc)
+    _validated(entry, doc)
     result = entry.db.put(doc)
     state.notify(entry)
     return result

@@ -28,6 +28,7 @@ from typing import Any
 
 import settee
 from settee.layout import META_NAME
+from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
@@ -88,6 +89,7 @@ class DbEntry:
     local: LocalDocs
     notifier: Notifier = field(default_factory=Notifier)
     compactions: int = 0
+    design: DesignFunctions = field(default_factory=DesignFunctions)
 
 
 class Registry:

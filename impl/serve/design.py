@@ -1,0 +1,154 @@
+"""A database's design-document functions: ``validate_doc_update`` on every write
+that comes through settee serve, ``filters`` and view ``map`` functions for
+``_changes``. Each function is compiled once per design-document revision
+(``settee.serve.js``) and dropped when its design document changes.
+
+Which design documents exist is read on each use (one short ``_all_docs``
+range over ``_design/``), so a design document written by any request,
+replication included, takes effect on the next write or feed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import settee
+from settee.serve.js import JsFunction, Thrown, runtime
+from settee.serve.protocol import HTTPError
+
+__all__ = ["DesignFunctions", "user_ctx"]
+
+
+def user_ctx(db_name: str) -> dict[str, Any]:
+    """CouchDB's ``userCtx`` for a request: settee serve has no users, every
+    request is an admin's."""
+    return {"db": db_name, "name": None, "roles": ["_admin"]}
+
+
+@dataclass
+class _Ddoc:
+    rev: str
+    doc: dict[str, Any]
+    compiled: dict[tuple[str, ...], JsFunction] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        for function in self.compiled.values():
+            function.forget()
+        self.compiled.clear()
+
+
+class DesignFunctions:
+    """The compiled functions of one database's design documents. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ddocs: dict[str, _Ddoc] = {}
+        self._generation = runtime().generation
+
+    def _current(self, db: settee.Database) -> dict[str, _Ddoc]:
+        rows = db.all_docs(startkey="_design/", endkey="_design0", inclusive_end=False)["rows"]
+        revs = {row["id"]: row["value"]["rev"] for row in rows}
+        with self._lock:
+            if self._generation != runtime().generation:
+                self._ddocs.clear()  # the isolate was replaced: nothing compiled survives
+                self._generation = runtime().generation
+            for ddoc_id in [d for d in self._ddocs if revs.get(d) != self._ddocs[d].rev]:
+                self._ddocs.pop(ddoc_id).forget()
+            missing = [d for d in revs if d not in self._ddocs]
+        for ddoc_id in missing:
+            try:
+                doc = db.get(ddoc_id)
+            except settee.NotFound:
+                continue  # deleted meanwhile
+            with self._lock:
+                self._ddocs.setdefault(ddoc_id, _Ddoc(doc["_rev"], doc))
+        with self._lock:
+            return {d: self._ddocs[d] for d in revs if d in self._ddocs}
+
+    def _function(
+        self, ddoc: _Ddoc, ddoc_id: str, path: tuple[str, ...], source: Any
+    ) -> JsFunction:
+        with self._lock:
+            compiled = ddoc.compiled.get(path)
+        if compiled is None:
+            compiled = runtime().compile(source, f"{ddoc_id}: {'.'.join(path)}")
+            with self._lock:
+                ddoc.compiled.setdefault(path, compiled)
+        return compiled
+
+    # -- validate_doc_update ------------------------------------------------------------------
+
+    def validator(
+        self, db: settee.Database, ctx: dict[str, Any], sec: Callable[[], dict[str, Any]]
+    ) -> Callable[[dict[str, Any], dict[str, Any] | None], None] | None:
+        """A check that runs every ``validate_doc_update`` on one write (new doc, old
+        doc or None), raising 403/401 as a function throws ``{forbidden}``/
+        ``{unauthorized}``; None when no design document has one. Design documents
+        themselves are not validated (CouchDB checks only that an admin writes them)."""
+        functions = [
+            self._function(ddoc, ddoc_id, ("validate_doc_update",), ddoc.doc["validate_doc_update"])
+            for ddoc_id, ddoc in self._current(db).items()
+            if "validate_doc_update" in ddoc.doc
+        ]
+        if not functions:
+            return None
+        security = sec()
+
+        def check(doc: dict[str, Any], old: dict[str, Any] | None) -> None:
+            if str(doc.get("_id", "")).startswith("_design/"):
+                return
+            for function in functions:
+                try:
+                    function(doc, old, ctx, security)
+                except Thrown as thrown:
+                    raise _refusal(thrown.value) from None
+
+        return check
+
+    # -- _changes filters ---------------------------------------------------------------------
+
+    def changes_filter(
+        self, db: settee.Database, kind: str, ddoc_name: str, name: str, req: dict[str, Any]
+    ) -> Callable[[dict[str, Any]], bool]:
+        """``filter=ddoc/name`` (kind ``filters``) or ``filter=_view&view=ddoc/name``
+        (kind ``views``: a document passes when the map function emits): a
+        predicate over documents; 404 as CouchDB when either is missing."""
+        ddoc_id = "_design/" + ddoc_name
+        ddoc = self._current(db).get(ddoc_id)
+        if ddoc is None:
+            db.get(ddoc_id)  # raises NotFound: "missing" or "deleted"
+            raise settee.NotFound("missing")
+        functions = ddoc.doc.get(kind)
+        if not isinstance(functions, dict):
+            raise settee.NotFound(f"missing json key: {kind}")
+        if name not in functions:
+            raise settee.NotFound(f"missing json key: {name}")
+        if kind == "views":
+            view = functions[name]
+            source = view.get("map") if isinstance(view, dict) else None
+            mapper = self._function(ddoc, ddoc_id, ("views", name, "map"), source)
+            return lambda doc: bool(mapper.emitted(doc))
+        function = self._function(ddoc, ddoc_id, ("filters", name), functions[name])
+        return lambda doc: _truthy(function(doc, req))
+
+
+def _truthy(value: Any) -> bool:
+    """JavaScript's truthiness of a JSON value."""
+    if isinstance(value, float) and value != value:
+        return False
+    return value not in (None, False, 0, "")  # [] and {} are truthy, and unequal to these
+
+
+def _refusal(value: Any) -> HTTPError:
+    if isinstance(value, dict) and len(value) == 1:
+        [(key, message)] = value.items()
+        reason = message if isinstance(message, str) else str(message)
+        if key == "forbidden":
+            return HTTPError(403, "forbidden", reason)
+        if key == "unauthorized":
+            return HTTPError(401, "unauthorized", reason)
+        return HTTPError(400, "unknown_error", reason)
+    return HTTPError(400, "unknown_error", value if isinstance(value, str) else str(value))
