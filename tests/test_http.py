@@ -875,3 +875,29 @@ def test_without_mini_racer_design_functions_are_a_clear_400(
     with pytest.raises(HTTPError) as refused:
         js.JsRuntime().compile("function(doc) {}", "_design/x: filters.f")
     assert refused.value.status == 400 and "settee[js]" in refused.value.reason
+
+
+def test_bulk_docs_takes_local_docs_and_lets_revisions_name_the_rev(
+    client: Client, db: str
+) -> None:
+    docs = [{"_id": "a"}, {"_id": "_local/cp", "seq": 1}, {"_id": "b"}, {"_id": "_local/"}]
+    rows = client("POST", f"{db}/_bulk_docs", {"docs": docs}).json
+    assert [row["id"] for row in rows] == ["a", "_local/cp", "b", "_local/"]
+    assert rows[1] == {"ok": True, "id": "_local/cp", "rev": "0-1"}
+    assert rows[3]["error"] == "bad_request"
+    assert client("GET", f"{db}/_local/cp").json == {"_id": "_local/cp", "_rev": "0-1", "seq": 1}
+    again = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "_local/cp", "seq": 2}]}).json
+    assert again == [
+        {"id": "_local/cp", "error": "conflict", "reason": "Document update conflict."}
+    ]
+    assert "_local/cp" not in [r["id"] for r in client("GET", f"{db}/_all_docs").json["rows"]]
+    # PouchDB sends a _rev that disagrees with _revisions; CouchDB goes by _revisions.
+    doc = {
+        "_id": "r",
+        "_rev": "1-" + "c" * 32,
+        "_revisions": {"start": 2, "ids": ["b" * 32, "a" * 32]},
+    }
+    assert client("POST", f"{db}/_bulk_docs", {"docs": [doc], "new_edits": False}).json == []
+    assert client("GET", f"{db}/r").json["_rev"] == "2-" + "b" * 32
+    put_r = client("PUT", f"{db}/p?new_edits=false", doc | {"_id": "p"})
+    assert (put_r.status, put_r.json["rev"]) == (201, "2-" + "b" * 32)

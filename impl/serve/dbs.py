@@ -14,7 +14,13 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
-from settee.serve.docs import check_doc, handle_post_doc, new_doc_id, validate_writes
+from settee.serve.docs import (
+    check_doc,
+    handle_post_doc,
+    new_doc_id,
+    revisions_win,
+    validate_writes,
+)
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -257,11 +263,14 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
     new_edits = payload.get("new_edits", True)
     if not isinstance(new_edits, bool):
         raise HTTPError(400, "bad_request", "`new_edits` parameter must be a boolean.")
+    local = {i: _bulk_local(entry, doc) for i, doc in enumerate(docs) if _is_local(doc)}
+    docs = [doc for i, doc in enumerate(docs) if i not in local]
     prepared = []
     for doc in docs:
         if isinstance(doc, dict) and not doc.get("_id"):
             doc = {**doc, "_id": new_doc_id()}
         check_doc(doc)
+        doc = revisions_win(doc)
         if not new_edits and "_rev" not in doc and "_revisions" not in doc:
             raise HTTPError(
                 400,
@@ -276,7 +285,37 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
         state.notify(entry)
     if len(accepted) < len(prepared):
         results = _with_refusals(prepared, verdicts, results, new_edits)
+    if local:
+        results = _with_local(local, results, new_edits)
     return reply(201, results)
+
+
+def _is_local(doc: Any) -> bool:
+    return isinstance(doc, dict) and str(doc.get("_id", "")).startswith("_local/")
+
+
+def _bulk_local(entry: DbEntry, doc: dict[str, Any]) -> dict[str, Any]:
+    """A ``_local/`` document inside ``_bulk_docs``: stored as ``PUT /db/_local/id``
+    stores it (CouchDB accepts them here), its answer row or error row."""
+    doc_id = str(doc["_id"])
+    try:
+        if doc_id == "_local/":
+            raise HTTPError(400, "bad_request", "Invalid _local document id.")
+        rev = entry.local.put(doc_id, doc, doc.get("_rev"))
+    except (HTTPError, settee.SetteeError) as exc:
+        return {"id": doc_id, "error": exc.error, "reason": exc.reason}
+    return {"ok": True, "id": doc_id, "rev": rev}
+
+
+def _with_local(
+    local: dict[int, dict[str, Any]], results: list[dict[str, Any]], new_edits: bool
+) -> list[dict[str, Any]]:
+    """The answer rows with the ``_local/`` documents' rows in their places."""
+    if not new_edits:
+        return [row for row in local.values() if "error" in row] + results
+    others = iter(results)
+    total = len(local) + len(results)
+    return [local[i] if i in local else next(others) for i in range(total)]
 
 
 def _with_refusals(

@@ -40,6 +40,7 @@ __all__ = [
     "handle_local",
     "handle_post_doc",
     "new_doc_id",
+    "revisions_win",
     "validate_writes",
 ]
 
@@ -65,6 +66,15 @@ def new_doc_id() -> str:
     """An id for a document that came without one: the engine's own (CouchDB's
     ``sequential`` couch_uuids algorithm, ``settee.spec.docids``)."""
     return new_docid()
+
+
+def revisions_win(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document as CouchDB reads it when ``_rev`` and ``_revisions`` both come:
+    ``_revisions`` names the revision (couch_doc:transfer_fields skips ``_rev``
+    then), so a ``_rev`` that disagrees is not an error. PouchDB sends such docs."""
+    if "_revisions" in doc and "_rev" in doc:
+        return {k: v for k, v in doc.items() if k != "_rev"}
+    return doc
 
 
 def check_doc(doc: Any) -> None:
@@ -224,6 +234,7 @@ def _put_doc(
         rev = _explicit_rev(query, headers)
         if rev is not None:
             doc["_rev"] = rev
+    doc = revisions_win(doc)
     if not query_bool(query, "new_edits", True):
         if "_rev" not in doc and "_revisions" not in doc:
             raise HTTPError(
