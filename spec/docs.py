@@ -14,9 +14,9 @@ they accept, reject and store exactly the same documents. The rules follow
   (``{"start": int, "ids": [hash, ...]}``) are read; ``_conflicts``,
   ``_deleted_conflicts``, ``_revs_info`` and ``_local_seq`` are dropped, as
   CouchDB ignores them on input (they appear on output, so a read-modify-write
-  round trip works); anything else starting with ``_`` is refused, including
-  ``_attachments``, ``_access`` and the ``_replication_*`` fields CouchDB
-  keeps only for its replicator database;
+  round trip works); ``_access`` and the replicator's ``_replication_*``
+  fields (``BODY_FIELDS``) are body members, as CouchDB keeps them in every
+  database; anything else starting with ``_`` is refused, ``_attachments`` too;
 * values must be JSON values msgpack can hold: dict with str keys, list or
   tuple (stored as list), str, int in [-2**63, 2**64), float except NaN and
   ±inf (JSON has no spelling for them; CouchDB's encoder refuses them), bool,
@@ -61,6 +61,18 @@ __all__ = [
 
 READ_FIELDS = frozenset({"_id", "_rev", "_deleted", "_revisions"})
 IGNORED_FIELDS = frozenset({"_conflicts", "_deleted_conflicts", "_revs_info", "_local_seq"})
+#: ``_``-fields CouchDB keeps as ordinary body members (couch_doc:transfer_fields):
+#: the replicator's state fields and ``_access``, in every database.
+BODY_FIELDS = frozenset(
+    {
+        "_access",
+        "_replication_id",
+        "_replication_state",
+        "_replication_state_reason",
+        "_replication_state_time",
+        "_replication_stats",
+    }
+)
 _MAX_DEPTH = 500  # msgpack's packer refuses deeper nesting (its limit is 511)
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
@@ -292,7 +304,7 @@ def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
                     f"document key {describe(key)} is not a str: JSON object keys must be str"
                 )
             key = plain_str(key)
-        if not key.startswith("_"):
+        if not key.startswith("_") or key in BODY_FIELDS:
             body[key] = value
         elif key in READ_FIELDS:
             special[key] = value

@@ -75,7 +75,9 @@ def bodies() -> st.SearchStrategy[dict[str, Any]]:
         st.lists(st.integers(0, 1), max_size=2),
         st.floats(-1, 1, allow_nan=False).filter(lambda f: f != int(f)),
     )
-    return st.dictionaries(st.sampled_from(["x", "y", "é"]), values, max_size=2)
+    # "_replication_state": a `_`-field CouchDB keeps as a body member (SEMANTICS.md §2).
+    keys = st.sampled_from(["x", "y", "é", "_replication_state"])
+    return st.dictionaries(keys, values, max_size=2)
 
 
 #: Calls both implementations must refuse with the same error class, leaving

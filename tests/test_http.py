@@ -901,3 +901,9 @@ def test_bulk_docs_takes_local_docs_and_lets_revisions_name_the_rev(
     assert client("GET", f"{db}/r").json["_rev"] == "2-" + "b" * 32
     put_r = client("PUT", f"{db}/p?new_edits=false", doc | {"_id": "p"})
     assert (put_r.status, put_r.json["rev"]) == (201, "2-" + "b" * 32)
+
+
+def test_replicator_fields_are_kept_in_the_body(client: Client, db: str) -> None:
+    doc = {"x": 1, "_replication_state": "completed", "_replication_stats": {"docs_written": 2}}
+    rev = put(client, db, "job", doc)
+    assert client("GET", f"{db}/job").json == {"_id": "job", "_rev": rev, **doc}

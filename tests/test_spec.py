@@ -342,3 +342,12 @@ def test_validate_options_merges_key_by_key() -> None:
 def test_validate_options_rejects(options: dict, name: str) -> None:
     with pytest.raises(BadRequest, match=name):
         config.validate_options(**options)
+
+
+def test_replicator_and_access_fields_are_body_members() -> None:
+    """CouchDB's transfer_fields keeps these in the body of any database's documents."""
+    fields = {f: i for i, f in enumerate(sorted(docs.BODY_FIELDS))}
+    valid = docs.validate_doc({"_id": "a", "x": 1, **fields}, new_edits=True)
+    assert valid.body == {"x": 1, **fields}
+    rendered = docs.render_doc("a", "1-a", False, valid.body)
+    assert list(rendered) == ["_id", "_rev", "x", *fields]

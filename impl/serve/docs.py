@@ -55,6 +55,13 @@ _SPECIAL = {
     "_deleted_conflicts",
     "_revs_info",
     "_local_seq",
+    # Body members CouchDB keeps (settee.spec.docs.BODY_FIELDS).
+    "_access",
+    "_replication_id",
+    "_replication_state",
+    "_replication_state_reason",
+    "_replication_state_time",
+    "_replication_stats",
 }
 
 
