@@ -46,7 +46,7 @@ import msgpack
 from settee.spec.config import DEFAULTS
 from settee.spec.docids import new_docid
 from settee.spec.errors import BadRequest
-from settee.spec.revs import HASH_CHARS, MAX_REV_POS, check_rev, format_rev
+from settee.spec.revs import MAX_HASH_LENGTH, MAX_REV_POS, check_rev, format_rev, is_valid_hash
 from settee.spec.values import describe, is_int, plain_int, plain_str
 
 __all__ = [
@@ -278,9 +278,11 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
     path = []
     for i, hash_ in enumerate(ids):
         hash_ = plain_str(hash_) if isinstance(hash_, str) else hash_
-        if not isinstance(hash_, str) or not hash_ or any(c not in HASH_CHARS for c in hash_):
+        if not isinstance(hash_, str) or not is_valid_hash(hash_):
             raise BadRequest(
-                f"_revisions.ids[{i}] {describe(hash_)} is not a lowercase hex/alnum hash"
+                f"_revisions.ids[{i}] {describe(hash_)} is not a revision hash: 32 lowercase "
+                f"hex digits, or up to {MAX_HASH_LENGTH} printable ASCII characters but "
+                "'\"' and '\\' (not 32)"
             )
         path.append(format_rev(start - i, hash_))
     if len(set(path)) != len(path):

@@ -13,9 +13,15 @@ Accepted syntax (stricter than CouchDB, on purpose):
 * ``N`` is ASCII digits without a leading zero and ``N >= 1``; CouchDB would
   also read ``"01-a"`` as ``1-a`` and print it back differently, so one
   revision would have two spellings.
-* ``<hash>`` is one or more of ``[0-9a-z]``. CouchDB stores a 32-hex hash as 16
-  raw bytes, so ``"1-ABC..."`` and ``"1-abc..."`` would be one revision there;
-  forbidding upper case keeps "same string" and "same revision" identical.
+* ``<hash>`` is 32 lowercase hex digits (what settee and CouchDB generate), or
+  any other string of up to ``MAX_HASH_LENGTH`` printable ASCII characters
+  but ``"`` and ``\\``, the empty string too: replicators send such free-form
+  revisions (PouchDB's own tests write ``3-totally_fake_rev`` and ``1-``), and
+  CouchDB stores them as they are. CouchDB reads a 32-character hash as hex
+  (16 raw bytes), so a 32-character hash that is not lowercase hex is refused:
+  ``"1-ABC..."`` would be ``"1-abc..."`` there, one revision with two
+  spellings, and a non-hex one is refused by CouchDB too. ``"`` and ``\\``
+  would need escaping in an HTTP ``ETag``.
 * A revision a caller names (``_rev``, ``_revisions``, ``rev=``, ``revs_diff``)
   has ``N <= MAX_REV_POS`` (``2**63 - 1``, :func:`check_rev`): every store,
   wire format and client settee talks to can carry it, and a longer digit
@@ -41,18 +47,24 @@ from settee.spec.values import describe, plain_str
 
 __all__ = [
     "HASH_CHARS",
+    "MAX_HASH_LENGTH",
     "MAX_REV_POS",
     "MAX_STORED_POS",
     "check_rev",
     "child_rev",
     "format_rev",
+    "is_valid_hash",
     "is_valid_rev",
     "new_rev",
     "parse_rev",
     "rev_pos",
 ]
 
-HASH_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+#: The characters of a free-form hash: printable ASCII but space, '"' and '\\'.
+HASH_CHARS = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"\\')
+_HEX = "0123456789abcdef"
+#: The longest hash a revision may have (settee's own are 32 characters).
+MAX_HASH_LENGTH = 255
 _DIGITS = "0123456789"
 #: The largest revision position a caller may name (a signed 64-bit integer).
 MAX_REV_POS = 2**63 - 1
@@ -60,7 +72,9 @@ MAX_REV_POS = 2**63 - 1
 MAX_STORED_POS = 2**64 - 1
 _MAX_POS_DIGITS = len(str(MAX_STORED_POS))
 # ASCII only: [0-9] in a str pattern is the literal range, unlike \d or str.isdigit().
-_REV = re.compile(rf"([1-9][0-9]{{0,{_MAX_POS_DIGITS - 1}}})-([0-9a-z]+)")
+_FREE = r"[!#-\[\]-~]"  # HASH_CHARS as a regex class
+_HASH = rf"[0-9a-f]{{32}}|{_FREE}{{0,31}}|{_FREE}{{33,{MAX_HASH_LENGTH}}}"
+_REV = re.compile(rf"([1-9][0-9]{{0,{_MAX_POS_DIGITS - 1}}})-({_HASH})")
 
 
 def is_valid_rev(rev: object) -> bool:
@@ -71,13 +85,19 @@ def is_valid_rev(rev: object) -> bool:
     return _match(rev) is not None
 
 
+def is_valid_hash(hash_: str) -> bool:
+    """True when ``hash_`` may follow ``N-`` in a revision (see the module doc)."""
+    if len(hash_) == 32:
+        return all(c in _HEX for c in hash_)
+    return len(hash_) <= MAX_HASH_LENGTH and all(c in HASH_CHARS for c in hash_)
+
+
 def _ok_parts(rev: str) -> bool:
     """The rule :func:`_match` implements, written out (CrossHair checks they agree)."""
     pos, _, hash_ = rev.partition("-")
-    if not pos or not hash_ or pos[0] == "0" or len(pos) > _MAX_POS_DIGITS:
+    if not pos or pos[0] == "0" or len(pos) > _MAX_POS_DIGITS:
         return False
-    digits_ok = all(c in _DIGITS for c in pos) and all(c in HASH_CHARS for c in hash_)
-    return digits_ok and int(pos) <= MAX_STORED_POS
+    return all(c in _DIGITS for c in pos) and is_valid_hash(hash_) and int(pos) <= MAX_STORED_POS
 
 
 def _match(rev: object) -> re.Match[str] | None:
@@ -103,8 +123,9 @@ def parse_rev(rev: object) -> tuple[int, str]:
     if match is None:
         raise BadRequest(
             f"invalid revision {describe(rev)}: use the form 'N-hash' with N >= 1 "
-            "(no leading zero) and a hash of lowercase letters and digits, "
-            "e.g. '1-967a00dff5e02add41819138abb3284d'"
+            "(no leading zero) and a hash of 32 lowercase hex digits or of up to "
+            f"{MAX_HASH_LENGTH} other printable ASCII characters but '\"' and '\\' "
+            "(not 32), e.g. '1-967a00dff5e02add41819138abb3284d'"
         )
     return int(match[1]), match[2]
 
@@ -131,7 +152,7 @@ def format_rev(pos: int, hash_: str) -> str:
     """The revision string for position ``pos`` and ``hash_``.
 
     pre: 1 <= pos <= MAX_STORED_POS
-    pre: len(hash_) >= 1 and all(c in HASH_CHARS for c in hash_)
+    pre: is_valid_hash(hash_)
     post: parse_rev(__return__) == (pos, hash_)
     """
     return f"{pos}-{hash_}"
@@ -151,7 +172,7 @@ def child_rev(parent: str | None, hash_: str) -> str:
 
     pre: parent is None or is_valid_rev(parent)
     pre: parent is None or rev_pos(parent) < MAX_STORED_POS
-    pre: len(hash_) >= 1 and all(c in HASH_CHARS for c in hash_)
+    pre: is_valid_hash(hash_)
     post: is_valid_rev(__return__)
     post: rev_pos(__return__) == (1 if parent is None else rev_pos(parent) + 1)
     post: parse_rev(__return__)[1] == hash_

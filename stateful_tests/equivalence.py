@@ -60,7 +60,9 @@ __all__ = [
 IDS = ("a", "ab", "B", "b", "é", "😀", "_design/a", "a b")
 #: Range bounds: every id plus keys between and around them.
 KEYS = (*IDS, "", "a\uffff", "c", "Z", "ﬀ", "\U0010ffff")
-HASHES = ("a", "b", "c", "ab", "0" * 32, "f" * 32)
+#: Revision hashes replicated writes draw: settee's own form and free-form ones
+#: replicators send (SEMANTICS.md §2.2), the empty hash too.
+HASHES = ("a", "b", "c", "ab", "0" * 32, "f" * 32, "", "fake_Rev.1")
 
 #: Counters the campaigns report: steps run per rule name, examples run.
 STATS: Counter[str] = Counter()

@@ -907,3 +907,17 @@ def test_replicator_fields_are_kept_in_the_body(client: Client, db: str) -> None
     doc = {"x": 1, "_replication_state": "completed", "_replication_stats": {"docs_written": 2}}
     rev = put(client, db, "job", doc)
     assert client("GET", f"{db}/job").json == {"_id": "job", "_rev": rev, **doc}
+
+
+def test_free_form_revisions_from_replicators_are_stored(client: Client, db: str) -> None:
+    fake = client("PUT", f"{db}/x?new_edits=false", {"_rev": "3-totally_fake_rev", "v": 1})
+    assert (fake.status, fake.json["rev"]) == (201, "3-totally_fake_rev")
+    got = client("GET", f"{db}/x?rev=3-totally_fake_rev")
+    assert got.json["v"] == 1 and got.headers["ETag"] == '"3-totally_fake_rev"'
+    empty = client(
+        "POST", f"{db}/_bulk_docs", {"docs": [{"_id": "y", "_rev": "1-"}], "new_edits": False}
+    )
+    assert empty.json == []
+    assert client("GET", f'{db}/y?open_revs=["1-"]').json == [{"ok": {"_id": "y", "_rev": "1-"}}]
+    bad = client("PUT", f"{db}/z?new_edits=false", {"_rev": "1-" + "A" * 32})
+    assert bad.status == 400

@@ -25,14 +25,24 @@ rev_strings = st.builds(revs.format_rev, st.integers(1, 10**6), hashes)
 # --------------------------------------------------------------------------- revs
 
 
-@pytest.mark.parametrize("rev", ["1-a", "12-967a00dff5e02add41819138abb3284d", "3-z9"])
+@pytest.mark.parametrize(
+    "rev",
+    [
+        *("1-a", "12-967a00dff5e02add41819138abb3284d", "3-z9", "3-totally_fake_rev", "1-"),
+        *("1-ABC", "1-a-b", "2-" + "~" * 255, "1-" + "G" * 31),
+    ],
+)
 def test_parse_rev_accepts(rev: str) -> None:
     pos, hash_ = revs.parse_rev(rev)
     assert revs.format_rev(pos, hash_) == rev
 
 
 @pytest.mark.parametrize(
-    "rev", ["abc", "0-abc", "01-abc", "1-", "-abc", "1-ABC", "x-abc", "1-a-b", "1-a b", 1, None]
+    "rev",
+    [
+        *("abc", "0-abc", "01-abc", "-abc", "x-abc", "1-a b", '1-a"b', "1-a\\b", "1-é", 1, None),
+        *("1-" + "A" * 32, "1-" + "g" * 32, "1-" + "a" * 256, "1-\n"),
+    ],
 )
 def test_parse_rev_rejects(rev: object) -> None:
     with pytest.raises(BadRequest, match="N-hash"):
@@ -281,7 +291,8 @@ def test_validate_doc_revisions_path() -> None:
         ({"_id": "a", "_rev": "2-b", "_revisions": {"start": 3, "ids": ["c"]}}, "disagrees"),
         ({"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}}, "below"),
         ({"_id": "a", "_revisions": {"start": 2, "ids": []}}, "non-empty"),
-        ({"_id": "a", "_revisions": {"start": 2, "ids": ["A"]}}, "hash"),
+        ({"_id": "a", "_revisions": {"start": 2, "ids": ["A" * 32]}}, "hash"),
+        ({"_id": "a", "_revisions": {"start": 2, "ids": ["a b"]}}, "hash"),
         ({"_id": "a", "x": b"raw"}, "bytes"),
         ({"_id": "a", "x": {1, 2}}, "set"),
         ({"_id": "a", "x": {1: 2}}, "keys must be str"),

@@ -517,6 +517,22 @@ def test_new_edits_false_stores_given_revisions(engine: Any) -> None:
     }
 
 
+def test_new_edits_false_takes_free_form_revisions(engine: Any) -> None:
+    """Replicators send revisions CouchDB stores as given: PouchDB's own tests write
+    ``3-totally_fake_rev`` and ``1-`` (SEMANTICS §2.2). They are stored, win by
+    position, are edited on top of, and named by get/delete/revs_diff."""
+    assert replicate(engine, "a", ["3-totally_fake_rev", "2-A.b~c", "1-"], {"v": 1}) == []
+    doc = engine.get("a", revs=True)
+    assert doc["_rev"] == "3-totally_fake_rev"
+    assert doc["_revisions"] == {"start": 3, "ids": ["totally_fake_rev", "A.b~c", ""]}
+    assert engine.get("a", rev="3-totally_fake_rev")["v"] == 1
+    child = engine.put({"_id": "a", "_rev": "3-totally_fake_rev", "v": 2})["rev"]
+    assert pos(child) == 4 and engine.get("a")["_rev"] == child
+    assert engine.revs_diff({"a": ["1-", "2-nope"]}) == {"a": {"missing": ["2-nope"]}}
+    assert engine.bulk_docs([{"_id": "b", "_rev": "1-"}], new_edits=False) == []
+    assert engine.delete("b", "1-")["ok"] is True
+
+
 def test_new_edits_false_creates_conflicts(engine: Any) -> None:
     """all_docs_test.exs "Add conflicts": two new_edits=false revs at position 2
     make a doc with two conflicts; the winner is the highest rev."""
@@ -1291,8 +1307,9 @@ BAD_DOCS = {
     "rev_no_dash": {"_id": "a", "_rev": "abc"},
     "rev_pos_zero": {"_id": "a", "_rev": "0-abc"},
     "rev_leading_zero": {"_id": "a", "_rev": "01-abc"},
-    "rev_empty_hash": {"_id": "a", "_rev": "1-"},
-    "rev_upper_hash": {"_id": "a", "_rev": "1-ABC"},
+    "rev_space_in_hash": {"_id": "a", "_rev": "1-a b"},
+    "rev_upper_hex_hash": {"_id": "a", "_rev": "1-" + "ABCDEF01" * 4},
+    "rev_32_not_hex": {"_id": "a", "_rev": "1-" + "g" * 32},
     "rev_bad_pos": {"_id": "a", "_rev": "x-abc"},
     "revisions_not_dict": {"_id": "a", "_revisions": ["1-abc"]},
     "revisions_empty_ids": {"_id": "a", "_revisions": {"start": 1, "ids": []}},
