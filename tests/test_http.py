@@ -921,3 +921,32 @@ def test_free_form_revisions_from_replicators_are_stored(client: Client, db: str
     assert client("GET", f'{db}/y?open_revs=["1-"]').json == [{"ok": {"_id": "y", "_rev": "1-"}}]
     bad = client("PUT", f"{db}/z?new_edits=false", {"_rev": "1-" + "A" * 32})
     assert bad.status == 400
+
+
+def test_requests_racing_a_database_delete_get_4xx_not_500(client: Client) -> None:
+    """PouchDB's suite deletes a database in afterEach while the test's last writes
+    are in flight; a request whose database is deleted under it is a 404."""
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def writer(n: int) -> None:
+        while not stop.is_set():
+            body = {"docs": [{"_id": f"w{n}-{i}", "v": i} for i in range(20)]}
+            statuses.append(client("POST", "/racing/_bulk_docs", body).status)
+            statuses.append(client("GET", "/racing/_changes?include_docs=true").status)
+            statuses.append(client("PUT", f"/racing/_local/l{n}", {"v": 1}).status)
+            statuses.append(client("POST", "/racing/_find", {"selector": {"v": 1}}).status)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    client("PUT", "/racing")
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(40):
+            client("DELETE", "/racing")
+            client("PUT", "/racing")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert statuses and max(statuses) < 500, sorted(set(statuses))

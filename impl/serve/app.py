@@ -12,8 +12,10 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+import settee
 from settee.serve import changes, dbs, docs, find
 from settee.serve.protocol import HTTPError, error_reply, respond
+from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
 
 __all__ = ["dispatch"]
@@ -72,6 +74,38 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     if not rest:
         return await dbs.handle_db(state, request, first)
     entry = await state.entry(first)
+    db = entry.db
+    try:
+        return await _route_in_db(state, request, entry, rest)
+    except settee.SetteeError as exc:
+        # A plain SetteeError is what a closed database raises (the subclasses are
+        # answers: not found, conflict, bad request, corruption).
+        closed = _closed_under(state, entry, db)
+        if type(exc) is settee.SetteeError and closed is not None:
+            raise closed from exc
+        raise
+
+
+def _closed_under(state: State, entry: DbEntry, db: settee.Database) -> HTTPError | None:
+    """What a request answers when its database was closed while it ran: by a
+    DELETE (404, as if it had come after), a shutdown, or a reopen (503, retry);
+    None when the database it used is still the open one."""
+    if state.registry.stopping:
+        return HTTPError(503, "service_unavailable", "the server is stopping")
+    if state.registry.cached(entry.name) is not entry:
+        return db_missing()
+    if entry.db is not db:
+        return HTTPError(
+            503,
+            "service_unavailable",
+            "the database was reopened (its revs_limit changed) while this request ran; retry it",
+        )
+    return None
+
+
+async def _route_in_db(
+    state: State, request: web.BaseRequest, entry: DbEntry, rest: list[str]
+) -> web.StreamResponse:
     head = rest[0]
     if len(rest) == 1 and head in _DB_ROUTES:
         return await _DB_ROUTES[head](state, request, entry)

@@ -225,6 +225,10 @@ class Registry:
         for entry in entries:
             entry.db.close()
 
+    @property
+    def stopping(self) -> bool:
+        return self._closed
+
     def _check_running(self) -> None:
         if self._closed:
             raise HTTPError(503, "service_unavailable", "the server is stopping")
