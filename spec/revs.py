@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -180,8 +181,18 @@ def child_rev(parent: str | None, hash_: str) -> str:
     return format_rev(1 if parent is None else rev_pos(parent) + 1, hash_)
 
 
-def new_rev(parent: str | None, deleted: bool, body: dict[str, Any]) -> str:
+def new_rev(
+    parent: str | None,
+    deleted: bool,
+    body: dict[str, Any],
+    attachments: Sequence[Sequence[str]] = (),
+) -> str:
     """The deterministic id of a new revision below ``parent`` (None for a root).
+
+    ``attachments``: ``[name, content type, digest]`` of each attachment the
+    revision holds (``settee.spec.attachments.rev_digests``), digested as
+    ``couch_db:new_revid`` does; a revision without any digests exactly what it
+    did before attachments existed, so no stored revision id changes.
 
     ``body`` must already be normalised (see ``settee.spec.docs``): dict key
     order is part of the digest, as in CouchDB, where it is part of the JSON.
@@ -202,5 +213,8 @@ def new_rev(parent: str | None, deleted: bool, body: dict[str, Any]) -> str:
         parent_pos, parent_hash = 0, ""
     else:
         parent_pos, parent_hash = parse_rev(parent)
-    payload = msgpack.packb([bool(deleted), parent_pos, parent_hash, body], use_bin_type=True)
+    parts: list[Any] = [bool(deleted), parent_pos, parent_hash, body]
+    if attachments:
+        parts.append([list(att) for att in attachments])
+    payload = msgpack.packb(parts, use_bin_type=True)
     return child_rev(parent, hashlib.md5(payload).hexdigest())

@@ -1,0 +1,227 @@
+"""Attachments: the pure rules both implementations will share (SEMANTICS.md §18).
+
+CouchDB's ``couch_att`` and ``couch_doc:merge_stubs``, without storage: what an
+``_attachments`` member may hold (:func:`validate_attachments`), how a new
+revision's attachments follow from it and from the previous revision's
+(:func:`resolve`), the digest CouchDB gives bytes (:func:`digest_of`), what a
+revision id digests of them (:func:`rev_digests`), how a read renders them
+(:func:`render`), which ones ``atts_since`` sends whole (:func:`since_position`)
+and how bytes are cut into chunk terms (:func:`chunked`).
+
+Storage is not built yet: until it is, documents with ``_attachments`` stay
+refused by ``settee.spec.docs.validate_doc`` on both sides.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from settee.spec.errors import BadRequest
+from settee.spec.revs import is_valid_rev, rev_pos
+from settee.spec.values import describe, plain_str
+
+__all__ = [
+    "CHUNK_SIZE",
+    "DEFAULT_CONTENT_TYPE",
+    "Inline",
+    "MissingStub",
+    "Stored",
+    "Stub",
+    "chunked",
+    "digest_of",
+    "render",
+    "resolve",
+    "rev_digests",
+    "since_position",
+    "validate_attachment_name",
+    "validate_attachments",
+]
+
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+#: The most bytes one chunk term holds (FORMAT.md "Attachments").
+CHUNK_SIZE = 65_536
+
+
+class MissingStub(BadRequest):
+    """A stub names an attachment the previous revision does not have (HTTP 412)."""
+
+    error = "missing_stub"
+
+
+@dataclass(frozen=True, slots=True)
+class Inline:
+    """New bytes for attachment ``name``; ``revpos`` as the sender gave it, if any."""
+
+    name: str
+    content_type: str
+    data: bytes
+    revpos: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stub:
+    """Keep attachment ``name`` of the previous revision (``revpos``: must match)."""
+
+    name: str
+    revpos: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An attachment as a revision holds it; ``where`` is the store's own (chunk
+    pointers in the engine, the bytes in the reference) and takes no part in
+    comparisons."""
+
+    name: str
+    content_type: str
+    length: int
+    digest: str
+    revpos: int
+    where: Any = None
+
+    def same_as(self, other: Stored) -> bool:
+        return (self.name, self.content_type, self.length, self.digest, self.revpos) == (
+            other.name,
+            other.content_type,
+            other.length,
+            other.digest,
+            other.revpos,
+        )
+
+
+def digest_of(data: bytes) -> str:
+    """CouchDB's attachment digest: ``"md5-"`` and the base64 of the md5.
+
+    post: __return__.startswith("md5-") and len(__return__) == 28
+    """
+    return "md5-" + base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
+
+
+def validate_attachment_name(name: object) -> str:
+    """``name`` as a plain str if CouchDB accepts it, else BadRequest."""
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"attachment name {describe(name)} is not a non-empty str")
+    text = plain_str(name)
+    if text.startswith("_"):
+        raise BadRequest(f"Attachment name '{text}' starts with prohibited character '_'")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("Attachment name is not UTF-8 encoded") from None
+    return text
+
+
+def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
+    """The attachments a document's ``_attachments`` member describes, in its order."""
+    if not isinstance(value, dict):
+        raise BadRequest(
+            f"_attachments must be a dict of name -> attachment, not {describe(value)}"
+        )
+    found: list[Inline | Stub] = []
+    for raw_name, att in value.items():
+        name = validate_attachment_name(raw_name)
+        if not isinstance(att, dict):
+            raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")
+        found.append(_one(name, att))
+    return tuple(found)
+
+
+def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
+    revpos = att.get("revpos")
+    if revpos is not None and (type(revpos) is not int or revpos < 1):
+        raise BadRequest(f"attachment {name!r}: revpos {describe(revpos)} is not an int >= 1")
+    if att.get("stub") is True:
+        return Stub(name, revpos)
+    if att.get("follows") is True:
+        raise BadRequest(
+            f"attachment {name!r} says follows: its bytes come in a multipart request body, "
+            "which only settee serve reads; give them inline as base64 data"
+        )
+    content_type = att.get("content_type", DEFAULT_CONTENT_TYPE)
+    if not isinstance(content_type, str):
+        raise BadRequest(f"attachment {name!r}: content_type {describe(content_type)} is not a str")
+    data = att.get("data")
+    if not isinstance(data, str):
+        raise BadRequest(
+            f"attachment {name!r} has no data: give base64 data, or stub: true to keep "
+            "the previous revision's"
+        )
+    try:
+        raw = base64.b64decode(data.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error, ValueError):
+        raise BadRequest(f"attachment {name!r}: data is not valid base64") from None
+    return Inline(name, plain_str(content_type), raw, revpos)
+
+
+def resolve(
+    doc_id: str,
+    attachments: Sequence[Inline | Stub],
+    previous: Sequence[Stored] | None,
+    position: int,
+    *,
+    new_edits: bool,
+) -> list[Stored | Inline]:
+    """A new revision's attachments: stubs replaced by the previous revision's
+    records (``MissingStub`` if absent or at another revpos), inline ones given
+    their revpos. ``position`` is the new revision's; ``previous`` is None when
+    the document has no previous revision to take stubs from."""
+    on_disk = {att.name: att for att in previous or ()}
+    resolved: list[Stored | Inline] = []
+    for att in attachments:
+        if isinstance(att, Stub):
+            if previous is None:
+                raise MissingStub(f"Previous revision missing for document {doc_id}")
+            kept = on_disk.get(att.name)
+            if kept is None or (att.revpos is not None and att.revpos != kept.revpos):
+                raise MissingStub(f"Invalid attachment stub in {doc_id} for {att.name}")
+            resolved.append(kept)
+        else:
+            revpos = position if new_edits or att.revpos is None else att.revpos
+            resolved.append(Inline(att.name, att.content_type, att.data, revpos))
+    return resolved
+
+
+def rev_digests(attachments: Iterable[Stored | Inline]) -> list[list[str]]:
+    """What a revision id digests of its attachments: ``[name, content type,
+    digest]`` each, in the document's order (``couch_db:new_revid``)."""
+    return [
+        [att.name, att.content_type, att.digest if isinstance(att, Stored) else digest_of(att.data)]
+        for att in attachments
+    ]
+
+
+def since_position(tree: dict[str, Any], atts_since: Iterable[str]) -> int:
+    """``atts_since``: the highest position among the named revisions the tree
+    holds (0 when none): attachments at or below it are sent as stubs."""
+    return max((rev_pos(rev) for rev in atts_since if is_valid_rev(rev) and rev in tree), default=0)
+
+
+def render(stored: Stored, data: bytes | None) -> dict[str, Any]:
+    """An attachment as a read returns it: a stub, or with ``data`` (base64)."""
+    out: dict[str, Any] = {
+        "content_type": stored.content_type,
+        "revpos": stored.revpos,
+        "digest": stored.digest,
+    }
+    if data is None:
+        out["length"] = stored.length
+        out["stub"] = True
+    else:
+        out["data"] = base64.b64encode(data).decode("ascii")
+    return out
+
+
+def chunked(data: bytes) -> list[bytes]:
+    """``data`` cut into chunk terms' payloads (one empty chunk for no bytes).
+
+    post: b"".join(__return__) == data
+    post: all(1 <= len(c) <= CHUNK_SIZE for c in __return__) or data == b""
+    """
+    if not data:
+        return [b""]
+    return [data[i : i + CHUNK_SIZE] for i in range(0, len(data), CHUNK_SIZE)]

@@ -1,0 +1,169 @@
+"""The attachment rules of SEMANTICS.md §18 (settee.spec.attachments), before storage.
+
+Examples follow CouchDB (couch_att:from_json, couch_doc:merge_stubs,
+couch_db:new_revid, chttpd's validate_attachment_name); the properties check
+what every store will rely on: chunks rebuild the bytes, resolution keeps the
+document's order and never invents a stub, digests are CouchDB's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from settee.spec import attachments as atts
+from settee.spec import docs
+from settee.spec.errors import BadRequest
+from settee.spec.revs import new_rev
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def test_digest_is_couchdbs_md5_base64() -> None:
+    # CouchDB's docs show "md5-XUFAKrxLKna5cZ2REBfFkg==" for "hello".
+    assert atts.digest_of(b"hello") == "md5-XUFAKrxLKna5cZ2REBfFkg=="
+    assert atts.digest_of(b"") == "md5-" + b64(hashlib.md5(b"").digest())
+
+
+def test_inline_and_stub_attachments_are_read_in_document_order() -> None:
+    found = atts.validate_attachments(
+        {
+            "b.txt": {"content_type": "text/plain", "data": b64(b"hi"), "length": 99},
+            "a.bin": {"stub": True, "revpos": 2, "digest": "ignored"},
+            "c": {"data": ""},
+        }
+    )
+    assert found == (
+        atts.Inline("b.txt", "text/plain", b"hi", None),
+        atts.Stub("a.bin", 2),
+        atts.Inline("c", atts.DEFAULT_CONTENT_TYPE, b"", None),
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ([], "must be a dict"),
+        ({"_x": {"data": ""}}, "prohibited character '_'"),
+        ({"": {"data": ""}}, "non-empty"),
+        ({"a\ud800": {"data": ""}}, "UTF-8"),
+        ({"a": "data"}, "must be a dict"),
+        ({"a": {}}, "has no data"),
+        ({"a": {"data": "not base64!"}}, "base64"),
+        ({"a": {"data": "aGk"}}, "base64"),  # padding missing
+        ({"a": {"data": "aGk=\n"}}, "base64"),
+        ({"a": {"data": "é"}}, "base64"),
+        ({"a": {"data": "", "content_type": 5}}, "content_type"),
+        ({"a": {"stub": True, "revpos": 0}}, "revpos"),
+        ({"a": {"stub": True, "revpos": True}}, "revpos"),
+        ({"a": {"follows": True}}, "multipart"),
+    ],
+)
+def test_bad_attachments_are_refused(value: object, match: str) -> None:
+    with pytest.raises(BadRequest, match=match):
+        atts.validate_attachments(value)
+
+
+OLD = [
+    atts.Stored("a", "text/plain", 2, atts.digest_of(b"hi"), 1, where="chunks-a"),
+    atts.Stored("b", "image/png", 3, atts.digest_of(b"png"), 2, where="chunks-b"),
+]
+
+
+def test_stubs_take_the_previous_revisions_record_and_new_data_its_position() -> None:
+    new = [atts.Stub("b"), atts.Inline("c", "text/plain", b"new", 7), atts.Stub("a", 1)]
+    resolved = atts.resolve("doc", new, OLD, 3, new_edits=True)
+    assert resolved == [OLD[1], atts.Inline("c", "text/plain", b"new", 3), OLD[0]]
+    replicated = atts.resolve("doc", new, OLD, 3, new_edits=False)
+    assert replicated[1] == atts.Inline("c", "text/plain", b"new", 7)  # the sender's revpos
+
+
+@pytest.mark.parametrize(
+    ("stub", "previous", "reason"),
+    [
+        (atts.Stub("a"), None, "Previous revision missing for document doc"),
+        (atts.Stub("zz"), OLD, "Invalid attachment stub in doc for zz"),
+        (atts.Stub("a", 5), OLD, "Invalid attachment stub in doc for a"),
+    ],
+)
+def test_a_stub_that_finds_nothing_is_missing_stub(
+    stub: atts.Stub, previous: list[atts.Stored] | None, reason: str
+) -> None:
+    with pytest.raises(atts.MissingStub) as raised:
+        atts.resolve("doc", [stub], previous, 2, new_edits=True)
+    assert raised.value.error == "missing_stub" and raised.value.reason == reason
+
+
+def test_revision_ids_digest_attachments_and_stay_unchanged_without() -> None:
+    body = {"x": 1}
+    plain = new_rev(None, False, body)
+    assert new_rev(None, False, body, ()) == plain
+    with_att = new_rev(None, False, body, atts.rev_digests([OLD[0]]))
+    assert with_att != plain and with_att.startswith("1-")
+    inline = [atts.Inline("a", "text/plain", b"hi", 1)]
+    assert new_rev(None, False, body, atts.rev_digests(inline)) == with_att
+    other_type = [atts.Inline("a", "text/html", b"hi", 1)]
+    assert new_rev(None, False, body, atts.rev_digests(other_type)) != with_att
+
+
+def test_reads_render_stubs_or_data_in_couchdbs_key_order() -> None:
+    stub = atts.render(OLD[0], None)
+    assert list(stub) == ["content_type", "revpos", "digest", "length", "stub"]
+    assert stub["length"] == 2 and stub["stub"] is True
+    full = atts.render(OLD[0], b"hi")
+    assert full == {
+        "content_type": "text/plain",
+        "revpos": 1,
+        "digest": OLD[0].digest,
+        "data": b64(b"hi"),
+    }
+
+
+def test_atts_since_counts_only_revisions_the_tree_holds() -> None:
+    tree = {"1-a": [None, False], "2-b": ["1-a", False], "3-c": ["2-b", False]}
+    assert atts.since_position(tree, ["2-b", "9-zz", "nonsense"]) == 2
+    assert atts.since_position(tree, []) == 0
+
+
+def test_documents_with_attachments_stay_refused_until_storage_lands() -> None:
+    with pytest.raises(BadRequest, match="unknown special field"):
+        docs.validate_doc({"_id": "a", "_attachments": {}}, new_edits=True)
+
+
+@given(st.binary(max_size=3 * atts.CHUNK_SIZE + 5))
+def test_chunks_rebuild_the_bytes_within_the_chunk_size(data: bytes) -> None:
+    chunks = atts.chunked(data)
+    assert b"".join(chunks) == data
+    assert all(len(c) <= atts.CHUNK_SIZE for c in chunks)
+    assert len(chunks) == max(1, -(-len(data) // atts.CHUNK_SIZE))
+
+
+NAMES = st.sampled_from(["a", "b", "c", "d"])
+
+
+@given(
+    previous=st.lists(NAMES, unique=True),
+    wanted=st.lists(st.tuples(NAMES, st.booleans()), unique_by=lambda t: t[0]),
+)
+def test_resolution_keeps_order_and_never_invents_a_stub(
+    previous: list[str], wanted: list[tuple[str, bool]]
+) -> None:
+    old = [atts.Stored(n, "t", 1, atts.digest_of(n.encode()), 1) for n in previous]
+    new: list[atts.Inline | atts.Stub] = [
+        atts.Stub(n) if stub else atts.Inline(n, "t", n.encode()) for n, stub in wanted
+    ]
+    if any(stub and n not in previous for n, stub in wanted):
+        with pytest.raises(atts.MissingStub):
+            atts.resolve("d", new, old, 2, new_edits=True)
+        return
+    resolved = atts.resolve("d", new, old, 2, new_edits=True)
+    assert [a.name for a in resolved] == [n for n, _ in wanted]
+    for (_name, stub), att in zip(wanted, resolved, strict=True):
+        assert isinstance(att, atts.Stored) == stub
+        assert att.revpos == (1 if stub else 2)
