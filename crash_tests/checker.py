@@ -36,6 +36,7 @@ are exactly what clients would have seen before such a crash.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import queue
@@ -372,7 +373,22 @@ def _doc(rec: _Recorder, doc_id: str, body: dict[str, Any], mode: str) -> dict[s
     rev = rec.rev_for(doc_id, mode)
     if rev is not None:
         doc["_rev"] = rev
+    attachment = _attachment_for(body)
+    if attachment is not None:
+        doc["_attachments"] = {"f.bin": attachment}
     return doc
+
+
+def _attachment_for(body: dict[str, Any]) -> dict[str, Any] | None:
+    """An inline attachment for one write in three, derived from its body so a
+    workload stays one seed's: a few bytes, or up to two 64 KiB chunk terms and a
+    piece (SEMANTICS.md §18), so crashes and bit flips meet chunk terms too."""
+    n = body.get("n")
+    if not isinstance(n, int) or n % 3:
+        return None
+    size = (7, 70_000, 140_000)[n // 3 % 3]
+    data = (b"%d:" % n) * (size // 4 + 1)
+    return {"content_type": "application/x-test", "data": base64.b64encode(data[:size]).decode()}
 
 
 def _replicated(rec: _Recorder, op: tuple[Any, ...]) -> dict[str, Any]:
@@ -546,14 +562,14 @@ def doc_views(db: Any, ids: list[str]) -> dict[str, Any]:
             out[doc_id] = None
             continue
         try:
-            current: Any = db.get(doc_id, revs=True, conflicts=True)
+            current: Any = db.get(doc_id, revs=True, conflicts=True, attachments=True)
         except settee.NotFound as exc:
             current = ["not_found", exc.reason]
         revs = leaves.get(doc_id, {}).get("possible_ancestors", [])
         out[doc_id] = {
             "row": row,
             "get": current,
-            "leaves": {r: db.get(doc_id, rev=r, revs=True) for r in revs},
+            "leaves": {r: db.get(doc_id, rev=r, revs=True, attachments=True) for r in revs},
         }
     return out
 

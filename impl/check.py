@@ -32,6 +32,7 @@ from settee.io import FileSystem, OsFileSystem
 from settee.layout import META_NAME, read_layout, shard_path
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
+from settee.spec.attachments import digest_of
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.walker import Finding, walk
 
@@ -172,3 +173,18 @@ def _check_doc(snap: Snapshot, info: DocInfo) -> Iterator[str]:
             snap.body(info, leaf)
         except CorruptionError as exc:
             yield f"{exc.path}:{exc.offset}: body of {info.id!r} {leaf}: {exc.detail}"
+        yield from _check_attachments(snap, info, leaf)
+
+
+def _check_attachments(snap: Snapshot, info: DocInfo, leaf: str) -> Iterator[str]:
+    """Every chunk of every attachment a leaf holds reads back, and the bytes
+    have the digest the record claims."""
+    path = snap.file.path
+    for att in info.attachments(leaf):
+        try:
+            data = snap.attachment_data(att)
+        except CorruptionError as exc:
+            yield f"{exc.path}:{exc.offset}: attachment {att.name!r} of {info.id!r}: {exc.detail}"
+            continue
+        if digest_of(data) != att.digest:
+            yield f"{path}:0: attachment {att.name!r} of {info.id!r} {leaf} has another digest"

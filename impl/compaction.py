@@ -25,12 +25,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from settee.btree import NodeCache
-from settee.docinfo import DocInfo
+from settee.docinfo import DocInfo, stored_size
 from settee.file import ShardFile
 from settee.layout import COMPACT_SUFFIX
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
+from settee.spec.attachments import Stored, chunked
 from settee.spec.errors import CorruptionError, SetteeError
+from settee.spec.format import encode_payload
 from settee.strict import require_faithful_compaction
 from settee.walker import newest_header
 
@@ -96,6 +98,9 @@ class _Copier:
         self.by_id = by_id_tree(file, None, cache, shard.node_size)
         self.by_seq = by_seq_tree(file, None, cache, shard.node_size)
         self.seq = 0
+        #: Attachment chunk lists already copied (old pointers -> new ones), so the
+        #: revisions that shared one copy of the bytes still share one.
+        self._copied_chunks: dict[tuple[tuple[int, int], ...], list[list[int]]] = {}
 
     def copy_all(self, snap: Snapshot) -> None:
         docs = snap.fold_docs(None, None, descending=False, inclusive_end=True)
@@ -128,9 +133,23 @@ class _Copier:
             pointer = info.bodies.get(leaf)
             if pointer is not None:
                 body = snap.body(info, leaf)
-                bodies[leaf] = [batch.add(body), pointer[1]]
-        active = sum(p[1] for p in bodies.values())
+                entry: list[Any] = [batch.add(body), pointer[1]]
+                atts = info.attachments(leaf)
+                if atts:
+                    entry.append([self._copy_attachment(snap, att, batch) for att in atts])
+                bodies[leaf] = entry
+        active = sum(stored_size(p) for p in bodies.values())
         return DocInfo(info.id, info.seq, info.deleted, tree, bodies, active)
+
+    def _copy_attachment(self, snap: Snapshot, att: Stored, batch: Any) -> list[Any]:
+        key = tuple((pos, size) for pos, size in att.where)
+        chunks = self._copied_chunks.get(key)
+        if chunks is None:
+            data = snap.attachment_data(att)  # every chunk's crc checked on the way
+            payloads = [encode_payload(chunk) for chunk in chunked(data)]
+            chunks = [[batch.add_encoded(p), len(p)] for p in payloads]
+            self._copied_chunks[key] = chunks
+        return [att.name, att.content_type, att.length, att.digest, att.revpos, chunks]
 
     def finish(self) -> None:
         """Final catch-up and the switch; runs on the writer, between commits."""

@@ -39,6 +39,13 @@ from settee.spec.arguments import (
     check_since,
     validate_docid,
 )
+from settee.spec.attachments import (
+    MissingStub,
+    attachment_answer,
+    check_atts_since,
+    since_position,
+    validate_attachment_name,
+)
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
 from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
@@ -234,8 +241,8 @@ class Database:
         results = self._write(valid, new_edits=new_edits)
         out = []
         for doc, result in zip(valid, results, strict=True):
-            if isinstance(result, Conflict):
-                out.append({"id": doc.id, "error": "conflict", "reason": result.reason})
+            if isinstance(result, Conflict | MissingStub):
+                out.append({"id": doc.id, "error": result.error, "reason": result.reason})
             elif isinstance(result, BaseException):
                 raise result
             elif new_edits:
@@ -273,14 +280,24 @@ class Database:
     # -- reads --------------------------------------------------------------------------------
 
     def get(
-        self, doc_id: Any, rev: Any = None, revs: Any = False, conflicts: Any = False
+        self,
+        doc_id: Any,
+        rev: Any = None,
+        revs: Any = False,
+        conflicts: Any = False,
+        attachments: Any = False,
+        atts_since: Any = None,
     ) -> dict[str, Any]:
-        """The winning (or the given) revision of a document; raises NotFound."""
+        """The winning (or the given) revision of a document; raises NotFound.
+        ``attachments``/``atts_since``: which attachments come with their data
+        instead of as stubs (SEMANTICS.md §18)."""
         self._check_open()
         doc_id = validate_docid(doc_id)
         rev = check_optional_rev(rev)
         check_bool("revs", revs)
         check_bool("conflicts", conflicts)
+        check_bool("attachments", attachments)
+        since = check_atts_since(atts_since)
         snap = self._shard(doc_id).current()
         info = snap.doc_info(doc_id)
         if info is None:
@@ -291,6 +308,9 @@ class Database:
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")
+        data_above = 0 if attachments else None
+        if since is not None and not attachments:
+            data_above = since_position(info.tree, since)
         return render_doc(
             doc_id,
             wanted,
@@ -298,7 +318,27 @@ class Database:
             body,
             revisions=revtree.revisions(info.tree, wanted) if revs else None,
             conflicts=revtree.conflicts(info.tree) if conflicts and rev is None else None,
+            attachments=snap.rendered_attachments(info, wanted, data_above),
         )
+
+    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
+        """One attachment of the winning (or the given) revision, its bytes included;
+        raises NotFound (SEMANTICS.md §18)."""
+        self._check_open()
+        doc_id = validate_docid(doc_id)
+        name = validate_attachment_name(name)
+        rev = check_optional_rev(rev)
+        snap = self._shard(doc_id).current()
+        info = snap.doc_info(doc_id)
+        if info is None:
+            raise NotFound("missing")
+        if rev is None and info.deleted:
+            raise NotFound("deleted")
+        wanted = info.winner if rev is None else rev
+        for att in info.attachments(wanted) if wanted in info.tree else []:
+            if att.name == name:
+                return attachment_answer(att, snap.attachment_data(att))
+        raise NotFound("missing")
 
     def all_docs(
         self,

@@ -15,16 +15,17 @@ beyond the pure spec functions (revision ids, tree merge, winner, stemming).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from settee.spec import revtree
+from settee.spec.attachments import Inline, Stored, digest_of, resolve, rev_digests
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound
 from settee.spec.format import decode_payload, encode_payload
-from settee.spec.revs import new_rev
+from settee.spec.revs import new_rev, rev_pos
 
-__all__ = ["DocInfo", "Edit", "apply_edit"]
+__all__ = ["DocInfo", "Edit", "apply_edit", "attachments_of", "stored_size"]
 
 
 class DocInfo:
@@ -110,6 +111,11 @@ class DocInfo:
             self._unpack_revs()
         return self._bodies  # type: ignore[return-value]  # set by _unpack_revs
 
+    def attachments(self, rev: str) -> list[Stored]:
+        """The attachments revision ``rev`` holds (none when its body is not kept)."""
+        entry = self.bodies.get(rev)
+        return [] if entry is None else attachments_of(entry)
+
     def _unpack_revs(self) -> None:
         assert self._revs is not None  # an info is built with a tree or a blob
         try:
@@ -160,10 +166,47 @@ class DocInfo:
         elif self.deleted != tree[self.winner][1]:
             found.append("deleted flag that disagrees with its winner")
         leaves = revtree.leaves(tree)
-        active = sum(self.bodies[r][1] for r in leaves if r in self.bodies)
+        active = sum(stored_size(self.bodies[r]) for r in leaves if r in self.bodies)
         if self.active != active:
             found.append(f"active size {self.active}, not its leaf bodies' {active}")
         return found
+
+
+def stored_size(entry: Sequence[Any]) -> int:
+    """What one stored revision adds to ``active``: its body's encoded size and
+    its attachments' lengths (SEMANTICS.md §18)."""
+    if len(entry) < 3:
+        return int(entry[1])
+    return int(entry[1]) + sum(_length(att) for att in entry[2])
+
+
+def _length(att: Any) -> int:
+    if isinstance(att, Inline):
+        return len(att.data)
+    if isinstance(att, Stored):
+        return att.length
+    return int(att[2])  # a stored record: FORMAT.md "Attachments"
+
+
+def attachments_of(entry: Sequence[Any]) -> list[Stored]:
+    """The attachments a ``bodies`` entry records, as ``Stored`` (``where``: the
+    chunk pointers; for a revision not yet written, the ``Inline`` it came from)."""
+    if len(entry) < 3:
+        return []
+    found = []
+    for att in entry[2]:
+        if isinstance(att, Stored):
+            found.append(att)
+        elif isinstance(att, Inline):
+            assert att.revpos is not None  # resolve() gave it one
+            length = len(att.data)
+            found.append(
+                Stored(att.name, att.content_type, length, digest_of(att.data), att.revpos, att)
+            )
+        else:
+            name, content_type, length, digest, revpos, chunks = att
+            found.append(Stored(name, content_type, length, digest, revpos, chunks))
+    return found
 
 
 def _bad_revs(doc_id: str, what: str) -> CorruptionError:
@@ -174,10 +217,12 @@ def _bad_revs(doc_id: str, what: str) -> CorruptionError:
 @dataclass(frozen=True, slots=True)
 class Edit:
     """An accepted edit: the revision to store a body for (None when the
-    edit only merged revisions the shard already had) and the tree after it."""
+    edit only merged revisions the shard already had), the tree after it and
+    the new revision's attachments (stubs resolved, SEMANTICS.md §18)."""
 
     rev: str | None
     tree: dict[str, list[Any]]
+    attachments: list[Stored | Inline] = field(default_factory=list)
 
 
 def apply_edit(
@@ -204,7 +249,9 @@ def apply_edit(
     if new_edits:
         _check_against_call_start(before, doc)
         parent = _parent_for_merge(info, doc)
-        rev = new_rev(parent, doc.deleted, doc.body)
+        position = 1 if parent is None else rev_pos(parent) + 1
+        atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
+        rev = new_rev(parent, doc.deleted, doc.body, rev_digests(atts))
         tree[rev] = [parent, doc.deleted]
     elif doc.revisions[0] in tree:
         # couch_db:prep_and_validate_replicated_updates: a revision the tree
@@ -212,11 +259,30 @@ def apply_edit(
         # tree stay as they are (the sender's ancestors are not merged either).
         return Edit(None, tree)
     else:
+        position = rev_pos(doc.revisions[0])
+        previous = _ancestor_atts(info, doc)
+        atts = resolve(doc.id, doc.attachments, previous, position, new_edits=False)
         tree, added = revtree.merge_path(tree, list(doc.revisions), doc.deleted)
         rev = doc.revisions[0] if added else None
     if revs_limit:
         tree = revtree.stem(tree, revs_limit)
-    return Edit(rev, tree)
+    return Edit(rev, tree, atts)
+
+
+def _named_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
+    """Where an interactive edit's stubs come from: the revision ``_rev`` names."""
+    if info is None or doc.rev is None or doc.rev not in info.bodies:
+        return None
+    return attachments_of(info.bodies[doc.rev])
+
+
+def _ancestor_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
+    """Where a replicated edit's stubs come from: the newest ancestor on the sent
+    path whose body is kept (``couch_db:make_first_doc_on_disk``)."""
+    for rev in doc.revisions[1:]:
+        if info is not None and rev in info.bodies:
+            return attachments_of(info.bodies[rev])
+    return None
 
 
 def _check_exists(info: DocInfo | None) -> None:

@@ -70,6 +70,7 @@ Answers
 from __future__ import annotations
 
 import atexit
+import base64
 import builtins
 import contextlib
 import hashlib
@@ -93,9 +94,10 @@ from settee.spec.arguments import (
     check_since,
     validate_docid,
 )
+from settee.spec.attachments import check_atts_since, validate_attachment_name
 from settee.spec.config import OPTIONS, validate_options
 from settee.spec.docs import ValidDoc, validate_doc
-from settee.spec.errors import BadRequest, SetteeError
+from settee.spec.errors import BadRequest, NotFound, SetteeError
 from settee.spec.values import describe
 
 __all__ = ["DEFAULT_URL", "MARKER", "URL_ENV", "Database", "cleanup", "database_name", "open"]
@@ -288,17 +290,41 @@ class Database:
     # -- reads --------------------------------------------------------------------------------
 
     def get(
-        self, doc_id: Any, rev: Any = None, revs: Any = False, conflicts: Any = False
+        self,
+        doc_id: Any,
+        rev: Any = None,
+        revs: Any = False,
+        conflicts: Any = False,
+        attachments: Any = False,
+        atts_since: Any = None,
     ) -> dict[str, Any]:
-        """``GET /db/{id}?rev=&revs=&conflicts=``; raises NotFound."""
+        """``GET /db/{id}?rev=&revs=&conflicts=&attachments=&atts_since=``; raises NotFound."""
         self._check_open()
         doc_id = validate_docid(doc_id)
         params = {
             "rev": check_optional_rev(rev),
             "revs": check_bool("revs", revs) or None,
             "conflicts": check_bool("conflicts", conflicts) or None,
+            "attachments": check_bool("attachments", attachments) or None,
+            "atts_since": check_atts_since(atts_since),
         }
         return httpwire.doc(self._call("GET", httpwire.doc_path(doc_id) + httpwire.query(params)))
+
+    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
+        """The attachment from ``GET /db/{id}?attachments=true`` (its record and bytes
+        in one JSON answer); raises NotFound."""
+        name = validate_attachment_name(name)
+        found = self.get(doc_id, rev=rev, attachments=True).get("_attachments", {}).get(name)
+        if found is None:
+            raise NotFound("missing")
+        data = base64.b64decode(found["data"])
+        return {
+            "content_type": found["content_type"],
+            "revpos": found["revpos"],
+            "digest": found["digest"],
+            "length": len(data),
+            "data": data,
+        }
 
     def all_docs(
         self,

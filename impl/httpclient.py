@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from settee.spec.attachments import MissingStub
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.values import describe
 
@@ -175,6 +176,8 @@ def error_for(status: int, body: Any, what: str) -> SetteeError:
     text = reason if isinstance(reason, str) else json.dumps(reason)
     if status == 409:
         return Conflict(text or "Document update conflict.")
+    if status == 412 and error == "missing_stub":
+        return MissingStub(text)
     if status == 404 and text not in _NO_DATABASE_REASONS:
         return NotFound(text)
     if status in _BAD_REQUEST_STATUSES:

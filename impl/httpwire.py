@@ -8,10 +8,12 @@ API it implements and this module as the wire format it speaks.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 from urllib.parse import quote
 
+from settee.spec.attachments import Inline, Stub
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import BadRequest, SetteeError
 from settee.spec.revs import parse_rev
@@ -93,13 +95,26 @@ def wire_doc(valid: ValidDoc, *, new_edits: bool, with_id: bool) -> dict[str, An
         doc["_revisions"] = {"start": start, "ids": [parse_rev(r)[1] for r in valid.revisions]}
     if valid.deleted:
         doc["_deleted"] = True
-    return doc | valid.body
+    doc |= valid.body
+    if valid.attachments:
+        doc["_attachments"] = {att.name: _wire_attachment(att) for att in valid.attachments}
+    return doc
+
+
+def _wire_attachment(att: Inline | Stub) -> dict[str, Any]:
+    if isinstance(att, Stub):
+        return {"stub": True} | ({} if att.revpos is None else {"revpos": att.revpos})
+    sent: dict[str, Any] = {
+        "content_type": att.content_type,
+        "data": base64.b64encode(att.data).decode("ascii"),
+    }
+    return sent | ({} if att.revpos is None else {"revpos": att.revpos})
 
 
 # -- answers: the engine's shapes ---------------------------------------------------------------
 
 _DOC_HEAD = ("_id", "_rev")
-_DOC_TAIL = ("_deleted", "_revisions", "_conflicts")
+_DOC_TAIL = ("_deleted", "_revisions", "_conflicts", "_attachments")
 _RESULT_ORDER = ("ok", "id", "rev", "error", "reason")
 _ROW_ORDER = ("id", "key", "value", "error", "doc")
 _CHANGE_ORDER = ("seq", "id", "changes", "deleted", "doc")

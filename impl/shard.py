@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
-from settee.docinfo import DocInfo, apply_edit
+from settee.docinfo import DocInfo, apply_edit, attachments_of, stored_size
 from settee.file import ShardFile
 from settee.heads import HeadsFile
 from settee.io import FileSystem, FileSystemWrapper
 from settee.snapshot import Snapshot
 from settee.spec import revtree
+from settee.spec.attachments import Inline, MissingStub, Stored, chunked
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.format import ShardHeader, as_root, encode_payload
@@ -561,7 +562,7 @@ class _Group:
                 before=first,
                 deleting=deleting,
             )
-        except (Conflict, NotFound, CorruptionError) as exc:
+        except (Conflict, NotFound, CorruptionError, MissingStub) as exc:
             return exc
         if edit.rev is None:
             return None
@@ -569,18 +570,22 @@ class _Group:
             self.stale_seqs.append(info.seq)  # by_seq keeps one row per doc: its latest
         self.seq += 1
         self.bodies[(doc.id, edit.rev)] = encoded
-        self.pending[doc.id] = _next_info(doc.id, info, edit.tree, edit.rev, self.seq, len(encoded))
+        self.pending[doc.id] = _next_info(
+            doc.id, info, edit.tree, edit.rev, self.seq, len(encoded), edit.attachments
+        )
         return edit.rev
 
     def write_trees(self, batch: Any) -> tuple[Any, Any]:
         """Append bodies, then the rewritten tree paths; return the new trees."""
         infos = []
+        chunks = _ChunkWriter(batch)
         for doc_id in sorted(self.pending):
             info = self.pending[doc_id]
             bodies = dict(info.bodies)
             for rev, placeholder in info.bodies.items():
                 if placeholder[0] is None:
-                    bodies[rev] = [batch.add_encoded(self.bodies[(doc_id, rev)]), placeholder[1]]
+                    pos = batch.add_encoded(self.bodies[(doc_id, rev)])
+                    bodies[rev] = [pos, placeholder[1], *chunks.records(placeholder)]
             infos.append(
                 DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active, info.winner)
             )
@@ -591,16 +596,52 @@ class _Group:
 
 
 def _next_info(
-    doc_id: str, old: DocInfo | None, tree: dict[str, list[Any]], rev: str, seq: int, size: int
+    doc_id: str,
+    old: DocInfo | None,
+    tree: dict[str, list[Any]],
+    rev: str,
+    seq: int,
+    size: int,
+    attachments: list[Stored | Inline],
 ) -> DocInfo:
     """The DocInfo after an edit; the new body's position is filled in at write time
-    (a ``None`` placeholder), bodies of revisions that stemming dropped are forgotten."""
+    (a ``None`` placeholder, with the attachments still as objects), bodies of
+    revisions that stemming dropped are forgotten."""
     bodies = {r: p for r, p in (old.bodies if old else {}).items() if r in tree}
-    bodies[rev] = [None, size]
+    bodies[rev] = [None, size, attachments] if attachments else [None, size]
     winner = revtree.winner(tree)
     leaves = set(revtree.leaves(tree))
-    active = sum(p[1] for r, p in bodies.items() if r in leaves)
+    active = sum(stored_size(p) for r, p in bodies.items() if r in leaves)
     return DocInfo(doc_id, seq, tree[winner][1], tree, bodies, active, winner)
+
+
+class _ChunkWriter:
+    """Appends new attachment bytes as chunk terms once per commit, however many
+    revisions of the commit carry them (a stub of a revision of the same commit
+    shares its chunks), and turns placeholders into stored records."""
+
+    def __init__(self, batch: Any) -> None:
+        self._batch = batch
+        self._written: dict[int, list[list[int]]] = {}
+
+    def records(self, placeholder: list[Any]) -> list[list[list[Any]]]:
+        """``[records]`` for a placeholder with attachments, ``[]`` without."""
+        if len(placeholder) < 3:
+            return []
+        return [[self._record(att) for att in attachments_of(placeholder)]]
+
+    def _record(self, att: Stored) -> list[Any]:
+        where = att.where
+        if isinstance(where, Inline):
+            where = self._chunks(where)
+        return [att.name, att.content_type, att.length, att.digest, att.revpos, where]
+
+    def _chunks(self, att: Inline) -> list[list[int]]:
+        key = id(att)
+        if key not in self._written:
+            payloads = [encode_payload(chunk) for chunk in chunked(att.data)]
+            self._written[key] = [[self._batch.add_encoded(p), len(p)] for p in payloads]
+        return self._written[key]
 
 
 def _write_failed(path: str, exc: BaseException) -> SetteeError:

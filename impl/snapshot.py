@@ -18,6 +18,7 @@ from typing import Any
 from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
 from settee.docinfo import DocInfo
 from settee.file import ShardFile
+from settee.spec.attachments import Stored, render
 from settee.spec.errors import CorruptionError
 from settee.spec.format import ShardHeader
 
@@ -125,6 +126,43 @@ class Snapshot:
         if not isinstance(body, dict):
             raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
+
+    def attachment_data(self, att: Stored) -> bytes:
+        """The bytes of a stored attachment, each chunk's crc checked, the total
+        checked against the record's length."""
+        parts = []
+        for pos, size in att.where:
+            chunk = self.file.read_term(pos, size)
+            if not isinstance(chunk, bytes):
+                raise CorruptionError(self.file.path, pos, "attachment chunk is not bytes")
+            parts.append(chunk)
+        data = b"".join(parts)
+        if len(data) != att.length:
+            where = att.where[0][0] if att.where else 0
+            raise CorruptionError(
+                self.file.path,
+                where,
+                f"attachment {att.name!r} holds {len(data)} bytes, its record says {att.length}",
+            )
+        return data
+
+    def rendered_attachments(
+        self, info: DocInfo, rev: str, data_above: int | None = None
+    ) -> dict[str, Any] | None:
+        """``_attachments`` of a read: stubs, or (``data_above`` not None) the data of
+        those whose revpos is above it; None when the revision holds none."""
+        found = info.attachments(rev)
+        if not found:
+            return None
+        return {
+            att.name: render(
+                att,
+                self.attachment_data(att)
+                if data_above is not None and att.revpos > data_above
+                else None,
+            )
+            for att in found
+        }
 
     # -- ranges -----------------------------------------------------------------
 

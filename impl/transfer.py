@@ -38,6 +38,8 @@ def leaf_documents(db: Database) -> Iterator[dict[str, Any]]:
                         info.tree[leaf][1],
                         body,
                         revisions=revtree.revisions(info.tree, leaf),
+                        # Every attachment with its data, so a load needs no stub.
+                        attachments=snap.rendered_attachments(info, leaf, 0),
                     )
 
 

@@ -29,7 +29,8 @@ __all__ = ["all_docs", "changes", "revs_diff_entry"]
 def _winner_doc(snap: Snapshot, info: DocInfo) -> dict[str, Any]:
     winner = info.winner
     body = snap.body(info, winner) or {}
-    return render_doc(info.id, winner, info.tree[winner][1], body)
+    atts = snap.rendered_attachments(info, winner)
+    return render_doc(info.id, winner, info.tree[winner][1], body, attachments=atts)
 
 
 def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
@@ -154,7 +155,8 @@ def _change_doc(snap: Snapshot, doc_id: str, rev: str) -> dict[str, Any]:
     info = snap.doc_info(doc_id)
     assert info is not None  # by_seq and by_id of one snapshot agree (settee check verifies)
     body = snap.body(info, rev) or {}
-    return render_doc(doc_id, rev, info.tree[rev][1], body)
+    atts = snap.rendered_attachments(info, rev)
+    return render_doc(doc_id, rev, info.tree[rev][1], body, attachments=atts)
 
 
 def revs_diff_entry(tree: dict[str, list[Any]] | None, revs: list[str]) -> dict[str, Any] | None:

@@ -61,6 +61,19 @@ from settee.spec.arguments import (
     check_revs_diff,
     check_since,
 )
+from settee.spec.attachments import (
+    Inline,
+    MissingStub,
+    Stored,
+    attachment_answer,
+    check_atts_since,
+    digest_of,
+    render,
+    resolve,
+    rev_digests,
+    since_position,
+    validate_attachment_name,
+)
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc, validate_docid
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
@@ -70,17 +83,35 @@ from settee.spec.values import describe
 
 __all__ = ["LOG_NAME", "ReferenceDB", "open"]
 
+
+def _stored(att: Stored | Inline) -> Stored:
+    """The record a revision keeps: a stub's as it was, new bytes digested."""
+    if isinstance(att, Stored):
+        return att
+    assert att.revpos is not None  # resolve() gives every new attachment its revpos
+    return Stored(
+        att.name, att.content_type, len(att.data), digest_of(att.data), att.revpos, att.data
+    )
+
+
 LOG_NAME = "reference.log"
 _CONFLICT = "Document update conflict."
 
 
 @dataclass
 class _Doc:
-    """One document: its rev tree, the bodies still kept, its latest seq."""
+    """One document: its rev tree, the bodies still kept (and each kept revision's
+    attachments, their bytes in ``Stored.where``), its latest seq."""
 
     tree: revtree.RevTree
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    atts: dict[str, list[Stored]] = field(default_factory=dict)
     seq: int = 0
+
+    def forget_unkept(self) -> None:
+        """Drop bodies and attachments of revisions no longer kept."""
+        self.bodies = {r: b for r, b in self.bodies.items() if r in self.tree}
+        self.atts = {r: a for r, a in self.atts.items() if r in self.bodies}
 
 
 def open(path: str | None = None, **options: Any) -> ReferenceDB:
@@ -151,6 +182,8 @@ class ReferenceDB:
             self._check_writable()
             vdoc = self._validate(doc, new_edits=True)
             (result,) = self._update_interactive([vdoc])
+            if result.get("error") == "missing_stub":
+                raise MissingStub(result["reason"])
             if "error" in result:
                 raise Conflict(result["reason"])
             return result
@@ -185,8 +218,8 @@ class ReferenceDB:
             ]
             if new_edits:
                 return self._update_interactive(vdocs)
-            self._update_replicated(vdocs)
-            return []  # CouchDB omits successes with new_edits=false; we have no other errors
+            # CouchDB omits successes with new_edits=false: only missing stubs are errors.
+            return self._update_replicated(vdocs)
 
     def _validate(self, doc: object, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         limit = self._config["max_document_size"]
@@ -236,36 +269,71 @@ class ReferenceDB:
             if not ok:
                 results.append({"id": vdoc.id, "error": "conflict", "reason": _CONFLICT})
                 continue
-            rev = new_rev(parent, vdoc.deleted, vdoc.body)
+            position = 1 if parent is None else parse_rev(parent)[0] + 1
+            try:
+                atts = resolve(
+                    vdoc.id, vdoc.attachments, self._stubs_from(vdoc), position, new_edits=True
+                )
+            except MissingStub as exc:
+                results.append({"id": vdoc.id, "error": "missing_stub", "reason": exc.reason})
+                continue
+            rev = new_rev(parent, vdoc.deleted, vdoc.body, rev_digests(atts))
             path = [rev] if parent is None else [rev, parent]
-            changed.append(self._apply(vdoc, path))
+            changed.append(self._apply(vdoc, path, atts))
             results.append({"ok": True, "id": vdoc.id, "rev": rev})
         self._append(changed)
         return results
 
-    def _update_replicated(self, vdocs: list[ValidDoc]) -> None:
+    def _stubs_from(self, vdoc: ValidDoc) -> list[Stored] | None:
+        """The attachments an interactive edit's stubs refer to: those of the
+        revision ``_rev`` names; None when it names none (or one without a body)."""
+        entry = self._docs.get(vdoc.id)
+        if entry is None or vdoc.rev is None or vdoc.rev not in entry.bodies:
+            return None
+        return list(entry.atts.get(vdoc.rev, []))
+
+    def _update_replicated(self, vdocs: list[ValidDoc]) -> list[dict[str, Any]]:
         changed = []
+        errors = []
         for vdoc in vdocs:
             tree = self._tree_of(vdoc.id)
             # couch_db:prep_and_validate_replicated_updates ignores a doc whose
             # revision the tree already holds (leaf or not).
             if tree is not None and vdoc.revisions[0] in tree:
                 continue
-            changed.append(self._apply(vdoc, list(vdoc.revisions)))
+            position = parse_rev(vdoc.revisions[0])[0]
+            previous = self._ancestor_atts(vdoc)
+            try:
+                atts = resolve(vdoc.id, vdoc.attachments, previous, position, new_edits=False)
+            except MissingStub as exc:
+                errors.append({"id": vdoc.id, "error": "missing_stub", "reason": exc.reason})
+                continue
+            changed.append(self._apply(vdoc, list(vdoc.revisions), atts))
         self._append(changed)
+        return errors
+
+    def _ancestor_atts(self, vdoc: ValidDoc) -> list[Stored] | None:
+        entry = self._docs.get(vdoc.id)
+        for rev in vdoc.revisions[1:]:
+            if entry is not None and rev in entry.bodies:
+                return list(entry.atts.get(rev, []))
+        return None
 
     def _tree_of(self, docid: str) -> revtree.RevTree | None:
         entry = self._docs.get(docid)
         return None if entry is None else entry.tree
 
-    def _apply(self, vdoc: ValidDoc, path: list[str]) -> tuple[str, dict[str, Any]]:
-        """Merge ``path`` (its newest rev carrying ``vdoc``'s body), stem,
-        bump the sequence; return the log record's new bodies."""
+    def _apply(
+        self, vdoc: ValidDoc, path: list[str], atts: list[Stored | Inline]
+    ) -> tuple[str, dict[str, Any]]:
+        """Merge ``path`` (its newest rev carrying ``vdoc``'s body and ``atts``),
+        stem, bump the sequence; return the log record's new bodies."""
         entry = self._docs.setdefault(vdoc.id, _Doc(tree={}))
         tree, _added = revtree.merge_path(entry.tree, path, vdoc.deleted)
         entry.tree = revtree.stem(tree, self._config["revs_limit"])
         entry.bodies[path[0]] = vdoc.body
-        entry.bodies = {r: b for r, b in entry.bodies.items() if r in entry.tree}
+        entry.atts[path[0]] = [_stored(att) for att in atts]
+        entry.forget_unkept()
         self._seq += 1
         entry.seq = self._seq
         return vdoc.id, {path[0]: vdoc.body}
@@ -273,7 +341,13 @@ class ReferenceDB:
     # ------------------------------------------------------------------ reads
 
     def get(
-        self, docid: str, rev: str | None = None, revs: bool = False, conflicts: bool = False
+        self,
+        docid: str,
+        rev: str | None = None,
+        revs: bool = False,
+        conflicts: bool = False,
+        attachments: bool = False,
+        atts_since: list[str] | None = None,
     ) -> dict[str, Any]:
         """The winning revision (or ``rev``) of a document."""
         with self._lock:
@@ -282,6 +356,8 @@ class ReferenceDB:
             rev = check_optional_rev(rev)
             check_bool("revs", revs)
             check_bool("conflicts", conflicts)
+            check_bool("attachments", attachments)
+            since = check_atts_since(atts_since)
             entry = self._docs.get(docid)
             if entry is None:
                 raise NotFound("missing")
@@ -295,12 +371,28 @@ class ReferenceDB:
                 found = None
             if rev not in entry.bodies:
                 raise NotFound("missing")
-            return self._render(docid, entry, rev, revs=revs, conflicts=found)
+            # Data for every attachment above atts_since's position (all: 0), or none.
+            above = None if not attachments and since is None else 0
+            if since is not None and not attachments:
+                above = since_position(entry.tree, since)
+            return self._render(docid, entry, rev, revs=revs, conflicts=found, data_above=above)
 
     @staticmethod
     def _render(
-        docid: str, entry: _Doc, rev: str, *, revs: bool = False, conflicts: list[str] | None = None
+        docid: str,
+        entry: _Doc,
+        rev: str,
+        *,
+        revs: bool = False,
+        conflicts: list[str] | None = None,
+        data_above: int | None = None,
     ) -> dict[str, Any]:
+        atts = {
+            att.name: render(
+                att, att.where if data_above is not None and att.revpos > data_above else None
+            )
+            for att in entry.atts.get(rev, [])
+        }
         return render_doc(
             docid,
             rev,
@@ -308,7 +400,27 @@ class ReferenceDB:
             copy.deepcopy(entry.bodies[rev]),
             revisions=revtree.revisions(entry.tree, rev) if revs else None,
             conflicts=conflicts,
+            attachments=atts or None,
         )
+
+    def attachment(self, docid: str, name: str, rev: str | None = None) -> dict[str, Any]:
+        """One attachment of the winning revision (or ``rev``), its bytes included."""
+        with self._lock:
+            self._check_open()
+            docid = validate_docid(docid)
+            name = validate_attachment_name(name)
+            rev = check_optional_rev(rev)
+            entry = self._docs.get(docid)
+            if entry is None:
+                raise NotFound("missing")
+            if rev is None:
+                rev = revtree.winner(entry.tree)
+                if entry.tree[rev][1]:
+                    raise NotFound("deleted")
+            for att in entry.atts.get(rev, []) if rev in entry.bodies else []:
+                if att.name == name:
+                    return attachment_answer(att, att.where)
+            raise NotFound("missing")
 
     def all_docs(
         self,
@@ -452,6 +564,7 @@ class ReferenceDB:
                 entry.tree = revtree.stem(entry.tree, self._config["revs_limit"])
                 leaves = set(revtree.leaves(entry.tree))
                 entry.bodies = {r: b for r, b in entry.bodies.items() if r in leaves}
+                entry.forget_unkept()
             if self._log_path is not None:
                 self._rewrite_log()
 
@@ -459,7 +572,13 @@ class ReferenceDB:
 
     def _record(self, docid: str, new_bodies: dict[str, Any]) -> bytes:
         entry = self._docs[docid]
-        return msgpack.packb([docid, entry.seq, entry.tree, new_bodies], use_bin_type=True)
+        atts = {
+            rev: [[a.name, a.content_type, a.length, a.digest, a.revpos, a.where] for a in found]
+            for rev, found in entry.atts.items()
+            if rev in new_bodies and found
+        }
+        record = [docid, entry.seq, entry.tree, new_bodies] + ([atts] if atts else [])
+        return msgpack.packb(record, use_bin_type=True)
 
     def _append(self, changed: list[tuple[str, dict[str, Any]]]) -> None:
         if self._log is None or not changed:
@@ -493,11 +612,15 @@ class ReferenceDB:
 
     def _load(self, record: Any, offset: int) -> None:
         try:
-            docid, seq, tree, new_bodies = record
+            docid, seq, tree, new_bodies, *more = record
             entry = self._docs.setdefault(docid, _Doc(tree={}))
             entry.tree = tree
             entry.bodies.update(new_bodies)
-            entry.bodies = {r: b for r, b in entry.bodies.items() if r in tree}
+            for rev in new_bodies:
+                entry.atts[rev] = [
+                    Stored(*fields) for fields in (more[0] if more else {}).get(rev, [])
+                ]
+            entry.forget_unkept()
         except (TypeError, ValueError, AttributeError) as exc:
             assert self._log_path is not None
             raise CorruptionError(self._log_path, offset, f"malformed record: {exc}") from exc

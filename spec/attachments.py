@@ -1,4 +1,4 @@
-"""Attachments: the pure rules both implementations will share (SEMANTICS.md §18).
+"""Attachments: the pure rules both implementations share (SEMANTICS.md §18).
 
 CouchDB's ``couch_att`` and ``couch_doc:merge_stubs``, without storage: what an
 ``_attachments`` member may hold (:func:`validate_attachments`), how a new
@@ -6,10 +6,9 @@ revision's attachments follow from it and from the previous revision's
 (:func:`resolve`), the digest CouchDB gives bytes (:func:`digest_of`), what a
 revision id digests of them (:func:`rev_digests`), how a read renders them
 (:func:`render`), which ones ``atts_since`` sends whole (:func:`since_position`)
-and how bytes are cut into chunk terms (:func:`chunked`).
-
-Storage is not built yet: until it is, documents with ``_attachments`` stay
-refused by ``settee.spec.docs.validate_doc`` on both sides.
+and how bytes are cut into chunk terms (:func:`chunked`). Storage is each
+side's own: chunk terms in the engine (FORMAT.md "Attachments"), bytes in memory
+and in the log in the reference.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.errors import BadRequest
-from settee.spec.revs import is_valid_rev, rev_pos
+from settee.spec.revs import check_rev, is_valid_rev, rev_pos
 from settee.spec.values import describe, plain_str
 
 __all__ = [
@@ -32,6 +31,8 @@ __all__ = [
     "MissingStub",
     "Stored",
     "Stub",
+    "attachment_answer",
+    "check_atts_since",
     "chunked",
     "digest_of",
     "render",
@@ -225,3 +226,23 @@ def chunked(data: bytes) -> list[bytes]:
     if not data:
         return [b""]
     return [data[i : i + CHUNK_SIZE] for i in range(0, len(data), CHUNK_SIZE)]
+
+
+def attachment_answer(stored: Stored, data: bytes) -> dict[str, Any]:
+    """What ``attachment(id, name, rev)`` returns."""
+    return {
+        "content_type": stored.content_type,
+        "revpos": stored.revpos,
+        "digest": stored.digest,
+        "length": stored.length,
+        "data": data,
+    }
+
+
+def check_atts_since(value: object) -> list[str] | None:
+    """``atts_since`` as a list of revisions (None: not given); BadRequest otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple):
+        raise BadRequest(f"atts_since must be a list of revisions, not {describe(value)}")
+    return [check_rev(rev) for rev in value]

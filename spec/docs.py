@@ -43,6 +43,7 @@ from typing import Any
 
 import msgpack
 
+from settee.spec.attachments import Inline, Stub, validate_attachments
 from settee.spec.config import DEFAULTS
 from settee.spec.docids import new_docid
 from settee.spec.errors import BadRequest
@@ -59,7 +60,7 @@ __all__ = [
     "validate_docid",
 ]
 
-READ_FIELDS = frozenset({"_id", "_rev", "_deleted", "_revisions"})
+READ_FIELDS = frozenset({"_id", "_rev", "_deleted", "_revisions", "_attachments"})
 IGNORED_FIELDS = frozenset({"_conflicts", "_deleted_conflicts", "_revs_info", "_local_seq"})
 #: ``_``-fields CouchDB keeps as ordinary body members (couch_doc:transfer_fields):
 #: the replicator's state fields and ``_access``, in every database.
@@ -93,6 +94,8 @@ class ValidDoc:
     body: dict[str, Any]
     #: ``body`` as msgpack bytes (what the engine stores), kept so it is packed once.
     encoded: bytes = field(default=b"", repr=False, compare=False)
+    #: ``_attachments`` in document order (SEMANTICS.md §18): new bytes or stubs.
+    attachments: tuple[Inline | Stub, ...] = ()
 
 
 def validate_docid(docid: object) -> str:
@@ -361,6 +364,9 @@ def validate_doc(
             "name its revision (_rev, and _revisions for its history)"
         )
     normal, packed = _normalise(body, max_document_size)
+    attachments = ()
+    if "_attachments" in special:
+        attachments = validate_attachments(special["_attachments"])
     return ValidDoc(
         id=docid,
         rev=revisions[0] if revisions else None,
@@ -368,6 +374,7 @@ def validate_doc(
         revisions=revisions,
         body=normal,
         encoded=packed,
+        attachments=attachments,
     )
 
 
@@ -379,11 +386,13 @@ def render_doc(
     *,
     revisions: dict[str, Any] | None = None,
     conflicts: list[str] | None = None,
+    attachments: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The document a read returns, in CouchDB's field order: ``_id``,
     ``_rev``, body fields, ``_deleted`` (tombstones only), ``_revisions`` (if
-    given), ``_conflicts`` (if given and non-empty). Only the top level is
-    new: pass a body the caller may own (e.g. a deep copy of the stored one).
+    given), ``_conflicts`` (if given and non-empty), ``_attachments`` (if any).
+    Only the top level is new: pass a body the caller may own (e.g. a deep copy
+    of the stored one).
     """
     out: dict[str, Any] = {"_id": docid, "_rev": rev}
     out.update(body)
@@ -393,4 +402,6 @@ def render_doc(
         out["_revisions"] = revisions
     if conflicts:
         out["_conflicts"] = list(conflicts)
+    if attachments:
+        out["_attachments"] = attachments
     return out

@@ -16,6 +16,7 @@ is the crash tests' business).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import shutil
 from collections import Counter
@@ -68,6 +69,25 @@ HASHES = ("a", "b", "c", "ab", "0" * 32, "f" * 32, "", "fake_Rev.1")
 STATS: Counter[str] = Counter()
 
 
+#: Attachment names and contents the machine draws (SEMANTICS.md §18).
+ATT_NAMES = ("a.txt", "b")
+ATT_DATA = (b"", b"hi", bytes(range(256)) * 300)  # the last one spans two chunks
+
+
+def attachments() -> st.SearchStrategy[dict[str, Any]]:
+    """An ``_attachments`` member: new bytes (base64) or stubs of the previous
+    revision's, some with a revpos that may not match."""
+    inline = st.builds(
+        lambda data, ctype: {"content_type": ctype, "data": base64.b64encode(data).decode()},
+        st.sampled_from(ATT_DATA),
+        st.sampled_from(["text/plain", "image/png"]),
+    )
+    stub = st.one_of(
+        st.just({"stub": True}), st.builds(lambda p: {"stub": True, "revpos": p}, st.integers(1, 3))
+    )
+    return st.dictionaries(st.sampled_from(ATT_NAMES), st.one_of(inline, stub), max_size=2)
+
+
 def bodies() -> st.SearchStrategy[dict[str, Any]]:
     values = st.one_of(
         st.integers(-2, 2),
@@ -93,8 +113,11 @@ INVALID_CALLS: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...] = (
     ("put", ({"_id": "_design/"},), {}),
     ("put", ({"_id": "a", "_rev": "abc"},), {}),
     ("put", ({"_id": "a", "_rev": "01-a"},), {}),
-    ("put", ({"_id": "a", "_rev": "1-ABC"},), {}),
-    ("put", ({"_id": "a", "_attachments": {}},), {}),
+    ("put", ({"_id": "a", "_rev": "1-" + "A" * 32},), {}),
+    ("put", ({"_id": "a", "_attachments": {"x": {"stub": "yes"}}},), {}),
+    ("put", ({"_id": "a", "_attachments": {"_x": {"data": ""}}},), {}),
+    ("put", ({"_id": "a", "_attachments": {"x": {"data": "not base64"}}},), {}),
+    ("put", ({"_id": "a", "_attachments": {"x": {"follows": True}}},), {}),
     ("put", ({"_id": "a", "_deleted": "yes"},), {}),
     ("put", ({"_id": "a", "x": b"bytes"},), {}),
     ("put", ({"_id": "a", "x": {1, 2}},), {}),
@@ -304,6 +327,8 @@ class EquivalenceMachine(RuleBasedStateMachine):
             doc["_deleted"] = True
         if data.draw(st.integers(0, 9), label="output-only field?") == 0:
             doc["_conflicts"] = []
+        if data.draw(st.integers(0, 2), label="attachments?") == 0:
+            doc["_attachments"] = data.draw(attachments(), label="attachments")
         return doc
 
     def draw_history(self, data: Any) -> dict[str, Any]:
@@ -333,6 +358,8 @@ class EquivalenceMachine(RuleBasedStateMachine):
                 doc["_rev"] = path[0]
         if data.draw(st.integers(0, 3), label="deleted?") == 0:
             doc["_deleted"] = True
+        if data.draw(st.integers(0, 2), label="attachments?") == 0:
+            doc["_attachments"] = data.draw(attachments(), label="attachments")
         for rev in path:
             self._know(doc_id, rev)
         return doc
@@ -380,6 +407,23 @@ class EquivalenceMachine(RuleBasedStateMachine):
     def get(self, data: Any, revs: bool, conflicts: bool) -> None:
         doc_id = data.draw(st.sampled_from(IDS), label="id")
         self.both("get", doc_id, rev=self.draw_rev(data, doc_id), revs=revs, conflicts=conflicts)
+
+    @rule(data=st.data(), with_data=st.booleans())
+    def get_attachments(self, data: Any, with_data: bool) -> None:
+        """Attachments with their data: all of them, or those above ``atts_since``."""
+        doc_id = data.draw(st.sampled_from(IDS), label="id")
+        rev = self.draw_rev(data, doc_id)
+        if with_data:
+            self.both("get", doc_id, rev=rev, attachments=True)
+        else:
+            since = [r for r in [self.draw_rev(data, doc_id, allow_none=False)] if r]
+            self.both("get", doc_id, rev=rev, atts_since=since)
+
+    @rule(data=st.data())
+    def attachment(self, data: Any) -> None:
+        doc_id = data.draw(st.sampled_from(IDS), label="id")
+        name = data.draw(st.sampled_from(ATT_NAMES), label="name")
+        self.both("attachment", doc_id, name, rev=self.draw_rev(data, doc_id))
 
     @rule(
         # Bounds equal to a stored id half the time: that is where inclusive_end and
@@ -529,7 +573,15 @@ class EquivalenceMachine(RuleBasedStateMachine):
         elif part == "_revisions.ids":
             doc["_revisions"] = {"start": 2, "ids": [value, "a"]}
         elif part == "_attachments":
-            doc["_attachments"] = {}
+            where = data.draw(st.sampled_from(["whole", "one", "data", "type", "revpos", "name"]))
+            doc["_attachments"] = {
+                "whole": value,
+                "one": {"a": value},
+                "data": {"a": {"data": value}},
+                "type": {"a": {"data": "", "content_type": value}},
+                "revpos": {"a": {"stub": True, "revpos": value}},
+                "name": {value if _hashable(value) else "k": {"data": ""}},
+            }[where]
         elif part == "ignored _local_seq":
             doc["_local_seq"] = 7
         return doc

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from settee.spec import attachments as atts
-from settee.spec import docs
 from settee.spec.errors import BadRequest
 from settee.spec.revs import new_rev
 
@@ -129,11 +128,6 @@ def test_atts_since_counts_only_revisions_the_tree_holds() -> None:
     tree = {"1-a": [None, False], "2-b": ["1-a", False], "3-c": ["2-b", False]}
     assert atts.since_position(tree, ["2-b", "9-zz", "nonsense"]) == 2
     assert atts.since_position(tree, []) == 0
-
-
-def test_documents_with_attachments_stay_refused_until_storage_lands() -> None:
-    with pytest.raises(BadRequest, match="unknown special field"):
-        docs.validate_doc({"_id": "a", "_attachments": {}}, new_edits=True)
 
 
 @given(st.binary(max_size=3 * atts.CHUNK_SIZE + 5))

@@ -188,7 +188,7 @@ VALID: dict[str, object] = {
 
 
 def test_format_version_is_2() -> None:
-    assert fmt.FORMAT_VERSION == 3
+    assert fmt.FORMAT_VERSION == 4
 
 
 @st.composite

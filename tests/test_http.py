@@ -206,7 +206,8 @@ def test_invalid_documents_are_400_with_couchdb_error_names(client: Client, db: 
     assert client("PUT", f"{db}/a", [1, 2]).status == 400
     special = client("PUT", f"{db}/a", {"_foo": 1})
     assert special.status == 400 and special.json["error"] == "doc_validation"
-    assert client("PUT", f"{db}/a", {"_attachments": {}}).json["error"] == "doc_validation"
+    bad_att = client("PUT", f"{db}/a", {"_attachments": {"_x": {"data": ""}}})
+    assert (bad_att.status, bad_att.json["error"]) == (400, "bad_request")
     underscore = client("PUT", f"{db}/_nope", {"x": 1})
     assert underscore.status == 400 and underscore.json["error"] == "illegal_docid"
     assert client("PUT", f"{db}/a", {"x": float("inf")}).status == 400  # not JSON
@@ -950,3 +951,95 @@ def test_requests_racing_a_database_delete_get_4xx_not_500(client: Client) -> No
         for t in threads:
             t.join()
     assert statuses and max(statuses) < 500, sorted(set(statuses))
+
+
+# -- attachments -----------------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def test_attachments_inline_stubs_and_standalone(client: Client, db: str) -> None:
+    blob = bytes(range(256)) * 1000  # 256 KB: several chunks
+    rev1 = put(
+        client,
+        db,
+        "d",
+        {"v": 1, "_attachments": {"a.txt": {"content_type": "text/plain", "data": _b64(b"hello")}}},
+    )
+    doc = client("GET", f"{db}/d").json
+    assert doc["_attachments"] == {
+        "a.txt": {
+            "content_type": "text/plain",
+            "revpos": 1,
+            "digest": "md5-XUFAKrxLKna5cZ2REBfFkg==",
+            "length": 5,
+            "stub": True,
+        }
+    }
+    raw = client("GET", f"{db}/d/a.txt")
+    assert (raw.status, raw.raw, raw.headers["Content-Type"]) == (200, b"hello", "text/plain")
+    assert raw.headers["ETag"] == '"XUFAKrxLKna5cZ2REBfFkg=="'
+    stored = client(
+        "PUT", f"{db}/d/dir/b.bin?rev={rev1}", raw=blob, headers={"Content-Type": "application/x-b"}
+    )
+    assert stored.status == 201, stored.raw
+    rev2 = stored.json["rev"]
+    doc2 = client("GET", f"{db}/d").json
+    assert doc2["_rev"] == rev2 and doc2["v"] == 1
+    assert set(doc2["_attachments"]) == {"a.txt", "dir/b.bin"}
+    assert doc2["_attachments"]["a.txt"]["revpos"] == 1
+    assert doc2["_attachments"]["dir/b.bin"]["revpos"] == 2
+    assert client("GET", f"{db}/d/dir%2Fb.bin").raw == blob
+    full = client("GET", f"{db}/d?attachments=true").json["_attachments"]
+    assert full["dir/b.bin"]["data"] == _b64(blob) and "stub" not in full["a.txt"]
+    since = client("GET", f'{db}/d?atts_since=["{rev1}"]').json["_attachments"]
+    assert since["a.txt"]["stub"] is True and "data" in since["dir/b.bin"]
+    opened = client("GET", f'{db}/d?open_revs=["{rev2}"]&attachments=true').json
+    assert opened[0]["ok"]["_attachments"]["a.txt"]["data"] == _b64(b"hello")
+    gone = client("DELETE", f"{db}/d/a.txt?rev={rev2}")
+    assert gone.status == 200, gone.raw
+    assert list(client("GET", f"{db}/d").json["_attachments"]) == ["dir/b.bin"]
+    assert client("GET", f"{db}/d/a.txt").json == {
+        "error": "not_found",
+        "reason": "Document is missing attachment",
+    }
+    assert client("GET", f"{db}/d/a.txt?rev={rev1}").raw == b"hello"  # older revisions keep theirs
+    assert client("GET", f"{db}/nope/a.txt").json["reason"] == "missing"
+
+
+def test_attachment_stubs_must_find_their_attachment(client: Client, db: str) -> None:
+    lost = client("PUT", f"{db}/n", {"_attachments": {"x": {"stub": True}}})
+    assert (lost.status, lost.json["error"]) == (412, "missing_stub")
+    rows = client(
+        "POST",
+        f"{db}/_bulk_docs",
+        {"docs": [{"_id": "m", "_attachments": {"x": {"stub": True}}}, {"_id": "ok"}]},
+    ).json
+    assert rows[0]["error"] == "missing_stub" and rows[1]["ok"] is True
+    refused = client("PUT", f"{db}/u", {"_attachments": {"_x": {"data": ""}}})
+    assert refused.status == 400
+
+
+def test_attachments_replicate_through_bulk_get_and_new_edits_false(
+    client: Client, db: str
+) -> None:
+    rev = put(
+        client,
+        db,
+        "s",
+        {"_attachments": {"p.png": {"content_type": "image/png", "data": _b64(b"\x89PNG")}}},
+    )
+    got = client(
+        "POST", f"{db}/_bulk_get?revs=true&attachments=true", {"docs": [{"id": "s", "rev": rev}]}
+    ).json
+    doc = got["results"][0]["docs"][0]["ok"]
+    assert doc["_attachments"]["p.png"]["data"] == _b64(b"\x89PNG")
+    copy = client("PUT", f"{db}-copy")
+    assert copy.status == 201
+    assert client("POST", f"{db}-copy/_bulk_docs", {"docs": [doc], "new_edits": False}).json == []
+    assert client("GET", f"{db}-copy/s/p.png").raw == b"\x89PNG"
+    assert client("GET", f"{db}-copy/s").json == client("GET", f"{db}/s").json

@@ -284,7 +284,7 @@ def test_validate_doc_revisions_path() -> None:
         ({"_id": "_design/"}, "starts with '_'"),
         ({"_id": "_local/x"}, "starts with '_'"),
         ({"_id": "a\ud800"}, "UTF-8"),
-        ({"_id": "a", "_attachments": {}}, "unknown special field"),
+        ({"_id": "a", "_attachments": []}, "_attachments must be a dict"),
         ({"_id": "a", "_foo": 1}, "unknown special field"),
         ({"_id": "a", "_deleted": 1}, "_deleted"),
         ({"_id": "a", "_rev": "1"}, "N-hash"),

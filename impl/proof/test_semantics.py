@@ -1301,7 +1301,7 @@ BAD_DOCS = {
     "id_design_no_slash": {"_id": "_design"},
     "id_lone_surrogate": {"_id": "a" + LONE},
     "unknown_special_field": {"_id": "a", "_foo": 1},
-    "attachments": {"_id": "a", "_attachments": {}},
+    "attachments": {"_id": "a", "_attachments": {"x": {"stub": "yes"}}},
     "deleted_not_bool": {"_id": "a", "_deleted": "yes"},
     "rev_not_str": {"_id": "a", "_rev": 1},
     "rev_no_dash": {"_id": "a", "_rev": "abc"},
@@ -1532,3 +1532,109 @@ def test_put_with_revisions_in_interactive_mode(engine: Any) -> None:
     assert pos(r2) == 2 and engine.get("a")["v"] == 2
     with pytest.raises(Conflict):
         engine.put({"_id": "a", "_revisions": {"start": 1, "ids": [hash_of(r1)]}, "v": 3})
+
+
+# -- attachments (SEMANTICS §18) -------------------------------------------------------------------
+
+
+def _att(data: bytes, content_type: str = "text/plain") -> dict[str, Any]:
+    import base64
+
+    return {"content_type": content_type, "data": base64.b64encode(data).decode("ascii")}
+
+
+def test_attachments_are_stored_shown_as_stubs_and_read_whole(engine: Any) -> None:
+    """couch_att: inline base64 in, stubs out (content_type, revpos, digest, length),
+    bytes back through attachment() and get(attachments=True)."""
+    rev = engine.put({"_id": "a", "v": 1, "_attachments": {"t.txt": _att(b"hello")}})["rev"]
+    doc = engine.get("a")
+    assert list(doc) == ["_id", "_rev", "v", "_attachments"]
+    assert doc["_attachments"]["t.txt"] == {
+        "content_type": "text/plain",
+        "revpos": 1,
+        "digest": "md5-XUFAKrxLKna5cZ2REBfFkg==",
+        "length": 5,
+        "stub": True,
+    }
+    whole = engine.get("a", attachments=True)["_attachments"]["t.txt"]
+    assert whole["data"] == "aGVsbG8=" and "stub" not in whole
+    assert engine.attachment("a", "t.txt")["data"] == b"hello"
+    assert engine.attachment("a", "t.txt", rev=rev)["length"] == 5
+    with pytest.raises(NotFound):
+        engine.attachment("a", "nope")
+    row = engine.all_docs(include_docs=True)["rows"][0]
+    assert row["doc"]["_attachments"] == doc["_attachments"]
+    assert engine.changes(include_docs=True)["results"][0]["doc"] == doc
+
+
+def test_attachment_stubs_keep_bytes_omitted_ones_are_gone(engine: Any) -> None:
+    """A new revision's _attachments is its whole set: stubs keep the previous
+    revision's attachment (and its revpos), what is not listed is dropped."""
+    big = bytes(range(256)) * 600  # three chunks
+    r1 = engine.put({"_id": "a", "_attachments": {"x": _att(b"1"), "big": _att(big)}})["rev"]
+    r2 = engine.put(
+        {"_id": "a", "_rev": r1, "_attachments": {"big": {"stub": True}, "y": _att(b"2")}}
+    )["rev"]
+    atts = engine.get("a")["_attachments"]
+    assert list(atts) == ["big", "y"] and atts["big"]["revpos"] == 1 and atts["y"]["revpos"] == 2
+    assert engine.attachment("a", "big")["data"] == big
+    assert engine.attachment("a", "x", rev=r1)["data"] == b"1"
+    since = engine.get("a", atts_since=[r1])["_attachments"]
+    assert since["big"].get("stub") is True and "data" in since["y"]
+    r3 = engine.put({"_id": "a", "_rev": r2, "v": 3})["rev"]
+    assert "_attachments" not in engine.get("a", rev=r3)
+
+
+def test_a_stub_without_its_attachment_is_missing_stub(engine: Any) -> None:
+    """couch_doc:merge_stubs: 412 missing_stub; bulk_docs answers it per document."""
+    with pytest.raises(BadRequest) as raised:
+        engine.put({"_id": "a", "_attachments": {"x": {"stub": True}}})
+    assert raised.value.error == "missing_stub"
+    rev = engine.put({"_id": "b", "_attachments": {"x": _att(b"1")}})["rev"]
+    rows = engine.bulk_docs(
+        [
+            {"_id": "b", "_rev": rev, "_attachments": {"x": {"stub": True, "revpos": 9}}},
+            {"_id": "c"},
+        ]
+    )
+    assert rows[0]["error"] == "missing_stub" and rows[1]["ok"] is True
+    assert engine.get("b")["_rev"] == rev
+
+
+def test_replicated_stubs_come_from_the_nearest_stored_ancestor(engine: Any) -> None:
+    """new_edits=false: stubs resolve against the newest ancestor on the sent path
+    whose body is kept (couch_db:make_first_doc_on_disk); the sender's revpos stays."""
+    rev = engine.put({"_id": "a", "_attachments": {"x": _att(b"1")}})["rev"]
+    doc = {
+        "_id": "a",
+        "_revisions": {"start": 3, "ids": ["c" * 32, "b" * 32, rev.split("-")[1]]},
+        "_attachments": {"x": {"stub": True}, "y": {**_att(b"2"), "revpos": 2}},
+    }
+    assert engine.bulk_docs([doc], new_edits=False) == []
+    atts = engine.get("a")["_attachments"]
+    assert atts["x"]["revpos"] == 1 and atts["y"]["revpos"] == 2
+    orphan = {"_id": "z", "_rev": "1-" + "d" * 32, "_attachments": {"x": {"stub": True}}}
+    assert engine.bulk_docs([orphan], new_edits=False)[0]["error"] == "missing_stub"
+
+
+def test_revision_ids_digest_attachments(engine: Any) -> None:
+    """couch_db:new_revid digests attachment names, types and digests; the same
+    edit gives the same id on every store, a different attachment another."""
+    a = engine.put({"_id": "a", "v": 1, "_attachments": {"x": _att(b"1")}})["rev"]
+    b = engine.put({"_id": "b", "v": 1, "_attachments": {"x": _att(b"1")}})["rev"]
+    c = engine.put({"_id": "c", "v": 1, "_attachments": {"x": _att(b"2")}})["rev"]
+    d = engine.put({"_id": "d", "v": 1})["rev"]
+    assert a == b and len({a, c, d}) == 3
+
+
+def test_attachments_survive_compaction_and_reopen(opener: Any, reopen: Any) -> None:
+    db = opener.open()
+    r1 = db.put({"_id": "a", "_attachments": {"x": _att(b"one" * 30000)}})["rev"]
+    db.put({"_id": "a", "_rev": r1, "_attachments": {"x": {"stub": True}, "y": _att(b"y")}})
+    db.put({"_id": "b", "_attachments": {"z": _att(b"")}})
+    before = (db.get("a", attachments=True), db.get("b", attachments=True))
+    db.compact()
+    assert (db.get("a", attachments=True), db.get("b", attachments=True)) == before
+    db = reopen(db)
+    assert (db.get("a", attachments=True), db.get("b", attachments=True)) == before
+    assert db.attachment("a", "x")["data"] == b"one" * 30000

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 import settee
-from settee.serve import changes, dbs, docs, find
+from settee.serve import attachments, changes, dbs, docs, find
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
@@ -118,4 +118,11 @@ async def _route_in_db(
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
     if len(rest) == 1:
         return await docs.handle_doc(state, request, entry, head)
+    if head == "_design" and len(rest) > 2 and not rest[2].startswith("_"):
+        ddoc = "_design/" + rest[1]
+        return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))
+    if head == "_design" and len(rest) > 2:
+        raise HTTPError(404, "not_found", f"settee serve does not serve {rest[2]} yet")
+    if not head.startswith("_"):
+        return await attachments.handle_attachment(state, request, entry, head, "/".join(rest[1:]))
     raise HTTPError(404, "not_found", "Document is missing attachment")

@@ -362,6 +362,7 @@ def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> d
             None if rev is None else [rev],
             latest=query_bool(query, "latest"),
             revisions=query_bool(query, "revs"),
+            attachments=query_bool(query, "attachments"),
         )
     except settee.BadRequest as exc:
         return _bulk_error(doc_id, rev, "bad_request", str(exc))

@@ -35,6 +35,7 @@ from settee.serve.state import State
 from settee.spec.docids import new_docid
 
 __all__ = [
+    "attachment_options",
     "check_doc",
     "handle_doc",
     "handle_local",
@@ -42,12 +43,13 @@ __all__ = [
     "new_doc_id",
     "revisions_win",
     "validate_writes",
+    "validated_write",
 ]
 
-#: Special members CouchDB accepts on input (couch_doc:transfer_fields); settee
-#: accepts the same minus ``_attachments``, which it cannot store.
+#: Special members CouchDB accepts on input (couch_doc:transfer_fields).
 _SPECIAL = {
     "_id",
+    "_attachments",
     "_rev",
     "_deleted",
     "_revisions",
@@ -91,10 +93,7 @@ def check_doc(doc: Any) -> None:
         raise HTTPError(400, "bad_request", "Document must be a JSON object")
     for key in doc:
         if key.startswith("_") and key not in _SPECIAL:
-            reason = f"Bad special document member: {key}"
-            if key == "_attachments":
-                reason += " (settee stores no attachments)"
-            raise HTTPError(400, "doc_validation", reason)
+            raise HTTPError(400, "doc_validation", f"Bad special document member: {key}")
     doc_id = doc.get("_id")
     if isinstance(doc_id, str) and doc_id.startswith("_") and not doc_id.startswith("_design/"):
         raise HTTPError(
@@ -130,7 +129,9 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         wanted = None if raw == "all" else revs.parse_rev_list(decode_json(raw.encode()))
         if raw != "all" and wanted is None:
             raise HTTPError(400, "bad_request", "open_revs must be all or a JSON list of revs")
-        results = revs.open_revs(db, doc_id, wanted, latest=latest, revisions=revs_flag)
+        results = revs.open_revs(
+            db, doc_id, wanted, latest=latest, revisions=revs_flag, **attachment_options(query)
+        )
         if wanted is None and not results:
             raise settee.NotFound("missing")
         return results
@@ -138,7 +139,13 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
     rev = query.get("rev")
     if latest and rev is not None:
         rev = revs.latest_leaf(db, doc_id, rev)
-    doc = db.get(doc_id, rev=rev, revs=revs_flag, conflicts=meta or query_bool(query, "conflicts"))
+    doc = db.get(
+        doc_id,
+        rev=rev,
+        revs=revs_flag,
+        conflicts=meta or query_bool(query, "conflicts"),
+        **attachment_options(query),
+    )
     if rev is None and (meta or query_bool(query, "deleted_conflicts")):
         deleted = revs.deleted_conflicts(db, doc_id)
         if deleted:
@@ -146,6 +153,17 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
     if meta or query_bool(query, "revs_info"):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
     return doc
+
+
+def attachment_options(query: Mapping[str, str]) -> dict[str, Any]:
+    """``?attachments=true`` and ``?atts_since=[revs]`` as ``Database.get`` takes them."""
+    options: dict[str, Any] = {"attachments": query_bool(query, "attachments")}
+    if "atts_since" in query:
+        since = revs.parse_rev_list(decode_json(query["atts_since"].encode()))
+        if since is None:
+            raise HTTPError(400, "bad_request", "atts_since must be a JSON list of revisions")
+        options["atts_since"] = since
+    return options
 
 
 def _multipart(results: list[dict[str, Any]]) -> tuple[bytes, str]:
@@ -215,6 +233,12 @@ def _validated(entry: DbEntry, doc: dict[str, Any]) -> None:
     [refusal] = validate_writes(entry, [doc])
     if refusal is not None:
         raise refusal
+
+
+def validated_write(entry: DbEntry, doc: dict[str, Any]) -> dict[str, Any]:
+    """``put`` after the design documents' ``validate_doc_update`` accepted it."""
+    _validated(entry, doc)
+    return entry.db.put(doc)
 
 
 def _put_doc(

@@ -100,7 +100,9 @@ def error_reply(exc: BaseException) -> Reply:
     if isinstance(exc, Conflict):
         return reply(409, {"error": "conflict", "reason": exc.reason})
     if isinstance(exc, BadRequest):
-        return reply(400, {"error": "bad_request", "reason": str(exc)})
+        # missing_stub: a stub the previous revision cannot satisfy (chttpd answers 412).
+        status = 412 if exc.error == "missing_stub" else 400
+        return reply(status, {"error": exc.error, "reason": str(exc)})
     if isinstance(exc, CorruptionError):
         return reply(500, {"error": "corruption", "reason": str(exc)})
     if isinstance(exc, SetteeError):

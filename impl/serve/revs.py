@@ -80,6 +80,8 @@ def open_revs(
     *,
     latest: bool = False,
     revisions: bool = False,
+    attachments: bool = False,
+    atts_since: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """CouchDB's ``open_revs``: ``revs=None`` means ``all`` (every leaf, tombstones
     included, winner first). Each entry is ``{"ok": doc}`` or ``{"missing": rev}``;
@@ -98,7 +100,10 @@ def open_revs(
     out: list[dict[str, Any]] = []
     for rev in wanted:
         try:
-            out.append({"ok": db.get(doc_id, rev=rev, revs=revisions)})
+            doc = db.get(
+                doc_id, rev=rev, revs=revisions, attachments=attachments, atts_since=atts_since
+            )
+            out.append({"ok": doc})
         except NotFound:
             out.append({"missing": rev})
     return out

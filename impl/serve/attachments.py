@@ -1,0 +1,106 @@
+"""``/{db}/{docid}/{attachment}``: one attachment's bytes (SEMANTICS.md §18).
+
+``GET``/``HEAD`` answer the bytes with their content type, ``Content-MD5`` and
+an ``ETag`` of the digest; ``PUT`` (raw bytes, ``Content-Type``, ``?rev=``)
+stores a new revision holding them, the document's other attachments kept as
+stubs (a document that does not exist yet is created); ``DELETE ?rev=``
+stores a revision without it. Writes pass the database's
+``validate_doc_update`` functions like any other write.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+import settee
+from settee.serve.docs import validated_write
+from settee.serve.protocol import HTTPError, method_not_allowed, reply, respond
+from settee.serve.registry import DbEntry
+from settee.serve.state import State
+
+__all__ = ["handle_attachment"]
+
+_MISSING = "Document is missing attachment"
+
+
+def _rev_of(query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
+    rev = query.get("rev")
+    match = headers.get("If-Match")
+    if rev is not None and match is not None and match.strip('"') != rev:
+        raise HTTPError(400, "bad_request", "Document rev and etag have different values")
+    return rev if rev is not None else (match.strip('"') if match else None)
+
+
+def _read(db: settee.Database, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
+    db.get(doc_id, rev=rev)  # NotFound "missing"/"deleted" for the document itself
+    try:
+        return db.attachment(doc_id, name, rev=rev)
+    except settee.NotFound:
+        raise HTTPError(404, "not_found", _MISSING) from None
+
+
+def _stubs(doc: dict[str, Any]) -> dict[str, Any]:
+    return {name: {"stub": True} for name in doc.get("_attachments", {})}
+
+
+def _put(
+    entry: DbEntry, doc_id: str, name: str, data: bytes, content_type: str, rev: str | None
+) -> dict[str, Any]:
+    db = entry.db
+    if rev is None:
+        doc: dict[str, Any] = {"_id": doc_id}
+    else:
+        doc = db.get(doc_id, rev=rev)
+    attachments = _stubs(doc)
+    attachments[name] = {
+        "content_type": content_type,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+    doc["_attachments"] = attachments
+    return validated_write(entry, doc)
+
+
+def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
+    if rev is None:
+        raise HTTPError(409, "conflict", "Document update conflict.")
+    doc = entry.db.get(doc_id, rev=rev)
+    attachments = _stubs(doc)
+    if name not in attachments:
+        raise HTTPError(404, "not_found", _MISSING)
+    del attachments[name]
+    doc["_attachments"] = attachments
+    return validated_write(entry, doc)
+
+
+async def handle_attachment(
+    state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str, name: str
+) -> web.StreamResponse:
+    method = request.method
+    rev = _rev_of(request.query, request.headers)
+    if method in ("GET", "HEAD"):
+        att = await state.run(_read, entry.db, doc_id, name, rev)
+        tag = '"' + att["digest"].removeprefix("md5-") + '"'
+        headers = {
+            "Content-Type": att["content_type"],
+            "ETag": tag,
+            "Content-MD5": att["digest"].removeprefix("md5-"),
+            "Accept-Ranges": "none",
+        }
+        if request.headers.get("If-None-Match") == tag:
+            return web.Response(status=304, headers={"ETag": tag})
+        return web.Response(status=200, body=att["data"], headers=headers)
+    if method == "PUT":
+        data = await state.read_body(request)
+        content_type = request.headers.get("Content-Type", "application/octet-stream")
+        result = await state.run(_put, entry, doc_id, name, data, content_type, rev)
+        state.notify(entry)
+        return respond(reply(201, result, {"ETag": f'"{result["rev"]}"'}))
+    if method == "DELETE":
+        result = await state.run(_delete, entry, doc_id, name, rev)
+        state.notify(entry)
+        return respond(reply(200, result, {"ETag": f'"{result["rev"]}"'}))
+    raise method_not_allowed("DELETE,GET,HEAD,PUT")
