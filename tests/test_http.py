@@ -1043,3 +1043,55 @@ def test_attachments_replicate_through_bulk_get_and_new_edits_false(
     assert client("POST", f"{db}-copy/_bulk_docs", {"docs": [doc], "new_edits": False}).json == []
     assert client("GET", f"{db}-copy/s/p.png").raw == b"\x89PNG"
     assert client("GET", f"{db}-copy/s").json == client("GET", f"{db}/s").json
+
+
+def _related(
+    doc: dict[str, Any], parts: list[bytes], boundary: str = "abc123"
+) -> tuple[bytes, dict[str, str]]:
+    body = (
+        b"--"
+        + boundary.encode()
+        + b"\r\nContent-Type: application/json\r\n\r\n"
+        + json.dumps(doc).encode()
+    )
+    for i, data in enumerate(parts):
+        head = f'\r\n--{boundary}\r\nContent-Disposition: attachment; filename="f{i}"\r\n\r\n'
+        body += head.encode() + data
+    body += f"\r\n--{boundary}--".encode()
+    return body, {"Content-Type": f'multipart/related; boundary="{boundary}"'}
+
+
+def test_multipart_related_put_as_couchdbs_replicator_sends_it(client: Client, db: str) -> None:
+    blob = b"\r\n--abc12\r\n" + bytes(range(256)) * 100  # CRLFs and near-boundaries inside
+    doc = {
+        "_id": "m",
+        "_rev": "2-" + "b" * 32,
+        "_revisions": {"start": 2, "ids": ["b" * 32, "a" * 32]},
+        "v": 1,
+        "_attachments": {
+            "one.bin": {
+                "follows": True,
+                "content_type": "application/x",
+                "length": len(blob),
+                "revpos": 2,
+            },
+            "two.txt": {
+                "follows": True,
+                "content_type": "text/plain",
+                "digest": "md5-XUFAKrxLKna5cZ2REBfFkg==",
+            },
+        },
+    }
+    body, headers = _related(doc, [blob, b"hello"])
+    put_r = client("PUT", f"{db}/m?new_edits=false", raw=body, headers=headers)
+    assert put_r.status == 201, put_r.raw
+    assert client("GET", f"{db}/m/one.bin").raw == blob
+    assert client("GET", f"{db}/m").json["_attachments"]["one.bin"]["revpos"] == 2
+    assert client("GET", f"{db}/m/two.txt").raw == b"hello"
+    wrong = dict(doc, _id="w")
+    wrong["_attachments"] = {"x": {"follows": True, "length": 3}}
+    body, headers = _related(wrong, [b"four"])
+    assert client("PUT", f"{db}/w?new_edits=false", raw=body, headers=headers).status == 400
+    body, headers = _related(wrong, [])
+    assert client("PUT", f"{db}/w?new_edits=false", raw=body, headers=headers).status == 400
+    assert client("PUT", f"{db}/w", raw=b"--x\r\n\r\n{}", headers=headers).status == 400

@@ -83,10 +83,16 @@ class _Client:
     def __init__(self, port: int) -> None:
         self.port = port
 
-    def __call__(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            headers = {"Content-Type": "application/json"}
+            headers = headers or {"Content-Type": "application/json"}
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
@@ -257,3 +263,44 @@ def test_hostile_selectors_are_4xx(
         client("PUT", f"/target/mango{i}", json.dumps(doc).encode())  # 409 after the first
     path = "/target/_changes?filter=_selector" if changes else "/target/_find"
     _send(client, root, "POST", path, json.dumps({"selector": selector}).encode())
+
+
+_PART_CONTENT = st.one_of(
+    st.binary(max_size=30),
+    st.sampled_from(
+        [
+            b"{}",
+            b"[1]",
+            b'{"_attachments": 5}',
+            b'{"_attachments": {"a": {"follows": true}}}',
+            b'{"_attachments": {"a": {"follows": true, "length": 2, "digest": "md5-x"}}}',
+            b'{"_attachments": {"a": {"follows": true}, "b": {"stub": true}}}',
+            b'{"_rev": "1-a", "_attachments": {"_a": {"follows": true}}}',
+        ]
+    ),
+)
+_PARTS = st.lists(
+    st.tuples(st.sampled_from([b"Content-Type: application/json", b"X: y", b""]), _PART_CONTENT),
+    max_size=4,
+)
+
+
+@_HOSTILE
+@given(boundary=st.text(alphabet="abcxyz-'\"= ;", max_size=6), parts=_PARTS, raw=st.booleans())
+def test_hostile_multipart_bodies_are_4xx(
+    served: tuple[_Client, Path], boundary: str, parts: list[tuple[bytes, bytes]], raw: bool
+) -> None:
+    """multipart/related PUTs (CouchDB's replicator sends them): well-formed parts
+    with any content, or the same pieces run together: a 4xx or a stored document,
+    never a 500."""
+    client, _root = served
+    delimiter = b"--" + boundary.encode("utf-8", "replace")
+    if raw:
+        body = delimiter.join(head + content for head, content in parts)
+    else:
+        body = b"".join(delimiter + b"\r\n" + h + b"\r\n\r\n" + c + b"\r\n" for h, c in parts)
+        body += delimiter + b"--"
+    headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
+    status, answer = client("PUT", "/target/mp?new_edits=false", body, headers)
+    assert status < 500, (status, answer[:300])
+    assert client("GET", "/target/doc")[0] == 200

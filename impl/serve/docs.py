@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve import revs
+from settee.serve import multipart, revs
 from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,
@@ -249,7 +249,11 @@ def _put_doc(
     query: Mapping[str, str],
     headers: Mapping[str, str],
 ) -> tuple[int, dict[str, Any]]:
-    doc = decode_object(body, "Document")
+    content_type = headers.get("Content-Type", "")
+    if multipart.is_related(content_type):
+        doc = multipart.related_document(body, content_type)
+    else:
+        doc = decode_object(body, "Document")
     check_doc({**doc, "_id": doc_id})
     doc = {**doc, "_id": doc_id}
     if "_rev" in doc:
