@@ -18,12 +18,13 @@ characters such as U+200B; settee does not). SEMANTICS.md "Mango" says the same.
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["collate_json", "collate_text", "json_type"]
+__all__ = ["collate_json", "collate_text", "json_type", "sort_key"]
 
 # The 7-bit symbols in the order ICU's root collation gives them (CouchDB docs).
 _SYMBOLS = " `^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$"
@@ -140,3 +141,101 @@ def _compare_values(x: Any, y: Any) -> tuple[int, Iterator[tuple[str, Any, Any]]
         for step in (("key", key_x, key_y), ("value", value_x, value_y))
     )
     return 0, itertools.chain(members, [("length", len(x), len(y))])
+
+
+# -- sort keys: collation as plain string order ----------------------------------------------
+#
+# sort_key(v) is a str whose code point order is collate_json's order, so a store
+# that orders ids by code point (the engine's by_id, _all_docs) can hold rows in
+# view-key order: the groundwork for view indexes. Every piece is self-delimiting,
+# so a shorter array or object sorts first exactly as collate_json says.
+
+_TAG = {"null": "1", "boolean": "2", "number": "4", "string": "5", "array": "6", "object": "7"}
+_END = "\u0000"  # closes an array or object: below every tag and every string key
+_LEVEL = "\u0002"  # closes one level of a string's weights: below every weight
+_STRING_END = "\u0001"  # closes a string: below _LEVEL
+_WEIGHT_BASE = 0x1000  # weight digits and lengths use U+1000..U+1FFF: no surrogates
+
+
+def sort_key(value: Any) -> str:
+    """A string whose code point order is :func:`collate_json`'s order:
+    ``collate_json(a, b) == cmp(sort_key(a), sort_key(b))`` for any JSON values."""
+    out: list[str] = []
+    pending: list[Any] = [value]
+    while pending:  # iterative: values nest as deep as documents do
+        item = pending.pop()
+        if isinstance(item, _Literal):
+            out.append(item.text)
+            continue
+        kind = json_type(item)
+        out.append(_TAG[kind])
+        if kind == "boolean":
+            out[-1] = "3" if item else "2"
+        elif kind == "number":
+            out.append(_number_key(item))
+        elif kind == "string":
+            out.append(_text_key(item))
+        elif kind == "array":
+            pending.append(_Literal(_END))
+            pending.extend(reversed(list(item)))
+        elif kind == "object":
+            pending.append(_Literal(_END))
+            for key, member in reversed(list(item.items())):
+                pending.append(member)
+                pending.append(_Literal(_text_key(key)))
+    return "".join(out)
+
+
+class _Literal:
+    """Text to emit as it is (a container's end, an object key) on sort_key's stack."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _weight(n: int) -> str:
+    """A non-negative int as self-delimiting text in int order: its digit count,
+    then its base-4096 digits (more digits sort after, as larger ints do)."""
+    digits = []
+    while True:
+        n, digit = divmod(n, 4096)
+        digits.append(chr(_WEIGHT_BASE + digit))
+        if not n:
+            break
+    return chr(_WEIGHT_BASE + len(digits)) + "".join(reversed(digits))
+
+
+def _text_key(text: str) -> str:
+    primary, secondary, tertiary = _sort_key(text)
+    levels = [
+        "".join(_weight(w) for w in level) + _LEVEL for level in (primary, secondary, tertiary)
+    ]
+    # The code points break ties between strings of equal weights, as collate_text does.
+    return "".join(levels) + "".join(_weight(ord(c)) for c in text) + _STRING_END
+
+
+def _number_key(number: int | float) -> str:
+    """Sign, then for a non-zero number its decimal exponent and digits, in value
+    order; ``1`` and ``1.0`` get the same key, as they collate equal."""
+    if number == 0:
+        return "M"
+    exact = decimal.Decimal(number)  # exact for ints and for binary floats
+    sign, digits, exponent = exact.as_tuple()
+    text = "".join(map(str, digits)).rstrip("0")
+    magnitude = len(digits) + int(exponent)  # value = 0.<text> * 10**magnitude
+    if not sign:
+        return "N" + _signed(magnitude) + text + "!"  # "!": below every digit
+    inverted = "".join(str(9 - int(d)) for d in text)
+    return "L" + _signed(-magnitude) + inverted + "~"  # "~": above every digit
+
+
+def _signed(n: int) -> str:
+    """An int of any sign as self-delimiting text in int order."""
+    return ("B" + _weight(n)) if n >= 0 else ("A" + _inverted_weight(-n))
+
+
+def _inverted_weight(n: int) -> str:
+    # Larger magnitudes must sort first: complement each character of _weight(n).
+    return "".join(chr(2 * _WEIGHT_BASE + 4095 - ord(c)) for c in _weight(n))
