@@ -1095,3 +1095,144 @@ def test_multipart_related_put_as_couchdbs_replicator_sends_it(client: Client, d
     body, headers = _related(wrong, [])
     assert client("PUT", f"{db}/w?new_edits=false", raw=body, headers=headers).status == 400
     assert client("PUT", f"{db}/w", raw=b"--x\r\n\r\n{}", headers=headers).status == 400
+
+
+# -- views -----------------------------------------------------------------------------------------
+
+VIEWS = {
+    "by_score": {
+        "map": "function(doc) { if (doc.score !== undefined) emit(doc.score, doc.tag); }",
+        "reduce": "_count",
+    },
+    "by_tag": {"map": "function(doc) { emit([doc.tag, doc.score], doc.score); }", "reduce": "_sum"},
+    "stats": {"map": "function(doc) { emit(doc.tag, doc.score); }", "reduce": "_stats"},
+    "js": {
+        "map": "function(doc) { emit(doc.tag, 1); }",
+        "reduce": "function(keys, values, rereduce) { return sum(values) * 10; }",
+    },
+    "keys": {"map": "function(doc) { if (doc.k !== undefined) emit(doc.k, null); }"},
+    "conflicts": {"map": "function(doc) { if (doc._conflicts) emit(doc._conflicts, null); }"},
+}
+
+
+def _view(client: Client, db: str, name: str, query: str = "") -> Any:
+    r = client("GET", f"{db}/_design/q/_view/{name}{query}")
+    assert r.status == 200, r.raw
+    return r.json
+
+
+def test_views_map_reduce_group_and_ranges_as_couchdb(client: Client, db: str) -> None:
+    docs = [{"_id": f"d{i}", "score": i % 4, "tag": "ab"[i % 2]} for i in range(10)]
+    assert client("POST", f"{db}/_bulk_docs", {"docs": docs}).status == 201
+    put(client, db, "_design/q", {"views": VIEWS})
+    rows = _view(client, db, "by_score", "?reduce=false")
+    assert [(r["key"], r["id"]) for r in rows["rows"]][:4] == [
+        (0, "d0"),
+        (0, "d4"),
+        (0, "d8"),
+        (1, "d1"),
+    ]
+    assert rows["total_rows"] == 10 and rows["offset"] == 0
+    assert _view(client, db, "by_score")["rows"] == [{"key": None, "value": 10}]
+    grouped = _view(client, db, "by_score", "?group=true")["rows"]
+    assert grouped == [{"key": k, "value": n} for k, n in [(0, 3), (1, 3), (2, 2), (3, 2)]]
+    assert _view(client, db, "by_tag", "?group_level=1")["rows"] == [
+        {"key": ["a"], "value": 4},
+        {"key": ["b"], "value": 9},
+    ]
+    stats = _view(client, db, "stats", '?key="a"')["rows"][0]["value"]
+    assert stats == {"sum": 4, "count": 5, "min": 0, "max": 2, "sumsqr": 8}
+    assert _view(client, db, "js", "?group=true")["rows"] == [
+        {"key": "a", "value": 50},
+        {"key": "b", "value": 50},
+    ]
+    window = _view(client, db, "by_score", "?reduce=false&startkey=1&endkey=2&inclusive_end=false")
+    assert [r["key"] for r in window["rows"]] == [1, 1, 1] and window["offset"] == 3
+    down = _view(client, db, "by_score", "?reduce=false&descending=true&limit=2&skip=1")
+    assert [r["id"] for r in down["rows"]] == ["d3", "d6"]
+    picked = client("POST", f"{db}/_design/q/_view/by_score?reduce=false", {"keys": [3, 0]}).json
+    assert [r["key"] for r in picked["rows"]] == [3, 3, 0, 0, 0]
+    with_docs = _view(client, db, "by_score", "?reduce=false&key=1&limit=1&include_docs=true")
+    assert with_docs["rows"][0]["doc"]["_id"] == "d1"
+    from_doc = _view(client, db, "by_score", "?reduce=false&startkey=1&startkey_docid=d5&limit=2")
+    assert [r["id"] for r in from_doc["rows"]] == ["d5", "d9"]
+
+
+def test_views_collate_keys_as_couchdb(client: Client, db: str) -> None:
+    keys = [
+        None,
+        False,
+        True,
+        1,
+        2,
+        3.0,
+        4,
+        "a",
+        "A",
+        "aa",
+        "b",
+        ["a"],
+        ["b", "c"],
+        {"a": 1},
+        {"b": 2},
+    ]
+    shuffled = keys[::-1][::2] + keys[::-1][1::2]
+    docs = [{"_id": f"k{i:02d}", "k": k} for i, k in enumerate(shuffled)]
+    assert client("POST", f"{db}/_bulk_docs", {"docs": docs}).status == 201
+    put(client, db, "_design/q", {"views": VIEWS})
+    assert [r["key"] for r in _view(client, db, "keys")["rows"]] == keys
+    ranged = _view(client, db, "keys", '?startkey="a"&endkey=["z"]')
+    assert [r["key"] for r in ranged["rows"]] == ["a", "A", "aa", "b", ["a"], ["b", "c"]]
+
+
+def test_views_follow_updates_deletions_and_conflicts(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {"score": 1, "tag": "x"})
+    put(client, db, "_design/q", {"views": VIEWS})
+    assert _view(client, db, "by_score", "?reduce=false")["rows"][0]["key"] == 1
+    rev = put(client, db, "a", {"_rev": rev, "score": 5, "tag": "x"})
+    assert [r["key"] for r in _view(client, db, "by_score", "?reduce=false")["rows"]] == [5]
+    stale = client("PUT", f"{db}/b", {"score": 7, "tag": "y"})
+    assert stale.status == 201
+    assert len(_view(client, db, "by_score", "?reduce=false&stale=ok")["rows"]) == 1
+    assert len(_view(client, db, "by_score", "?reduce=false")["rows"]) == 2
+    client("DELETE", f"{db}/a?rev={rev}")
+    assert [r["id"] for r in _view(client, db, "by_score", "?reduce=false")["rows"]] == ["b"]
+    _winner, loser = make_conflict(client, db, "c")
+    conflicts = _view(client, db, "conflicts")["rows"]
+    assert conflicts == [{"id": "c", "key": [loser], "value": None}]
+
+
+def test_missing_views_and_bad_queries(client: Client, db: str) -> None:
+    put(client, db, "_design/q", {"views": VIEWS})
+    assert client("GET", f"{db}/_design/q/_view/nope").json == {
+        "error": "not_found",
+        "reason": "missing_named_view",
+    }
+    assert client("GET", f"{db}/_design/z/_view/nope").json == {
+        "error": "not_found",
+        "reason": "missing",
+    }
+    assert client("GET", f"{db}/_design/q/_view/by_score?include_docs=true").status == 400
+    assert client("GET", f"{db}/_design/q/_view/keys?group=true").status == 400
+    assert client("GET", f"{db}/_design/q/_view/keys?limit=-1").status == 400
+    assert client("GET", f"{db}/_design/q/_view/keys?startkey=notjson").status == 400
+
+
+def test_view_indexes_persist_and_go_with_their_database(
+    tmp_path: Path, client: Client, db: str
+) -> None:
+    root = tmp_path / "srv"
+    handle = start_server(str(root), "127.0.0.1", 0, fsync=False)
+    local = Client(handle.port)
+    local("PUT", "/v")
+    put(local, "/v", "a", {"score": 1, "tag": "x"})
+    put(local, "/v", "_design/q", {"views": VIEWS})
+    assert _view(local, "/v", "by_score")["rows"] == [{"key": None, "value": 1}]
+    handle.stop()
+    assert list((root / "_views").iterdir())  # the index is on disk
+    handle = start_server(str(root), "127.0.0.1", 0, fsync=False)
+    local = Client(handle.port)
+    assert _view(local, "/v", "by_score", "?stale=ok")["rows"] == [{"key": None, "value": 1}]
+    assert local("DELETE", "/v").status == 200
+    assert not (root / "_views" / "v").exists()
+    handle.stop()

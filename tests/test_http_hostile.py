@@ -30,7 +30,7 @@ from settee.serve import start_server
 #: CouchDB's rule for database names (couch_db:validatename), matched whole.
 DB_NAME = re.compile(r"[a-z][a-z0-9_$()+/-]*")
 #: What the server itself keeps beside the databases (settee.serve.local).
-_SERVER_OWN = {"_local"}
+_SERVER_OWN = {"_local", "_views"}
 
 _NASTY_TEXT = st.sampled_from(
     [
@@ -64,6 +64,12 @@ _QUERY_ENDPOINTS = [
     ("GET", "/{db}/_changes?{k}={v}", ["since", "limit", "heartbeat", "timeout", "style"]),
     ("GET", "/{db}/doc?{k}={v}", ["rev", "revs", "open_revs", "latest", "conflicts"]),
     ("PUT", "/{db}/doc?{k}={v}", ["new_edits", "rev", "batch"]),
+    (
+        "GET",
+        "/{db}/_design/v/_view/v?{k}={v}",
+        ["key", "keys", "startkey", "endkey", "limit", "skip", "group_level", "reduce", "stale"],
+    ),
+    ("GET", "/{db}/_design/v/_view/m?{k}={v}", ["group", "include_docs", "startkey_docid"]),
 ]
 _BAD_JSON_VALUES = st.sampled_from(
     [
@@ -107,6 +113,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Client, 
     client = _Client(handle.port)
     assert client("PUT", "/target")[0] == 201
     assert client("PUT", "/target/doc", b'{"v": 1}')[0] == 201
+    views = {
+        "v": {"map": "function(doc) { emit([doc.v, doc._id], doc.v); }", "reduce": "_stats"},
+        "m": {"map": "function(doc) { emit(doc._id, {_id: 'doc'}); }"},
+    }
+    assert client("PUT", "/target/_design/v", json.dumps({"views": views}).encode())[0] == 201
     yield client, root
     handle.stop()
 

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 import settee
-from settee.serve import attachments, changes, dbs, docs, find
+from settee.serve import attachments, changes, dbs, docs, find, viewquery
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
@@ -118,6 +118,8 @@ async def _route_in_db(
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
     if len(rest) == 1:
         return await docs.handle_doc(state, request, entry, head)
+    if head == "_design" and len(rest) == 4 and rest[2] == "_view":
+        return await viewquery.handle_view(state, request, entry, rest[1], rest[3])
     if head == "_design" and len(rest) > 2 and not rest[2].startswith("_"):
         ddoc = "_design/" + rest[1]
         return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))

@@ -19,7 +19,7 @@ import settee
 from settee.serve.js import JsFunction, Thrown, runtime
 from settee.serve.protocol import HTTPError
 
-__all__ = ["DesignFunctions", "user_ctx"]
+__all__ = ["DesignFunctions", "ViewFunctions", "user_ctx"]
 
 
 def user_ctx(db_name: str) -> dict[str, Any]:
@@ -108,6 +108,30 @@ class DesignFunctions:
 
         return check
 
+    # -- views -------------------------------------------------------------------------------
+
+    def view(self, db: settee.Database, ddoc_name: str, view_name: str) -> ViewFunctions:
+        """A view's map function (compiled), its sources and reduce; 404 as CouchDB
+        when the design document (``missing``) or the view (``missing_named_view``)
+        is absent."""
+        ddoc_id = "_design/" + ddoc_name
+        ddoc = self._current(db).get(ddoc_id)
+        if ddoc is None:
+            db.get(ddoc_id)  # raises NotFound: "missing" or "deleted"
+            raise settee.NotFound("missing")
+        views = ddoc.doc.get("views")
+        view = views.get(view_name) if isinstance(views, dict) else None
+        if not isinstance(view, dict):
+            raise settee.NotFound("missing_named_view")
+        source = view.get("map")
+        mapper = self._function(ddoc, ddoc_id, ("views", view_name, "map"), source)
+        reduce = view.get("reduce")
+        reducer = None
+        if isinstance(reduce, str) and not reduce.startswith("_"):
+            reducer = self._function(ddoc, ddoc_id, ("views", view_name, "reduce"), reduce)
+        language = ddoc.doc.get("language", "javascript")
+        return ViewFunctions(mapper, str(source), reduce, reducer, str(language))
+
     # -- _changes filters ---------------------------------------------------------------------
 
     def changes_filter(
@@ -133,6 +157,15 @@ class DesignFunctions:
             return lambda doc: bool(mapper.emitted(doc))
         function = self._function(ddoc, ddoc_id, ("filters", name), functions[name])
         return lambda doc: _truthy(function(doc, req))
+
+
+@dataclass(frozen=True)
+class ViewFunctions:
+    mapper: JsFunction
+    map_source: str
+    reduce: Any  # None, a builtin name ("_count", ...) or JavaScript source
+    reducer: JsFunction | None  # the compiled JavaScript reduce
+    language: str
 
 
 def _truthy(value: Any) -> bool:

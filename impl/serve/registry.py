@@ -32,6 +32,7 @@ from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
+from settee.serve.viewindex import ViewIndex
 
 __all__ = ["DbEntry", "Notifier", "Registry", "check_db_name"]
 
@@ -90,6 +91,13 @@ class DbEntry:
     notifier: Notifier = field(default_factory=Notifier)
     compactions: int = 0
     design: DesignFunctions = field(default_factory=DesignFunctions)
+    #: View indexes opened so far, by signature (``viewindex``).
+    views: dict[str, ViewIndex] = field(default_factory=dict)
+
+    def close_views(self) -> None:
+        for index in self.views.values():
+            index.close()
+        self.views.clear()
 
 
 class Registry:
@@ -193,6 +201,8 @@ class Registry:
                 raise db_missing()
             if entry is not None:
                 entry.db.close()
+                entry.close_views()
+            shutil.rmtree(self._views_dir(name), ignore_errors=True)
             # The metadata file goes first: a crash mid-removal leaves no half database
             # that would open (layout.py treats a directory without it as never created).
             meta = os.path.join(self._path(name), META_NAME)
@@ -224,10 +234,25 @@ class Registry:
             entries, self._open = list(self._open.values()), {}
         for entry in entries:
             entry.db.close()
+            entry.close_views()
 
     @property
     def stopping(self) -> bool:
         return self._closed
+
+    def view_index(self, entry: DbEntry, signature: str) -> ViewIndex:
+        """The index of a map function over ``entry``'s database, opened (or
+        created) under ``<dir>/_views/<database>/<signature>``."""
+        with self._lock:
+            self._check_running()
+            index = entry.views.get(signature)
+            if index is None:
+                path = os.path.join(self._views_dir(entry.name), signature)
+                index = entry.views[signature] = ViewIndex(path, fsync=self.options["fsync"])
+            return index
+
+    def _views_dir(self, name: str) -> str:
+        return os.path.join(self.root, "_views", _dir_name(name))
 
     def _check_running(self) -> None:
         if self._closed:

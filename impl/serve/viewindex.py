@@ -1,0 +1,197 @@
+"""View indexes: a design document's map function, kept incrementally in a
+settee database of its own (``<dir>/_views/<database>/<signature>``).
+
+The index database holds three kinds of documents, told apart by the first
+character of their ids (so each kind is one ``_all_docs`` range):
+
+* ``r`` + ``sort_key(key)`` + ``sort_key(doc id)`` + emit number: one row of
+  the view, body ``{"k": key, "v": value, "d": doc id}``. ``sort_key``
+  (``settee.spec.collation``) turns CouchDB's collation into code point order,
+  so the engine's id order *is* the view's order and a key range is an id range;
+* ``b`` + doc id: the rows a source document emitted, ``{"rows": [[id, rev]]}``,
+  so an update or a deletion removes exactly them;
+* ``c``: the checkpoint, ``{"since": token, "rows": n, "docs": n}`` — the
+  source's changes seq the index has seen, and counts for ``total_rows``/``offset``.
+
+An update reads the source's ``_changes`` after the checkpoint a page at a
+time, runs the map function on each changed document (as CouchDB gives it to
+map functions: with ``_conflicts``; design documents and deletions emit
+nothing; a document the function throws on emits nothing, as couchjs logs
+and skips it) and commits each page's row changes, back-index and checkpoint
+in one ``bulk_docs`` on the index's single shard: one atomic commit, so a
+crash leaves the index at a checkpoint it matches. The signature is a hash of
+the map function and language: views with the same map share an index, and
+editing the function starts a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import settee
+from settee.serve.js import JsFunction
+from settee.serve.protocol import HTTPError
+from settee.spec.collation import sort_key
+
+__all__ = ["ViewIndex", "signature"]
+
+#: Source changes read (and rows committed) per update step.
+UPDATE_PAGE = 200
+_LAST = "\U0010ffff"  # above every character a sort key holds
+
+
+def signature(map_source: str, language: str) -> str:
+    return hashlib.sha256(json.dumps([language, map_source]).encode()).hexdigest()[:32]
+
+
+def row_id(key: Any, doc_id: str, n: int) -> str:
+    return "r" + sort_key(key) + sort_key(doc_id) + f"{n:08d}"
+
+
+class ViewIndex:
+    """One map function's index over one database. Thread-safe: updates take a
+    lock, reads use the index database's snapshots."""
+
+    def __init__(self, path: str, fsync: bool) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.db = settee.open(path, shards=1, fsync=fsync)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- updating -------------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        try:
+            return self.db.get("c")
+        except settee.NotFound:
+            return {"_id": "c", "since": 0, "rows": 0, "docs": 0}
+
+    def update(self, source: settee.Database, mapper: JsFunction) -> None:
+        """Bring the index up to the source's current changes."""
+        with self._lock:
+            while True:
+                state = self.checkpoint()
+                page = source.changes(since=state["since"], limit=UPDATE_PAGE)
+                if page["results"]:
+                    self._apply(source, mapper, state, page)
+                if len(page["results"]) < UPDATE_PAGE:
+                    if not page["results"] and page["last_seq"] != state["since"]:
+                        self._write([], {**state, "since": page["last_seq"]})
+                    return
+
+    def _apply(
+        self, source: settee.Database, mapper: JsFunction, state: dict[str, Any], page: Any
+    ) -> None:
+        ids = [row["id"] for row in page["results"]]
+        backs = self.db.all_docs(keys=["b" + i for i in ids], include_docs=True)["rows"]
+        old = {i: (r.get("doc") or {}) for i, r in zip(ids, backs, strict=True)}
+        writes: list[dict[str, Any]] = []
+        rows, docs = state["rows"], state["docs"]
+        for doc_id in ids:
+            previous = {rid: rev for rid, rev in old[doc_id].get("rows", [])}
+            emitted = self._emitted(source, mapper, doc_id)
+            for rid in previous.keys() - emitted.keys():
+                writes.append(_successor(rid, previous[rid], {}, deleted=True))
+            kept = []
+            for rid, body in emitted.items():
+                row = _successor(rid, previous.get(rid), body)
+                writes.append(row)
+                kept.append([rid, row["_rev"]])
+            rows += len(emitted) - len(previous)
+            back = old[doc_id]
+            if kept:
+                writes.append(_successor("b" + doc_id, back.get("_rev"), {"rows": kept}))
+                docs += 0 if back else 1
+            elif back:
+                writes.append(_successor("b" + doc_id, back["_rev"], {}, deleted=True))
+                docs -= 1
+        self._write(writes, {**state, "since": page["last_seq"], "rows": rows, "docs": docs})
+
+    def _write(self, writes: list[dict[str, Any]], state: dict[str, Any]) -> None:
+        """One commit: every row change of a page and the checkpoint after it. The
+        index chooses its own revisions (``new_edits=False``), so a row's next
+        revision is known before it is written and the back-index can name it."""
+        body = {k: v for k, v in state.items() if not k.startswith("_")}
+        checkpoint = _successor("c", state.get("_rev"), body)
+        failed = self.db.bulk_docs([*writes, checkpoint], new_edits=False)
+        if failed:
+            raise HTTPError(400, "index_error", f"view index update failed: {failed[:3]}")
+
+    def _emitted(
+        self, source: settee.Database, mapper: JsFunction, doc_id: str
+    ) -> dict[str, dict[str, Any]]:
+        if doc_id.startswith("_design/"):
+            return {}
+        try:
+            doc = source.get(doc_id, conflicts=True)
+        except settee.NotFound:
+            return {}  # deleted (or gone meanwhile): no rows
+        try:
+            pairs = mapper.emitted(doc)
+        except HTTPError:
+            return {}  # couchjs logs a map error and skips the document
+        return {
+            row_id(key, doc_id, n): {"k": key, "v": value, "d": doc_id}
+            for n, (key, value) in enumerate(pairs)
+        }
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def rows(
+        self,
+        start: tuple[Any, str | None] | None,
+        end: tuple[Any, str | None] | None,
+        *,
+        descending: bool,
+        inclusive_end: bool,
+    ) -> Iterator[dict[str, Any]]:
+        """The rows between ``(key, doc id or None)`` bounds, in view order."""
+        lo = "r" if not descending else "r" + _LAST
+        if start is not None:
+            lo = _bound(start, upper=descending)
+        hi = ("r" + _LAST) if not descending else "r"
+        if end is not None:
+            hi = _bound(end, upper=inclusive_end != descending)
+        # Exclusive ends are ids no row has (a bare key prefix or key + _LAST).
+        for row in self.db.all_docs(
+            startkey=lo, endkey=hi, descending=descending, include_docs=True
+        )["rows"]:
+            if row["id"].startswith("r"):
+                yield row["doc"]
+
+    def counts(self) -> tuple[int, int]:
+        """(rows, documents with rows): ``total_rows`` and the offset correction."""
+        state = self.checkpoint()
+        return state["rows"], state["docs"]
+
+
+def _successor(
+    doc_id: str, previous: str | None, body: dict[str, Any], *, deleted: bool = False
+) -> dict[str, Any]:
+    """The index document's next revision, on top of ``previous`` (None: a new root):
+    position one more, hash of its content."""
+    pos, parent = (0, None) if previous is None else previous.split("-", 1)
+    digest = hashlib.md5(json.dumps([doc_id, body, deleted, previous]).encode()).hexdigest()
+    ids = [digest] if parent is None else [digest, parent]
+    doc = {"_id": doc_id, **body, "_revisions": {"start": int(pos) + 1, "ids": ids}}
+    if deleted:
+        doc["_deleted"] = True
+    doc["_rev"] = f"{int(pos) + 1}-{digest}"
+    return doc
+
+
+def _bound(bound: tuple[Any, str | None], *, upper: bool) -> str:
+    """The id at a range end: below every row of the key (``upper`` False) or
+    above every row of it (True), narrowed to one document when its id is given."""
+    key, doc_id = bound
+    text = "r" + sort_key(key)
+    if doc_id is not None:
+        text += sort_key(doc_id)
+    return text + _LAST if upper else text
