@@ -308,8 +308,9 @@ class Database:
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")
+        # atts_since narrows attachments=True too (chttpd_db), and implies it alone.
         data_above = 0 if attachments else None
-        if since is not None and not attachments:
+        if since is not None:
             data_above = since_position(info.tree, since)
         return render_doc(
             doc_id,

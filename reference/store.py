@@ -373,7 +373,7 @@ class ReferenceDB:
                 raise NotFound("missing")
             # Data for every attachment above atts_since's position (all: 0), or none.
             above = None if not attachments and since is None else 0
-            if since is not None and not attachments:
+            if since is not None:
                 above = since_position(entry.tree, since)
             return self._render(docid, entry, rev, revs=revs, conflicts=found, data_above=above)
 

@@ -413,11 +413,11 @@ class EquivalenceMachine(RuleBasedStateMachine):
         """Attachments with their data: all of them, or those above ``atts_since``."""
         doc_id = data.draw(st.sampled_from(IDS), label="id")
         rev = self.draw_rev(data, doc_id)
-        if with_data:
+        if with_data and data.draw(st.booleans(), label="all data"):
             self.both("get", doc_id, rev=rev, attachments=True)
         else:
             since = [r for r in [self.draw_rev(data, doc_id, allow_none=False)] if r]
-            self.both("get", doc_id, rev=rev, atts_since=since)
+            self.both("get", doc_id, rev=rev, attachments=with_data, atts_since=since)
 
     @rule(data=st.data())
     def attachment(self, data: Any) -> None:

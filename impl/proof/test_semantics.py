@@ -1581,6 +1581,8 @@ def test_attachment_stubs_keep_bytes_omitted_ones_are_gone(engine: Any) -> None:
     assert engine.attachment("a", "x", rev=r1)["data"] == b"1"
     since = engine.get("a", atts_since=[r1])["_attachments"]
     assert since["big"].get("stub") is True and "data" in since["y"]
+    # chttpd: atts_since narrows attachments=true too (what CouchDB's replicator sends).
+    assert engine.get("a", attachments=True, atts_since=[r1])["_attachments"] == since
     r3 = engine.put({"_id": "a", "_rev": r2, "v": 3})["rev"]
     assert "_attachments" not in engine.get("a", rev=r3)
 

@@ -355,6 +355,9 @@ def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> d
         return _bulk_error(None, None, "bad_request", "document id missed")
     if rev is not None and revs.parse_rev_list([rev]) is None:
         return _bulk_error(doc_id, rev, "bad_request", f"Invalid rev format {rev!r}")
+    since = item.get("atts_since")
+    if since is not None and revs.parse_rev_list(since) is None:
+        return _bulk_error(doc_id, rev, "bad_request", "atts_since must be a list of revisions")
     try:
         results = revs.open_revs(
             db,
@@ -363,6 +366,7 @@ def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> d
             latest=query_bool(query, "latest"),
             revisions=query_bool(query, "revs"),
             attachments=query_bool(query, "attachments"),
+            atts_since=since,
         )
     except settee.BadRequest as exc:
         return _bulk_error(doc_id, rev, "bad_request", str(exc))

@@ -48,11 +48,14 @@ def _parts(body: bytes, boundary: bytes) -> list[bytes]:
 
 
 def _content(part: bytes) -> tuple[dict[str, str], bytes]:
+    if part.startswith(b"\r\n"):
+        # No headers at all (MIME allows it; CouchDB 1.x's replicator sends such
+        # parts): the blank line comes first and everything after it is content,
+        # blank lines inside the content included.
+        return {}, part[2:]
     head, sep, content = part.partition(b"\r\n\r\n")
     if not sep:
-        if part.startswith(b"\r\n"):  # no headers at all
-            return {}, part[2:]
-        raise HTTPError(400, "bad_request", "multipart/related part without headers")
+        raise HTTPError(400, "bad_request", "multipart/related part without a blank line")
     headers = {}
     for line in head.split(b"\r\n"):
         name, _, value = line.decode("latin-1").partition(":")
