@@ -147,10 +147,13 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     if not isinstance(content_type, str):
         raise BadRequest(f"attachment {name!r}: content_type {describe(content_type)} is not a str")
     data = att.get("data")
+    if isinstance(data, bytes | bytearray | memoryview):
+        # The embedded API may hand the bytes themselves (no base64 round trip).
+        return Inline(name, plain_str(content_type), bytes(data), revpos)
     if not isinstance(data, str):
         raise BadRequest(
-            f"attachment {name!r} has no data: give base64 data, or stub: true to keep "
-            "the previous revision's"
+            f"attachment {name!r} has no data: give base64 data (or bytes), or stub: true "
+            "to keep the previous revision's"
         )
     try:
         raw = base64.b64decode(data.encode("ascii"), validate=True)

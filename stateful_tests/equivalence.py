@@ -78,9 +78,13 @@ def attachments() -> st.SearchStrategy[dict[str, Any]]:
     """An ``_attachments`` member: new bytes (base64) or stubs of the previous
     revision's, some with a revpos that may not match."""
     inline = st.builds(
-        lambda data, ctype: {"content_type": ctype, "data": base64.b64encode(data).decode()},
+        lambda data, ctype, raw: {
+            "content_type": ctype,
+            "data": data if raw else base64.b64encode(data).decode(),
+        },
         st.sampled_from(ATT_DATA),
         st.sampled_from(["text/plain", "image/png"]),
+        st.booleans(),  # the bytes themselves, or base64
     )
     stub = st.one_of(
         st.just({"stub": True}), st.builds(lambda p: {"stub": True, "revpos": p}, st.integers(1, 3))

@@ -1587,6 +1587,14 @@ def test_attachment_stubs_keep_bytes_omitted_ones_are_gone(engine: Any) -> None:
     assert "_attachments" not in engine.get("a", rev=r3)
 
 
+def test_attachment_data_may_be_bytes(engine: Any) -> None:
+    """The embedded API takes the bytes themselves as well as base64: same revision."""
+    as_text = engine.put({"_id": "a", "_attachments": {"x": _att(b"\x00\xff")}})["rev"]
+    as_bytes = {"content_type": "text/plain", "data": b"\x00\xff"}
+    assert engine.put({"_id": "b", "_attachments": {"x": as_bytes}})["rev"] == as_text
+    assert engine.attachment("b", "x")["data"] == b"\x00\xff"
+
+
 def test_a_stub_without_its_attachment_is_missing_stub(engine: Any) -> None:
     """couch_doc:merge_stubs: 412 missing_stub; bulk_docs answers it per document."""
     with pytest.raises(BadRequest) as raised:

@@ -12,7 +12,6 @@ its bytes.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from settee.serve.protocol import HTTPError, decode_object
@@ -82,7 +81,7 @@ def related_document(body: bytes, content_type: str) -> dict[str, Any]:
     for (name, att), (_headers, data) in zip(following, parts[1:], strict=True):
         _check_sent(name, att, data)
         inline = {"content_type": att.get("content_type", "application/octet-stream")}
-        inline["data"] = base64.b64encode(data).decode("ascii")
+        inline["data"] = data  # the engine takes bytes as they are
         if "revpos" in att:
             inline["revpos"] = att["revpos"]
         attachments[name] = inline
