@@ -16,6 +16,7 @@ from typing import Any
 
 from settee import views
 from settee.compaction import compact_shard
+from settee.docinfo import DocInfo
 from settee.follower import FollowerShard, readonly_error
 from settee.heads import HeadsFile
 from settee.io import FileSystem, OsFileSystem
@@ -28,6 +29,7 @@ from settee.layout import (
     shard_path,
 )
 from settee.shard import Shard, ShardIdentity
+from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import (
     check_all_docs,
@@ -298,13 +300,7 @@ class Database:
         check_bool("conflicts", conflicts)
         check_bool("attachments", attachments)
         since = check_atts_since(atts_since)
-        snap = self._shard(doc_id).current()
-        info = snap.doc_info(doc_id)
-        if info is None:
-            raise NotFound("missing")
-        if rev is None and info.deleted:
-            raise NotFound("deleted")
-        wanted = info.winner if rev is None else rev
+        snap, info, wanted = self._revision(doc_id, rev)
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")
@@ -322,6 +318,17 @@ class Database:
             attachments=snap.rendered_attachments(info, wanted, data_above),
         )
 
+    def _revision(self, doc_id: str, rev: str | None) -> tuple[Snapshot, DocInfo, str]:
+        """The snapshot, info and revision a read names: ``rev``, else the winner;
+        NotFound for a missing document or (without ``rev``) a deleted one."""
+        snap = self._shard(doc_id).current()
+        info = snap.doc_info(doc_id)
+        if info is None:
+            raise NotFound("missing")
+        if rev is None and info.deleted:
+            raise NotFound("deleted")
+        return snap, info, info.winner if rev is None else rev
+
     def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
         """One attachment of the winning (or the given) revision, its bytes included;
         raises NotFound (SEMANTICS.md §18)."""
@@ -329,13 +336,7 @@ class Database:
         doc_id = validate_docid(doc_id)
         name = validate_attachment_name(name)
         rev = check_optional_rev(rev)
-        snap = self._shard(doc_id).current()
-        info = snap.doc_info(doc_id)
-        if info is None:
-            raise NotFound("missing")
-        if rev is None and info.deleted:
-            raise NotFound("deleted")
-        wanted = info.winner if rev is None else rev
+        snap, info, wanted = self._revision(doc_id, rev)
         for att in info.attachments(wanted) if wanted in info.tree else []:
             if att.name == name:
                 return attachment_answer(att, snap.attachment_data(att))

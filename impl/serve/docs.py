@@ -33,6 +33,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.docids import new_docid
+from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
 
 __all__ = [
     "attachment_options",
@@ -46,25 +47,9 @@ __all__ = [
     "validated_write",
 ]
 
-#: Special members CouchDB accepts on input (couch_doc:transfer_fields).
-_SPECIAL = {
-    "_id",
-    "_attachments",
-    "_rev",
-    "_deleted",
-    "_revisions",
-    "_conflicts",
-    "_deleted_conflicts",
-    "_revs_info",
-    "_local_seq",
-    # Body members CouchDB keeps (settee.spec.docs.BODY_FIELDS).
-    "_access",
-    "_replication_id",
-    "_replication_state",
-    "_replication_state_reason",
-    "_replication_state_time",
-    "_replication_stats",
-}
+#: Special members CouchDB accepts on input (couch_doc:transfer_fields): the
+#: engine's own lists (read, ignored, kept as body members).
+_SPECIAL = READ_FIELDS | IGNORED_FIELDS | BODY_FIELDS
 
 
 #: The longest ``Location`` header sent (the header-line limit of common HTTP stacks).
