@@ -24,7 +24,7 @@ import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["collate_json", "collate_text", "json_type", "sort_key"]
+__all__ = ["code_point_key", "collate_json", "collate_text", "json_type", "sort_key"]
 
 # The 7-bit symbols in the order ICU's root collation gives them (CouchDB docs).
 _SYMBOLS = " `^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$"
@@ -239,3 +239,9 @@ def _signed(n: int) -> str:
 def _inverted_weight(n: int) -> str:
     # Larger magnitudes must sort first: complement each character of _weight(n).
     return "".join(chr(2 * _WEIGHT_BASE + 4095 - ord(c)) for c in _weight(n))
+
+
+def code_point_key(text: str) -> str:
+    """A self-delimiting string in ``text``'s raw code point order (how CouchDB
+    orders document ids: view rows with equal keys, ``startkey_docid``)."""
+    return "".join(_weight(ord(c)) for c in text) + _STRING_END

@@ -1299,3 +1299,75 @@ def test_atts_since_narrows_attachments_true_everywhere(client: Client, db: str)
         {"docs": [{"id": "a", "rev": r2, "atts_since": [r1]}]},
     )
     assert bulk.json["results"][0]["docs"][0]["ok"]["_attachments"] == got
+
+
+# -- found by review: each test failed before its fix ---------------------------------------
+
+
+def test_view_rows_come_back_when_a_key_returns(client: Client, db: str) -> None:
+    put(client, db, "_design/q", {"views": VIEWS})
+    rev = put(client, db, "d", {"k": 1})
+    for body, keys in [
+        ({"k": 2}, [2]),
+        ({"k": 1}, [1]),
+        ({}, []),
+        ({"k": 1}, [1]),
+        ({"k": 1, "x": 1}, [1]),
+    ]:
+        rev = put(client, db, "d", {**body, "_rev": rev})
+        got = _view(client, db, "keys")
+        assert [r["key"] for r in got["rows"]] == keys and got["total_rows"] == len(keys), body
+
+
+def test_replicated_put_with_a_missing_stub_is_412(client: Client, db: str) -> None:
+    doc = {"_rev": "2-" + "b" * 32, "_revisions": {"start": 2, "ids": ["b" * 32, "a" * 32]}}
+    doc["_attachments"] = {"x": {"stub": True, "revpos": 1}}
+    r = client("PUT", f"{db}/d?new_edits=false", doc)
+    assert (r.status, r.json["error"]) == (412, "missing_stub")
+    assert client("GET", f"{db}/d").status == 404
+
+
+def test_attachment_writes_pass_validate_doc_update(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    vdu = (
+        "function(doc) { var big = (doc._attachments || {}).big;"
+        " if (big && big.length > 3) throw({forbidden: 'too big'}); }"
+    )
+    put(client, db, "_design/v", {"validate_doc_update": vdu})
+    ok = client("PUT", f"{db}/a/small", raw=b"abc", headers={"Content-Type": "text/plain"})
+    assert ok.status == 201, ok.raw
+    big = client("PUT", f"{db}/b/big", raw=b"abcd", headers={"Content-Type": "text/plain"})
+    assert (big.status, big.json) == (403, {"error": "forbidden", "reason": "too big"})
+    doc = {"_id": "m", "_attachments": {"big": {"follows": True, "length": 1}}}
+    body, headers = _related(doc, [b"z"])
+    assert client("PUT", f"{db}/m", raw=body, headers=headers).status == 201
+
+
+def test_view_group_level_zero_reduces_everything(client: Client, db: str) -> None:
+    docs = [{"_id": f"d{i}", "score": i, "tag": "ab"[i % 2]} for i in range(3)]
+    client("POST", f"{db}/_bulk_docs", {"docs": docs})
+    put(client, db, "_design/q", {"views": VIEWS})
+    assert _view(client, db, "stats", "?group_level=0")["rows"][0]["key"] is None
+    assert len(_view(client, db, "keys", "?group_level=0")["rows"]) == 0
+
+
+def test_view_ties_go_by_raw_document_id(client: Client, db: str) -> None:
+    ids = ["a", "A", "b", "B", "é", "f", "x"]
+    client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": i, "k": 1} for i in ids]})
+    put(client, db, "_design/q", {"views": VIEWS})
+    assert [r["id"] for r in _view(client, db, "keys")["rows"]] == sorted(ids)
+    after = _view(client, db, "keys", "?startkey=1&startkey_docid=b")  # a raw id, not JSON
+    assert [r["id"] for r in after["rows"]] == ["b", "f", "x", "é"]
+
+
+def test_multipart_odd_boundaries_and_gzip_parts(client: Client, db: str) -> None:
+    import gzip
+
+    odd = client(
+        "PUT", f"{db}/o", raw=b"x", headers={"Content-Type": "multipart/related; boundary=é"}
+    )
+    assert odd.status == 400
+    doc = {"_id": "g", "_attachments": {"t": {"follows": True, "encoding": "gzip", "length": 5}}}
+    body, headers = _related(doc, [gzip.compress(b"hello")])
+    assert client("PUT", f"{db}/g", raw=body, headers=headers).status == 201
+    assert client("GET", f"{db}/g/t").raw == b"hello"

@@ -32,6 +32,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.spec.attachments import MissingStub, digest_of
 from settee.spec.docids import new_docid
 from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
 
@@ -196,11 +197,28 @@ def validate_writes(entry: DbEntry, docs: list[dict[str, Any]]) -> list[HTTPErro
     verdicts: list[HTTPError | None] = []
     for doc in docs:
         try:
-            check(doc, _old_doc(entry.db, doc))
+            check(_as_json(doc), _old_doc(entry.db, doc))
             verdicts.append(None)
         except HTTPError as exc:
             verdicts.append(exc)
     return verdicts
+
+
+def _as_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document as ``validate_doc_update`` sees it: attachments whose bytes the
+    server holds (standalone and multipart PUTs) shown as stubs with their length
+    and digest, as CouchDB's to_json_obj shows them; everything else as sent."""
+    attachments = doc.get("_attachments")
+    if not isinstance(attachments, dict):
+        return doc
+    shown = {}
+    for name, att in attachments.items():
+        data = att.get("data") if isinstance(att, dict) else None
+        if isinstance(data, bytes):
+            att = {k: v for k, v in att.items() if k != "data"}
+            att |= {"length": len(data), "digest": digest_of(data), "stub": True}
+        shown[name] = att
+    return {**doc, "_attachments": shown}
 
 
 def _old_doc(db: settee.Database, doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -263,7 +281,9 @@ def _put_doc(
                 "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
             )
         _validated(entry, doc)
-        entry.db.bulk_docs([doc], new_edits=False)
+        failed = entry.db.bulk_docs([doc], new_edits=False)
+        if failed:  # new_edits=false answers only failures: a missing stub
+            raise MissingStub(failed[0]["reason"])
         state.notify(entry)
         new_rev = doc.get("_rev") or _rev_of_revisions(doc["_revisions"])
     else:

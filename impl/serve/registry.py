@@ -245,6 +245,8 @@ class Registry:
         created) under ``<dir>/_views/<database>/<signature>``."""
         with self._lock:
             self._check_running()
+            if self._open.get(entry.name) is not entry:
+                raise db_missing()  # deleted while the request ran: leave no index open
             index = entry.views.get(signature)
             if index is None:
                 path = os.path.join(self._views_dir(entry.name), signature)

@@ -36,7 +36,7 @@ from typing import Any
 import settee
 from settee.serve.js import JsFunction
 from settee.serve.protocol import HTTPError
-from settee.spec.collation import sort_key
+from settee.spec.collation import code_point_key, sort_key
 
 __all__ = ["ViewIndex", "signature"]
 
@@ -45,12 +45,18 @@ UPDATE_PAGE = 200
 _LAST = "\U0010ffff"  # above every character a sort key holds
 
 
+#: Bumped when the index's layout changes, so an older index is not reused.
+INDEX_LAYOUT = 2
+
+
 def signature(map_source: str, language: str) -> str:
-    return hashlib.sha256(json.dumps([language, map_source]).encode()).hexdigest()[:32]
+    raw = json.dumps([INDEX_LAYOUT, language, map_source]).encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 def row_id(key: Any, doc_id: str, n: int) -> str:
-    return "r" + sort_key(key) + sort_key(doc_id) + f"{n:08d}"
+    # Rows with equal keys go by raw document id, as CouchDB's less_json_ids.
+    return "r" + sort_key(key) + code_point_key(doc_id) + f"{n:08d}"
 
 
 class ViewIndex:
@@ -91,28 +97,39 @@ class ViewIndex:
     ) -> None:
         ids = [row["id"] for row in page["results"]]
         backs = self.db.all_docs(keys=["b" + i for i in ids], include_docs=True)["rows"]
-        old = {i: (r.get("doc") or {}) for i, r in zip(ids, backs, strict=True)}
+        old = {i: (r.get("doc") or {}).get("rows", []) for i, r in zip(ids, backs, strict=True)}
+        emitted = {i: self._emitted(source, mapper, i) for i in ids}
+        # Every id this page writes, at its current revision, tombstones included: a row
+        # (or back-index) that comes back is written on top of its tombstone, never as a
+        # new root that could collide with a revision it had before.
+        touched = [rid for i in ids for rid in {r for r, _ in old[i]} | emitted[i].keys()]
+        current = self._current_revs(touched + ["b" + i for i in ids])
         writes: list[dict[str, Any]] = []
         rows, docs = state["rows"], state["docs"]
         for doc_id in ids:
-            previous = {rid: rev for rid, rev in old[doc_id].get("rows", [])}
-            emitted = self._emitted(source, mapper, doc_id)
-            for rid in previous.keys() - emitted.keys():
-                writes.append(_successor(rid, previous[rid], {}, deleted=True))
+            previous = {rid for rid, _rev in old[doc_id]}
+            for rid in previous - emitted[doc_id].keys():
+                writes.append(_successor(rid, current[rid], {}, deleted=True))
             kept = []
-            for rid, body in emitted.items():
-                row = _successor(rid, previous.get(rid), body)
+            for rid, body in emitted[doc_id].items():
+                row = _successor(rid, current.get(rid), body)
                 writes.append(row)
                 kept.append([rid, row["_rev"]])
-            rows += len(emitted) - len(previous)
-            back = old[doc_id]
+            rows += len(emitted[doc_id]) - len(previous)
+            back = current.get("b" + doc_id)
             if kept:
-                writes.append(_successor("b" + doc_id, back.get("_rev"), {"rows": kept}))
-                docs += 0 if back else 1
-            elif back:
-                writes.append(_successor("b" + doc_id, back["_rev"], {}, deleted=True))
+                writes.append(_successor("b" + doc_id, back, {"rows": kept}))
+                docs += 0 if old[doc_id] else 1
+            elif old[doc_id]:
+                writes.append(_successor("b" + doc_id, back, {}, deleted=True))
                 docs -= 1
         self._write(writes, {**state, "since": page["last_seq"], "rows": rows, "docs": docs})
+
+    def _current_revs(self, ids: list[str]) -> dict[str, str]:
+        """The current winning revision of each id the index holds (deleted or not)."""
+        unique = list(dict.fromkeys(ids))
+        rows = self.db.all_docs(keys=unique)["rows"] if unique else []
+        return {r["id"]: r["value"]["rev"] for r in rows if "value" in r}
 
     def _write(self, writes: list[dict[str, Any]], state: dict[str, Any]) -> None:
         """One commit: every row change of a page and the checkpoint after it. The
@@ -193,5 +210,5 @@ def _bound(bound: tuple[Any, str | None], *, upper: bool) -> str:
     key, doc_id = bound
     text = "r" + sort_key(key)
     if doc_id is not None:
-        text += sort_key(doc_id)
+        text += code_point_key(doc_id)
     return text + _LAST if upper else text

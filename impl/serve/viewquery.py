@@ -123,7 +123,8 @@ def parse_view_query(query: Mapping[str, str], body: Mapping[str, Any]) -> ViewQ
         limit=_count(params, "limit"),
         include_docs=bool(_bool(params, "include_docs", False)),
         reduce=_bool(params, "reduce", None),
-        group_level=level if level is not None else (-1 if group else None),
+        # group_level=0 is CouchDB's default: one reduction over everything.
+        group_level=level if level else (-1 if group else None),
         update=str(update),
     )
 
