@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from settee import views
@@ -43,6 +44,7 @@ from settee.spec.arguments import (
 )
 from settee.spec.attachments import (
     MissingStub,
+    Stored,
     attachment_answer,
     check_atts_since,
     since_position,
@@ -50,7 +52,7 @@ from settee.spec.attachments import (
 )
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
-from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
+from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.routing import shard_of
 from settee.tokens import encode_token
 
@@ -337,10 +339,37 @@ class Database:
         name = validate_attachment_name(name)
         rev = check_optional_rev(rev)
         snap, info, wanted = self._revision(doc_id, rev)
-        for att in info.attachments(wanted) if wanted in info.tree else []:
-            if att.name == name:
-                return attachment_answer(att, snap.attachment_data(att))
-        raise NotFound("missing")
+        att = _named(info, wanted, name)
+        return attachment_answer(att, snap.attachment_data(att))
+
+    def attachment_chunks(
+        self, doc_id: Any, name: Any, rev: Any = None
+    ) -> tuple[dict[str, Any], Iterator[bytes]]:
+        """``attachment`` without ``data``, and the bytes as an iterator of chunks of
+        at most 64 KiB, each read (and crc-checked) when it is asked for: an
+        attachment is never in memory whole. NotFound as ``attachment``."""
+        self._check_open()
+        doc_id = validate_docid(doc_id)
+        name = validate_attachment_name(name)
+        rev = check_optional_rev(rev)
+        snap, info, wanted = self._revision(doc_id, rev)
+        att = _named(info, wanted, name)
+        meta = attachment_answer(att, b"")
+        del meta["data"]
+        return meta, self._chunks(att, snap)
+
+    @staticmethod
+    def _chunks(att: Stored, snap: Snapshot) -> Iterator[bytes]:
+        # The snapshot keeps its file open while it is referenced, so a compaction
+        # that swaps the shard's file meanwhile does not cut the stream (a test does
+        # exactly that); closing the database does.
+        sent = 0
+        for index in range(len(att.where)):
+            chunk = snap.read_chunk(att, index)
+            sent += len(chunk)
+            yield chunk
+        if sent != att.length:
+            raise CorruptionError(snap.file.path, 0, f"attachment {att.name!r} is {sent} bytes")
 
     def all_docs(
         self,
@@ -405,3 +434,11 @@ class Database:
         self._check_writable()
         for shard in self.shards:
             compact_shard(shard, revs_limit=self.config["revs_limit"])
+
+
+def _named(info: DocInfo, rev: str, name: str) -> Stored:
+    """Attachment ``name`` of revision ``rev``; NotFound when it has none by that name."""
+    for att in info.attachments(rev) if rev in info.tree else []:
+        if att.name == name:
+            return att
+    raise NotFound("missing")

@@ -79,6 +79,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -94,7 +95,7 @@ from settee.spec.arguments import (
     check_since,
     validate_docid,
 )
-from settee.spec.attachments import check_atts_since, validate_attachment_name
+from settee.spec.attachments import check_atts_since, chunked, validate_attachment_name
 from settee.spec.config import OPTIONS, validate_options
 from settee.spec.docs import ValidDoc, validate_doc
 from settee.spec.errors import BadRequest, NotFound, SetteeError
@@ -309,6 +310,14 @@ class Database:
             "atts_since": check_atts_since(atts_since),
         }
         return httpwire.doc(self._call("GET", httpwire.doc_path(doc_id) + httpwire.query(params)))
+
+    def attachment_chunks(
+        self, doc_id: Any, name: Any, rev: Any = None
+    ) -> tuple[dict[str, Any], Iterator[bytes]]:
+        """``attachment`` without ``data``, and the bytes in 64 KiB chunks."""
+        found = self.attachment(doc_id, name, rev)
+        data = found.pop("data")
+        return found, iter(chunked(data))
 
     def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
         """The attachment from ``GET /db/{id}?attachments=true`` (its record and bytes

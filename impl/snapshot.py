@@ -127,6 +127,14 @@ class Snapshot:
             raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
 
+    def read_chunk(self, att: Stored, index: int) -> bytes:
+        """Chunk ``index`` of a stored attachment, its crc checked."""
+        pos, size = att.where[index]
+        chunk = self.file.read_term(pos, size)
+        if not isinstance(chunk, bytes):
+            raise CorruptionError(self.file.path, pos, "attachment chunk is not bytes")
+        return chunk
+
     def attachment_data(self, att: Stored) -> bytes:
         """The bytes of a stored attachment, each chunk's crc checked, the total
         checked against the record's length."""

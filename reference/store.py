@@ -45,6 +45,7 @@ import copy
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,7 @@ from settee.spec.attachments import (
     Stored,
     attachment_answer,
     check_atts_since,
+    chunked,
     digest_of,
     render,
     resolve,
@@ -402,6 +404,14 @@ class ReferenceDB:
             conflicts=conflicts,
             attachments=atts or None,
         )
+
+    def attachment_chunks(
+        self, docid: str, name: str, rev: str | None = None
+    ) -> tuple[dict[str, Any], Iterator[bytes]]:
+        """``attachment`` without ``data``, and the bytes as chunks of at most 64 KiB."""
+        found = self.attachment(docid, name, rev)
+        data = found.pop("data")
+        return found, iter(chunked(data))
 
     def attachment(self, docid: str, name: str, rev: str | None = None) -> dict[str, Any]:
         """One attachment of the winning revision (or ``rev``), its bytes included."""

@@ -1648,3 +1648,17 @@ def test_attachments_survive_compaction_and_reopen(opener: Any, reopen: Any) -> 
     db = reopen(db)
     assert (db.get("a", attachments=True), db.get("b", attachments=True)) == before
     assert db.attachment("a", "x")["data"] == b"one" * 30000
+
+
+def test_attachment_chunks_stream_the_same_bytes(engine: Any) -> None:
+    """attachment_chunks: the record without data, then the bytes in chunks of at
+    most 64 KiB that join to exactly attachment()'s data."""
+    data = bytes(range(256)) * 700  # three chunks
+    engine.put({"_id": "a", "_attachments": {"x": {"content_type": "a/b", "data": data}}})
+    meta, chunks = engine.attachment_chunks("a", "x")
+    parts = list(chunks)
+    whole = engine.attachment("a", "x")
+    assert meta == {k: v for k, v in whole.items() if k != "data"}
+    assert b"".join(parts) == data == whole["data"] and max(map(len, parts)) <= 65536
+    with pytest.raises(NotFound):
+        engine.attachment_chunks("a", "nope")

@@ -10,7 +10,7 @@ stores a revision without it. Writes pass the database's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -34,10 +34,12 @@ def _rev_of(query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
     return rev if rev is not None else (match.strip('"') if match else None)
 
 
-def _read(db: settee.Database, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
+def _open(
+    db: settee.Database, doc_id: str, name: str, rev: str | None
+) -> tuple[dict[str, Any], Iterator[bytes]]:
     db.get(doc_id, rev=rev)  # NotFound "missing"/"deleted" for the document itself
     try:
-        return db.attachment(doc_id, name, rev=rev)
+        return db.attachment_chunks(doc_id, name, rev=rev)
     except settee.NotFound:
         raise HTTPError(404, "not_found", _MISSING) from None
 
@@ -72,13 +74,32 @@ def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str
     return validated_write(entry, doc)
 
 
+async def _stream(
+    state: State,
+    request: web.BaseRequest,
+    length: int,
+    chunks: Iterator[bytes],
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    """The bytes a chunk at a time (each read on a worker as the client takes the
+    last), so an attachment is never held whole, with its length up front."""
+    response = web.StreamResponse(status=200, headers=headers)
+    response.content_length = length
+    await response.prepare(request)
+    if request.method == "GET":
+        while (chunk := await state.run(next, chunks, None)) is not None:
+            await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
 async def handle_attachment(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str, name: str
 ) -> web.StreamResponse:
     method = request.method
     rev = _rev_of(request.query, request.headers)
     if method in ("GET", "HEAD"):
-        att = await state.run(_read, entry.db, doc_id, name, rev)
+        att, chunks = await state.run(_open, entry.db, doc_id, name, rev)
         tag = '"' + att["digest"].removeprefix("md5-") + '"'
         headers = {
             "Content-Type": att["content_type"],
@@ -88,7 +109,7 @@ async def handle_attachment(
         }
         if request.headers.get("If-None-Match") == tag:
             return web.Response(status=304, headers={"ETag": tag})
-        return web.Response(status=200, body=att["data"], headers=headers)
+        return await _stream(state, request, att["length"], chunks, headers)
     if method == "PUT":
         data = await state.read_body(request)
         content_type = request.headers.get("Content-Type", "application/octet-stream")
