@@ -331,15 +331,18 @@ class Database:
             raise NotFound("deleted")
         return snap, info, info.winner if rev is None else rev
 
-    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
-        """One attachment of the winning (or the given) revision, its bytes included;
-        raises NotFound (SEMANTICS.md §18)."""
+    def _attachment(self, doc_id: Any, name: Any, rev: Any) -> tuple[Snapshot, Stored]:
+        """The snapshot and record of the attachment a read names (arguments checked)."""
         self._check_open()
         doc_id = validate_docid(doc_id)
         name = validate_attachment_name(name)
-        rev = check_optional_rev(rev)
-        snap, info, wanted = self._revision(doc_id, rev)
-        att = _named(info, wanted, name)
+        snap, info, wanted = self._revision(doc_id, check_optional_rev(rev))
+        return snap, _named(info, wanted, name)
+
+    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
+        """One attachment of the winning (or the given) revision, its bytes included;
+        raises NotFound (SEMANTICS.md §18)."""
+        snap, att = self._attachment(doc_id, name, rev)
         return attachment_answer(att, snap.attachment_data(att))
 
     def attachment_chunks(
@@ -348,12 +351,7 @@ class Database:
         """``attachment`` without ``data``, and the bytes as an iterator of chunks of
         at most 64 KiB, each read (and crc-checked) when it is asked for: an
         attachment is never in memory whole. NotFound as ``attachment``."""
-        self._check_open()
-        doc_id = validate_docid(doc_id)
-        name = validate_attachment_name(name)
-        rev = check_optional_rev(rev)
-        snap, info, wanted = self._revision(doc_id, rev)
-        att = _named(info, wanted, name)
+        snap, att = self._attachment(doc_id, name, rev)
         meta = attachment_answer(att, b"")
         del meta["data"]
         return meta, self._chunks(att, snap)

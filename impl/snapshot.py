@@ -138,13 +138,7 @@ class Snapshot:
     def attachment_data(self, att: Stored) -> bytes:
         """The bytes of a stored attachment, each chunk's crc checked, the total
         checked against the record's length."""
-        parts = []
-        for pos, size in att.where:
-            chunk = self.file.read_term(pos, size)
-            if not isinstance(chunk, bytes):
-                raise CorruptionError(self.file.path, pos, "attachment chunk is not bytes")
-            parts.append(chunk)
-        data = b"".join(parts)
+        data = b"".join([self.read_chunk(att, index) for index in range(len(att.where))])
         if len(data) != att.length:
             where = att.where[0][0] if att.where else 0
             raise CorruptionError(

@@ -360,17 +360,10 @@ class ReferenceDB:
             check_bool("conflicts", conflicts)
             check_bool("attachments", attachments)
             since = check_atts_since(atts_since)
-            entry = self._docs.get(docid)
-            if entry is None:
-                raise NotFound("missing")
-            if rev is None:
-                rev = revtree.winner(entry.tree)
-                if entry.tree[rev][1]:
-                    raise NotFound("deleted")
-                found = revtree.conflicts(entry.tree) if conflicts else None
-            else:
-                # CouchDB's open_revs path (GET ?rev=) adds no _conflicts.
-                found = None
+            # CouchDB's open_revs path (GET ?rev=) adds no _conflicts.
+            asked = rev
+            entry, rev = self._revision(docid, rev)
+            found = revtree.conflicts(entry.tree) if conflicts and asked is None else None
             if rev not in entry.bodies:
                 raise NotFound("missing")
             # Data for every attachment above atts_since's position (all: 0), or none.
@@ -413,20 +406,25 @@ class ReferenceDB:
         data = found.pop("data")
         return found, iter(chunked(data))
 
+    def _revision(self, docid: str, rev: str | None) -> tuple[_Doc, str]:
+        """The document and the revision a read names: ``rev``, else the winner;
+        NotFound for a missing document or (without ``rev``) a deleted one."""
+        entry = self._docs.get(docid)
+        if entry is None:
+            raise NotFound("missing")
+        if rev is None:
+            rev = revtree.winner(entry.tree)
+            if entry.tree[rev][1]:
+                raise NotFound("deleted")
+        return entry, rev
+
     def attachment(self, docid: str, name: str, rev: str | None = None) -> dict[str, Any]:
         """One attachment of the winning revision (or ``rev``), its bytes included."""
         with self._lock:
             self._check_open()
             docid = validate_docid(docid)
             name = validate_attachment_name(name)
-            rev = check_optional_rev(rev)
-            entry = self._docs.get(docid)
-            if entry is None:
-                raise NotFound("missing")
-            if rev is None:
-                rev = revtree.winner(entry.tree)
-                if entry.tree[rev][1]:
-                    raise NotFound("deleted")
+            entry, rev = self._revision(docid, check_optional_rev(rev))
             for att in entry.atts.get(rev, []) if rev in entry.bodies else []:
                 if att.name == name:
                     return attachment_answer(att, att.where)

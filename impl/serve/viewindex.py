@@ -188,6 +188,18 @@ class ViewIndex:
         state = self.checkpoint()
         return state["rows"], state["docs"]
 
+    def rows_before(self, start: tuple[Any, str | None], *, descending: bool) -> int:
+        """How many rows come before ``start`` in the query's direction, from the
+        index database's own offset (stored reductions), not by reading them: its
+        back-index (``b``) and checkpoint (``c``) ids sort before every row."""
+        at = _bound(start, upper=descending)
+        offset = self.db.all_docs(startkey=at, limit=0, descending=descending)["offset"]
+        if descending:
+            return int(offset)  # nothing but rows sorts after a row id
+        state = self.checkpoint()
+        others = state["docs"] + (1 if "_rev" in state else 0)
+        return int(offset) - others
+
 
 def _successor(
     doc_id: str, previous: str | None, body: dict[str, Any], *, deleted: bool = False

@@ -187,10 +187,8 @@ def _offset(index: ViewIndex, rows: list[dict[str, Any]], q: ViewQuery, total: i
     """Rows before the first one returned, in the direction of the query."""
     if q.keys is not None or q.start is _UNSET:
         return min(total, q.skip)
-    before = list(
-        index.rows(None, (q.start, q.start_docid), descending=q.descending, inclusive_end=False)
-    )
-    return min(total, len(before) + q.skip)
+    before = index.rows_before((q.start, q.start_docid), descending=q.descending)
+    return min(total, before + q.skip)
 
 
 def _linked_doc(db: settee.Database, row: dict[str, Any]) -> Any:
