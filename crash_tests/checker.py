@@ -53,6 +53,7 @@ from typing import Any
 import settee
 import settee.reference
 import settee.shard
+from settee.file import SPILL_BYTES
 from settee.proof.crash.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
 from settee.spec.routing import shard_of
 
@@ -381,12 +382,14 @@ def _doc(rec: _Recorder, doc_id: str, body: dict[str, Any], mode: str) -> dict[s
 
 def _attachment_for(body: dict[str, Any]) -> dict[str, Any] | None:
     """An inline attachment for one write in three, derived from its body so a
-    workload stays one seed's: a few bytes, or up to two 64 KiB chunk terms and a
-    piece (SEMANTICS.md §18), so crashes and bit flips meet chunk terms too."""
+    workload stays one seed's: a few bytes, up to two 64 KiB chunk terms and a
+    piece (SEMANTICS.md §18), so crashes and bit flips meet chunk terms too, or
+    more than a batch holds before it appends early (file.SPILL_BYTES), so a
+    crash can fall between a commit's early appends and its header."""
     n = body.get("n")
     if not isinstance(n, int) or n % 3:
         return None
-    size = (7, 70_000, 140_000)[n // 3 % 3]
+    size = (7, 70_000, 140_000, SPILL_BYTES + 50_000)[n // 3 % 4]
     data = (b"%d:" % n) * (size // 4 + 1)
     return {"content_type": "application/x-test", "data": base64.b64encode(data[:size]).decode()}
 

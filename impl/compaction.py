@@ -30,7 +30,7 @@ from settee.file import ShardFile
 from settee.layout import COMPACT_SUFFIX
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
-from settee.spec.attachments import Stored, chunked
+from settee.spec.attachments import Stored
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import encode_payload
 from settee.strict import require_faithful_compaction
@@ -145,9 +145,11 @@ class _Copier:
         key = tuple((pos, size) for pos, size in att.where)
         chunks = self._copied_chunks.get(key)
         if chunks is None:
-            data = snap.attachment_data(att)  # every chunk's crc checked on the way
-            payloads = [encode_payload(chunk) for chunk in chunked(data)]
-            chunks = [[batch.add_encoded(p), len(p)] for p in payloads]
+            chunks = []
+            # A chunk at a time (crc and length checked); the batch spills as it grows.
+            for piece in snap.attachment_chunks(att):
+                payload = encode_payload(piece)
+                chunks.append([batch.add_encoded(payload), len(payload)])
             self._copied_chunks[key] = chunks
         return [att.name, att.content_type, att.length, att.digest, att.revpos, chunks]
 

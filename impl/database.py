@@ -52,7 +52,7 @@ from settee.spec.attachments import (
 )
 from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
-from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
+from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
 from settee.spec.routing import shard_of
 from settee.tokens import encode_token
 
@@ -354,20 +354,10 @@ class Database:
         snap, att = self._attachment(doc_id, name, rev)
         meta = attachment_answer(att, b"")
         del meta["data"]
-        return meta, self._chunks(att, snap)
-
-    @staticmethod
-    def _chunks(att: Stored, snap: Snapshot) -> Iterator[bytes]:
-        # The snapshot keeps its file open while it is referenced, so a compaction
-        # that swaps the shard's file meanwhile does not cut the stream (a test does
-        # exactly that); closing the database does.
-        sent = 0
-        for index in range(len(att.where)):
-            chunk = snap.read_chunk(att, index)
-            sent += len(chunk)
-            yield chunk
-        if sent != att.length:
-            raise CorruptionError(snap.file.path, 0, f"attachment {att.name!r} is {sent} bytes")
+        # The generator holds the snapshot, which keeps its file open while it is
+        # referenced, so a compaction that swaps the shard's file meanwhile does not
+        # cut the stream (a test does exactly that); closing the database does.
+        return meta, snap.attachment_chunks(att)
 
     def all_docs(
         self,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from settee.spec import revtree
-from settee.spec.attachments import Inline, Stored, digest_of, resolve, rev_digests
+from settee.spec.attachments import Inline, Stored, digest_of, length_of, resolve, rev_digests
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound
 from settee.spec.format import decode_payload, encode_payload
@@ -182,7 +182,7 @@ def stored_size(entry: Sequence[Any]) -> int:
 
 def _length(att: Any) -> int:
     if isinstance(att, Inline):
-        return len(att.data)
+        return length_of(att.data)
     if isinstance(att, Stored):
         return att.length
     return int(att[2])  # a stored record: FORMAT.md "Attachments"
@@ -199,7 +199,7 @@ def attachments_of(entry: Sequence[Any]) -> list[Stored]:
             found.append(att)
         elif isinstance(att, Inline):
             assert att.revpos is not None  # resolve() gave it one
-            length = len(att.data)
+            length = length_of(att.data)
             found.append(
                 Stored(att.name, att.content_type, length, digest_of(att.data), att.revpos, att)
             )

@@ -63,17 +63,36 @@ class TornTailWarning(UserWarning):
     """Opening ignored bytes after the newest valid header (an uncommitted or torn tail)."""
 
 
+#: Bytes a batch made by ``ShardFile.new_batch`` buffers before it appends them
+#: early: a commit carrying a large attachment (or a compaction copying many) is
+#: written as it is built, never held whole in memory. Early bytes are part of the
+#: commit's data like the rest; until its header is written they are an
+#: uncommitted tail, exactly as if the batch had been written in one piece.
+SPILL_BYTES = 1 << 20
+
+#: How a batch appends its early bytes: ``(offset they must land at, bytes)``.
+Spill = Callable[[int, bytes], None]
+
+
 @dataclass(slots=True)
 class TermBatch:
     """Terms to append in one write. ``add`` returns each term's final file position.
 
     A batch is made for the file's current end; writing another batch first makes
-    this one stale (``write_batch`` refuses it).
+    this one stale (``write_batch`` refuses it). With a ``spill`` the batch appends
+    what it holds whenever that reaches ``SPILL_BYTES``; ``pending_from`` is where
+    the bytes it still holds begin.
     """
 
     start: int
     end: int
+    spill: Spill | None = None
+    pending_from: int = -1
     _parts: list[bytes] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.pending_from < 0:
+            self.pending_from = self.start
 
     def add(self, obj: Any) -> int:
         """Queue ``obj`` (anything msgpack holds); return the position it will have."""
@@ -86,14 +105,18 @@ class TermBatch:
         laid = lay_out(frame, self.end)
         self._parts.append(laid)
         self.end += len(laid)
+        if self.spill is not None and self.end - self.pending_from >= SPILL_BYTES:
+            self.spill(self.pending_from, self.data())
+            self._parts.clear()
+            self.pending_from = self.end
         return pos
 
     def __len__(self) -> int:
-        """Bytes this batch will append."""
+        """Bytes this batch appends in all (early ones included)."""
         return self.end - self.start
 
     def data(self) -> bytes:
-        """The exact bytes to append at ``start``."""
+        """The exact bytes still to append, at ``pending_from``."""
         return b"".join(self._parts)
 
 
@@ -243,22 +266,26 @@ class ShardFile:
     # -- writing --------------------------------------------------------------------------------
 
     def new_batch(self) -> TermBatch:
-        """An empty batch positioned at the current end of the file."""
-        return TermBatch(start=self._end, end=self._end)
+        """An empty batch positioned at the current end of the file; it appends
+        early whenever it holds ``SPILL_BYTES``."""
+        return TermBatch(start=self._end, end=self._end, spill=self._append_at)
 
     def write_batch(self, batch: TermBatch) -> None:
-        """Append every term of ``batch`` with one append call."""
-        if batch.start != self._end:
+        """Append the terms of ``batch`` not yet appended early, with one append call."""
+        self._append_at(batch.pending_from, batch.data())
+
+    def _append_at(self, offset: int, data: bytes) -> None:
+        if offset != self._end:
             raise SetteeError(
-                f"{self.path}: stale batch made at offset {batch.start}, file now ends at "
-                f"{self._end}; make a new batch after each write"
+                f"{self.path}: stale batch: its bytes belong at offset {offset}, the file "
+                f"now ends at {self._end}; make a new batch after each write"
             )
-        if not len(batch):
+        if not data:
             return
-        offset = self._handle.append(batch.data())
+        written = self._handle.append(data)
         # Invariant: this object is the file's only writer, so the end cannot move under it.
-        assert offset == batch.start, (offset, batch.start)
-        self._end = batch.end
+        assert written == offset, (written, offset)
+        self._end = offset + len(data)
 
     def write_header(self, header: ShardHeader) -> None:
         """Pad to the next block boundary and append ``header``, a commit of the data

@@ -13,7 +13,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from settee.spec.attachments import Inline, Stub
+from settee.spec.attachments import Inline, Stub, as_bytes
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import BadRequest, SetteeError
 from settee.spec.revs import parse_rev
@@ -106,7 +106,7 @@ def _wire_attachment(att: Inline | Stub) -> dict[str, Any]:
         return {"stub": True} | ({} if att.revpos is None else {"revpos": att.revpos})
     sent: dict[str, Any] = {
         "content_type": att.content_type,
-        "data": base64.b64encode(att.data).decode("ascii"),
+        "data": base64.b64encode(as_bytes(att.data)).decode("ascii"),
     }
     return sent | ({} if att.revpos is None else {"revpos": att.revpos})
 

@@ -36,7 +36,7 @@ from settee.heads import HeadsFile
 from settee.io import FileSystem, FileSystemWrapper
 from settee.snapshot import Snapshot
 from settee.spec import revtree
-from settee.spec.attachments import Inline, MissingStub, Stored, chunked
+from settee.spec.attachments import Inline, MissingStub, Stored, pieces
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.format import ShardHeader, as_root, encode_payload
@@ -462,7 +462,14 @@ class Shard:
             batch = file.new_batch()
             try:
                 by_id, by_seq = group.write_trees(batch)
-            except Exception as exc:  # nothing is written yet: the shard is unchanged
+            except OSError:
+                # An early append of the batch (file.SPILL_BYTES) failed: where the
+                # file ends is unknown, so this is a write failure like any other.
+                raise
+            except Exception as exc:
+                # Nothing is committed: the shard is unchanged. Terms the batch had
+                # appended early are whole frames no header refers to; the next
+                # commit's data begins after them.
                 raise _NothingWritten(exc) from exc
             self._step("before_data_write")
             file.write_batch(batch)
@@ -639,8 +646,12 @@ class _ChunkWriter:
     def _chunks(self, att: Inline) -> list[list[int]]:
         key = id(att)
         if key not in self._written:
-            payloads = [encode_payload(chunk) for chunk in chunked(att.data)]
-            self._written[key] = [[self._batch.add_encoded(p), len(p)] for p in payloads]
+            # One piece in memory at a time: the batch spills to the file as it grows.
+            written = []
+            for piece in pieces(att.data):
+                payload = encode_payload(piece)
+                written.append([self._batch.add_encoded(payload), len(payload)])
+            self._written[key] = written
         return self._written[key]
 
 

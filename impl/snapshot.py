@@ -135,18 +135,25 @@ class Snapshot:
             raise CorruptionError(self.file.path, pos, "attachment chunk is not bytes")
         return chunk
 
-    def attachment_data(self, att: Stored) -> bytes:
-        """The bytes of a stored attachment, each chunk's crc checked, the total
-        checked against the record's length."""
-        data = b"".join([self.read_chunk(att, index) for index in range(len(att.where))])
-        if len(data) != att.length:
+    def attachment_chunks(self, att: Stored) -> Iterator[bytes]:
+        """The chunks of a stored attachment, each read (crc checked) when asked
+        for; after the last, the total is checked against the record's length."""
+        read = 0
+        for index in range(len(att.where)):
+            chunk = self.read_chunk(att, index)
+            read += len(chunk)
+            yield chunk
+        if read != att.length:
             where = att.where[0][0] if att.where else 0
             raise CorruptionError(
                 self.file.path,
                 where,
-                f"attachment {att.name!r} holds {len(data)} bytes, its record says {att.length}",
+                f"attachment {att.name!r} holds {read} bytes, its record says {att.length}",
             )
-        return data
+
+    def attachment_data(self, att: Stored) -> bytes:
+        """All the bytes of a stored attachment (``attachment_chunks`` joined)."""
+        return b"".join(list(self.attachment_chunks(att)))
 
     def rendered_attachments(
         self, info: DocInfo, rev: str, data_above: int | None = None

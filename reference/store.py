@@ -66,10 +66,12 @@ from settee.spec.attachments import (
     Inline,
     MissingStub,
     Stored,
+    as_bytes,
     attachment_answer,
     check_atts_since,
     chunked,
     digest_of,
+    length_of,
     render,
     resolve,
     rev_digests,
@@ -92,7 +94,12 @@ def _stored(att: Stored | Inline) -> Stored:
         return att
     assert att.revpos is not None  # resolve() gives every new attachment its revpos
     return Stored(
-        att.name, att.content_type, len(att.data), digest_of(att.data), att.revpos, att.data
+        att.name,
+        att.content_type,
+        length_of(att.data),
+        digest_of(att.data),
+        att.revpos,
+        as_bytes(att.data),
     )
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.errors import BadRequest
 from settee.spec.revs import check_rev, is_valid_rev, rev_pos
+from settee.spec.spool import Spooled, spool_file
 from settee.spec.values import describe, plain_str
 
 __all__ = [
@@ -31,10 +32,13 @@ __all__ = [
     "MissingStub",
     "Stored",
     "Stub",
+    "as_bytes",
     "attachment_answer",
     "check_atts_since",
     "chunked",
     "digest_of",
+    "length_of",
+    "pieces",
     "render",
     "resolve",
     "rev_digests",
@@ -56,11 +60,12 @@ class MissingStub(BadRequest):
 
 @dataclass(frozen=True, slots=True)
 class Inline:
-    """New bytes for attachment ``name``; ``revpos`` as the sender gave it, if any."""
+    """New bytes for attachment ``name``; ``revpos`` as the sender gave it, if any.
+    ``data`` is the bytes, or a ``Spooled`` file of them when they came as a stream."""
 
     name: str
     content_type: str
-    data: bytes
+    data: bytes | Spooled
     revpos: int | None = None
 
 
@@ -95,12 +100,38 @@ class Stored:
         )
 
 
-def digest_of(data: bytes) -> str:
-    """CouchDB's attachment digest: ``"md5-"`` and the base64 of the md5.
+def digest_of(data: bytes | Spooled) -> str:
+    """CouchDB's attachment digest: ``"md5-"`` and the base64 of the md5 (a
+    ``Spooled`` counted it as it was written).
 
     post: __return__.startswith("md5-") and len(__return__) == 28
     """
+    if isinstance(data, Spooled):
+        return data.digest
     return "md5-" + base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
+
+
+def length_of(data: bytes | Spooled) -> int:
+    """How many bytes ``data`` holds."""
+    return data.length if isinstance(data, Spooled) else len(data)
+
+
+def pieces(data: bytes | Spooled) -> Iterator[bytes]:
+    """``data`` as chunk terms' payloads, read one at a time (``chunked``'s pieces)."""
+    if isinstance(data, Spooled):
+        yielded = False
+        for piece in data.chunks(CHUNK_SIZE):
+            yielded = True
+            yield piece
+        if not yielded:
+            yield b""
+    else:
+        yield from chunked(data)
+
+
+def as_bytes(data: bytes | Spooled) -> bytes:
+    """All of ``data`` in memory (the reference model keeps attachments so)."""
+    return data.read() if isinstance(data, Spooled) else data
 
 
 def validate_attachment_name(name: object) -> str:
@@ -150,10 +181,15 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     if isinstance(data, bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
         return Inline(name, plain_str(content_type), bytes(data), revpos)
+    if isinstance(data, Spooled):
+        return Inline(name, plain_str(content_type), data, revpos)
+    if not isinstance(data, str) and callable(getattr(data, "read", None)):
+        # A binary file: spooled now, so the caller may close or change it after.
+        return Inline(name, plain_str(content_type), spool_file(data), revpos)
     if not isinstance(data, str):
         raise BadRequest(
-            f"attachment {name!r} has no data: give base64 data (or bytes), or stub: true "
-            "to keep the previous revision's"
+            f"attachment {name!r} has no data: give base64 data (or bytes, or a binary "
+            "file), or stub: true to keep the previous revision's"
         )
     try:
         raw = base64.b64decode(data.encode("ascii"), validate=True)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import shutil
+import weakref
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -74,17 +76,35 @@ ATT_NAMES = ("a.txt", "b")
 ATT_DATA = (b"", b"hi", bytes(range(256)) * 300)  # the last one spans two chunks
 
 
+class DrawnFile(io.BytesIO):
+    """A binary file drawn as attachment data. Both sides are handed the same
+    arguments, so ``both`` rewinds every live one before each side's call."""
+
+    _live: ClassVar[weakref.WeakSet[DrawnFile]] = weakref.WeakSet()
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        DrawnFile._live.add(self)
+
+    @classmethod
+    def rewind_all(cls) -> None:
+        for file in list(cls._live):
+            file.seek(0)
+
+
 def attachments() -> st.SearchStrategy[dict[str, Any]]:
     """An ``_attachments`` member: new bytes (base64) or stubs of the previous
     revision's, some with a revpos that may not match."""
+    forms = {
+        "base64": lambda data: base64.b64encode(data).decode(),
+        "bytes": lambda data: data,
+        "file": DrawnFile,  # a binary file, spooled; each side reads it from the start
+    }
     inline = st.builds(
-        lambda data, ctype, raw: {
-            "content_type": ctype,
-            "data": data if raw else base64.b64encode(data).decode(),
-        },
+        lambda data, ctype, form: {"content_type": ctype, "data": forms[form](data)},
         st.sampled_from(ATT_DATA),
         st.sampled_from(["text/plain", "image/png"]),
-        st.booleans(),  # the bytes themselves, or base64
+        st.sampled_from(sorted(forms)),
     )
     stub = st.one_of(
         st.just({"stub": True}), st.builds(lambda p: {"stub": True, "revpos": p}, st.integers(1, 3))
@@ -243,7 +263,9 @@ class EquivalenceMachine(RuleBasedStateMachine):
         raw Python error; return it. Ids either invents are the same (one seed)."""
         STATS[name] += 1
         seed = f"{STATS['examples']}/{sum(STATS.values())}"
+        DrawnFile.rewind_all()
         got = self._call(self.eng, "engine", seed, name, args, kwargs)
+        DrawnFile.rewind_all()  # the engine read any drawn attachment file to its end
         want = self._call(self.ref, "reference", seed, name, args, kwargs)
         if got != want:
             lines = "\n  ".join(diff(got, want)) or f"{got!r} != {want!r}"
@@ -560,6 +582,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             "not a dict": hostile.TEXTS,
             "_revisions.start": hostile.COUNTS,
             "_revisions.ids": hostile.TEXTS,
+            "_attachments": hostile.ATTACHMENT_DATA,
         }.get(part)
         value = None if table is None else hostile.build(table, data.draw(hostile.labels(table)))
         if part in ("_id", "_rev", "_deleted"):

@@ -16,12 +16,14 @@ number itself, and a 100,000-deep list is never held in a Hypothesis example.
 from __future__ import annotations
 
 import enum
+import io
 from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
 
 __all__ = [
+    "ATTACHMENT_DATA",
     "BODY_VALUES",
     "COUNTS",
     "FLAGS",
@@ -246,6 +248,45 @@ BODY_VALUES: dict[str, Builder] = {
     "None": lambda: None,
     "True": lambda: True,
 }
+
+
+class _FailingFile(io.RawIOBase):
+    """A binary file whose read fails after the first piece (a disk error)."""
+
+    def __init__(self) -> None:
+        self._reads = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        self._reads += 1
+        if self._reads > 1:
+            raise OSError(5, "Input/output error")
+        return b"x" * 10
+
+
+class _StrReadingFile:
+    """Not a file, but has a ``read`` that gives ints."""
+
+    def read(self, size: int = -1) -> int:
+        return 7
+
+
+#: Where attachment ``data`` is expected: the texts, and file objects that are not
+#: binary files or that fail part way (SEMANTICS.md §18).
+ATTACHMENT_DATA: dict[str, Builder] = {
+    **TEXTS,
+    "text file (StringIO)": lambda: io.StringIO("abc"),
+    "file failing after a read": _FailingFile,
+    "read() giving ints": _StrReadingFile,
+    "closed binary file": lambda: _closed(io.BytesIO(b"abc")),
+}
+
+
+def _closed(file: io.BytesIO) -> io.BytesIO:
+    file.close()
+    return file
 
 
 def labels(table: dict[str, Builder]) -> st.SearchStrategy[str]:

@@ -12,7 +12,7 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +20,9 @@ import pytest
 import settee
 from settee.check import check_database
 from settee.io import FileSystemWrapper, OsFileSystem
+from settee.spec.attachments import digest_of
 from settee.spec.docs import validate_doc
+from settee.spec.spool import Spooled, SpoolWriter
 
 
 class RecordingFileSystem(FileSystemWrapper):
@@ -69,13 +71,14 @@ def test_fsync_false_never_fsyncs_commits(tmp_path: Any) -> None:
 
 
 def test_large_document_is_one_append_per_commit(tmp_path: Any) -> None:
-    """A 40 MB body is written with one append (plus one for the header), not in pieces."""
+    """A 40 MB body is written with one append, not in pieces: the batch appends it
+    early as soon as it holds it (file.SPILL_BYTES), then the tree nodes, then the header."""
     fs = RecordingFileSystem()
     db = settee.Database(str(tmp_path / "db"), fs=fs, shards=2)
     payload = os.urandom(20 * 1024 * 1024).hex()  # 40 MB of text
     fs.log.clear()
     rev = db.put({"_id": "big", "data": payload})["rev"]
-    assert [op for op, _ in fs.log].count("append") == 2
+    assert [op for op, _ in fs.log].count("append") == 3
     assert db.get("big")["data"] == payload
     db.close()
     with _open(tmp_path / "db") as again:
@@ -621,3 +624,57 @@ def test_attachment_chunks_follow_a_compaction_that_swaps_the_file(tmp_path: Any
         db.compact()  # the old file is closed: the next chunk comes from the new one
         rest = b"".join(chunks)
         assert first + rest == data and meta["length"] == len(data)
+
+
+class _FailingSpool(Spooled):
+    """Spooled bytes whose reading fails after ``good`` bytes (a disk error in the
+    middle of the writer's copy)."""
+
+    def __init__(self, data: bytes, good: int) -> None:
+        writer = SpoolWriter()
+        writer.write(data)
+        done = writer.finish()
+        super().__init__(done._file, done.length, done.digest)
+        self._good = good
+
+    def chunks(self, size: int = 65_536) -> Iterator[bytes]:
+        for offset, piece in enumerate(super().chunks(size)):
+            if offset * size >= self._good:
+                raise ValueError("the spool file went away")
+            yield piece
+
+
+def test_streamed_attachment_is_stored_and_read_back_whole(tmp_path: Any) -> None:
+    """A binary file as ``data`` is spooled, stored chunk by chunk and read back."""
+    data = os.urandom(3 * 2**20 + 11)
+    source = tmp_path / "big.bin"
+    source.write_bytes(data)
+    with settee.open(str(tmp_path / "db"), shards=1) as db, source.open("rb") as file:
+        att = {"content_type": "x/y", "data": file}
+        rev = db.put({"_id": "a", "_attachments": {"f": att}})["rev"]
+        found = db.attachment("a", "f")
+        assert found["data"] == data and found["length"] == len(data)
+        assert found["digest"] == digest_of(data) and found["revpos"] == 1
+        _meta, chunks = db.attachment_chunks("a", "f", rev=rev)
+        assert b"".join(chunks) == data
+    assert not list(check_database(str(tmp_path / "db")))
+
+
+def test_a_write_that_fails_after_appending_early_fails_alone(tmp_path: Any) -> None:
+    """A commit whose attachment cannot be read to its end, after the batch has
+    already appended megabytes, fails alone: nothing of it is visible, the shard
+    goes on writing, and the frames it left behind are no damage."""
+    data = os.urandom(4 * 2**20)
+    with _open(tmp_path / "db", shards=1, strict=True) as db:
+        db.put({"_id": "before"})
+        bad = {"content_type": "x/y", "data": _FailingSpool(data, good=3 * 2**20)}
+        with pytest.raises(settee.SetteeError, match="could not apply"):
+            db.put({"_id": "broken", "_attachments": {"f": bad}})
+        with pytest.raises(settee.NotFound):
+            db.get("broken")
+        good = {"content_type": "x/y", "data": data}
+        assert db.put({"_id": "after", "_attachments": {"f": good}})["ok"]
+    with _open(tmp_path / "db", shards=1, strict=True) as db:
+        assert db.attachment("after", "f")["data"] == data
+        assert sorted(r["id"] for r in db.all_docs()["rows"]) == ["after", "before"]
+    assert not list(check_database(str(tmp_path / "db")))

@@ -5,6 +5,7 @@ The ``test_damage_<row>`` tests are the rows of the damage table in spec/FORMAT.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import struct
@@ -23,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import settee
-from settee.file import READ_AHEAD, ShardFile, TornTailWarning
+from settee.file import READ_AHEAD, SPILL_BYTES, ShardFile, TornTailWarning
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError, SetteeError
@@ -161,6 +162,38 @@ def test_stale_batch_is_refused(memfs: MemoryFileSystem) -> None:
         shard.write_batch(first)
         with pytest.raises(SetteeError, match="stale batch"):
             shard.write_batch(second)
+
+
+def test_a_large_batch_appends_early_and_holds_at_most_one_spill_of_bytes() -> None:
+    """A batch bigger than SPILL_BYTES reaches the file as it is built (an
+    attachment-heavy commit is never in memory whole), its positions unchanged."""
+    fs = CountingFileSystem(MemoryFileSystem())
+    term = os.urandom(100_000)
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        fs.reset()
+        batch = shard.new_batch()
+        positions = []
+        for _ in range(40):
+            positions.append(batch.add(term))
+            assert len(batch.data()) < SPILL_BYTES + fmt.laid_out_size(0, len(term) + 64)
+        assert fs.counts["append"] >= 3 and shard.size() > batch.start
+        shard.write_batch(batch)
+        assert shard.size() == batch.end
+        shard.write_header(hdr(1))
+    with ShardFile.open(fs, PATH, create=False) as reopened:
+        assert reopened.header is not None and reopened.header.seq == 1
+        assert all(reopened.read_term(pos) == term for pos in positions)
+
+
+def test_a_batch_made_before_an_early_append_is_stale(memfs: MemoryFileSystem) -> None:
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        first, second = shard.new_batch(), shard.new_batch()
+        second.add("b")
+        while shard.size() == first.start:
+            first.add(os.urandom(50_000))  # until it appends early
+        with pytest.raises(SetteeError, match="stale batch"):
+            shard.write_batch(second)
+        shard.write_batch(first)
 
 
 def test_small_term_is_one_pread_and_batch_is_one_append() -> None:

@@ -1,0 +1,133 @@
+"""Attachment bytes that are never held whole: spooled to a temporary file as
+they arrive, their length and md5 digest counted on the way (SEMANTICS.md §18).
+
+A ``Spooled`` is what a streamed attachment write hands the store: ``settee
+serve`` spools a ``PUT /db/doc/att`` body and each ``multipart/related`` part,
+and the embedded API spools a binary file given as an attachment's ``data``.
+The engine's writer then copies it into chunk terms 64 KiB at a time, so no
+layer between the socket (or the caller's file) and the shard file holds more
+than a chunk or two. The first ``MEMORY_LIMIT`` bytes stay in memory; beyond
+that the bytes live in an anonymous temporary file that the operating system
+deletes when it is closed (or the process dies), so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from settee.spec.errors import BadRequest, SetteeError
+
+__all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file", "spool_pieces"]
+
+#: Bytes a spool keeps in memory before it moves them to a temporary file.
+MEMORY_LIMIT = 1 << 20
+#: Bytes ``Spooled.chunks`` yields at a time: one chunk term's worth (FORMAT.md).
+PIECE = 65_536
+
+
+class Spooled:
+    """Immutable attachment bytes in a temporary file; made by ``SpoolWriter``.
+
+    Compared and hashed by identity (the bytes are not read to compare them).
+    Reading is thread-safe: each ``chunks`` reads under a lock, so two readers
+    interleave whole pieces, never half-seeks.
+    """
+
+    __slots__ = ("_file", "_lock", "digest", "length")
+
+    def __init__(self, file: IO[bytes], length: int, digest: str) -> None:
+        self._file = file
+        self._lock = threading.Lock()
+        #: Number of bytes.
+        self.length = length
+        #: CouchDB's digest of the bytes, ``"md5-"`` and base64 (spec.attachments.digest_of).
+        self.digest = digest
+
+    def chunks(self, size: int = PIECE) -> Iterator[bytes]:
+        """The bytes, ``size`` at a time (nothing for no bytes); may be called again."""
+        offset = 0
+        while offset < self.length:
+            with self._lock:
+                self._file.seek(offset)
+                piece = self._file.read(min(size, self.length - offset))
+            if not piece:
+                raise SetteeError(f"spooled attachment bytes ended at {offset} of {self.length}")
+            offset += len(piece)
+            yield piece
+
+    def read(self) -> bytes:
+        """All the bytes at once (the reference model and small attachments)."""
+        return b"".join(self.chunks())
+
+    def close(self) -> None:
+        """Give back the temporary file now rather than when collected."""
+        with self._lock:
+            self._file.close()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __del__(self) -> None:
+        # Closing here, not leaving it to the file, spares a ResourceWarning.
+        self._file.close()
+
+    def __repr__(self) -> str:
+        return f"<Spooled {self.length} bytes {self.digest}>"
+
+
+class SpoolWriter:
+    """Collects bytes piece by piece into a ``Spooled``."""
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=MEMORY_LIMIT)  # noqa: SIM115
+        self._md5 = hashlib.md5()
+        self._length = 0
+
+    def write(self, piece: bytes) -> None:
+        self._file.write(piece)
+        self._md5.update(piece)
+        self._length += len(piece)
+
+    def finish(self) -> Spooled:
+        digest = "md5-" + base64.b64encode(self._md5.digest()).decode("ascii")
+        return Spooled(self._file, self._length, digest)
+
+    def abandon(self) -> None:
+        self._file.close()
+
+
+def spool_pieces(pieces: Iterable[bytes]) -> Spooled:
+    """A ``Spooled`` of the concatenated ``pieces``."""
+    writer = SpoolWriter()
+    for piece in pieces:
+        writer.write(piece)
+    return writer.finish()
+
+
+def spool_file(file: Any) -> Spooled:
+    """The rest of a readable binary file object, spooled; ``BadRequest`` for an
+    object whose ``read`` fails or gives anything but bytes."""
+    writer = SpoolWriter()
+    try:
+        while True:
+            piece = file.read(PIECE)
+            if not piece:
+                break
+            if not isinstance(piece, bytes | bytearray | memoryview):
+                raise BadRequest(
+                    f"attachment data file gave {type(piece).__name__}, not bytes: "
+                    "open it in binary mode"
+                )
+            writer.write(bytes(piece))
+    except BadRequest:
+        writer.abandon()
+        raise
+    except Exception as exc:
+        writer.abandon()
+        raise BadRequest(f"reading attachment data from {file!r} failed: {exc!r}") from exc
+    return writer.finish()
