@@ -20,6 +20,7 @@ from settee.serve.docs import validated_write
 from settee.serve.protocol import HTTPError, method_not_allowed, reply, respond
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.spec.spool import Spooled
 
 __all__ = ["handle_attachment"]
 
@@ -49,7 +50,7 @@ def _stubs(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _put(
-    entry: DbEntry, doc_id: str, name: str, data: bytes, content_type: str, rev: str | None
+    entry: DbEntry, doc_id: str, name: str, data: Spooled, content_type: str, rev: str | None
 ) -> dict[str, Any]:
     db = entry.db
     if rev is None:
@@ -57,7 +58,7 @@ def _put(
     else:
         doc = db.get(doc_id, rev=rev)
     attachments = _stubs(doc)
-    attachments[name] = {"content_type": content_type, "data": data}  # bytes: no base64 trip
+    attachments[name] = {"content_type": content_type, "data": data}  # spooled: never whole
     doc["_attachments"] = attachments
     return validated_write(entry, doc)
 
@@ -111,7 +112,7 @@ async def handle_attachment(
             return web.Response(status=304, headers={"ETag": tag})
         return await _stream(state, request, att["length"], chunks, headers)
     if method == "PUT":
-        data = await state.read_body(request)
+        data = await state.spool_body(request)
         content_type = request.headers.get("Content-Type", "application/octet-stream")
         result = await state.run(_put, entry, doc_id, name, data, content_type, rev)
         state.notify(entry)

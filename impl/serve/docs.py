@@ -32,9 +32,10 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.spec.attachments import MissingStub, digest_of
+from settee.spec.attachments import MissingStub, digest_of, length_of
 from settee.spec.docids import new_docid
 from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
+from settee.spec.spool import Spooled
 
 __all__ = [
     "attachment_options",
@@ -214,9 +215,9 @@ def _as_json(doc: dict[str, Any]) -> dict[str, Any]:
     shown = {}
     for name, att in attachments.items():
         data = att.get("data") if isinstance(att, dict) else None
-        if isinstance(data, bytes):
+        if isinstance(data, bytes | Spooled):
             att = {k: v for k, v in att.items() if k != "data"}
-            att |= {"length": len(data), "digest": digest_of(data), "stub": True}
+            att |= {"length": length_of(data), "digest": digest_of(data), "stub": True}
         shown[name] = att
     return {**doc, "_attachments": shown}
 
@@ -248,15 +249,10 @@ def _put_doc(
     state: State,
     entry: DbEntry,
     doc_id: str,
-    body: bytes,
+    doc: dict[str, Any],
     query: Mapping[str, str],
     headers: Mapping[str, str],
 ) -> tuple[int, dict[str, Any]]:
-    content_type = headers.get("Content-Type", "")
-    if multipart.is_related(content_type):
-        doc = multipart.related_document(body, content_type)
-    else:
-        doc = decode_object(body, "Document")
     check_doc({**doc, "_id": doc_id})
     doc = {**doc, "_id": doc_id}
     if "_rev" in doc:
@@ -325,9 +321,9 @@ async def handle_doc(
     if method in ("GET", "HEAD"):
         return await _handle_get(state, request, entry, doc_id)
     if method == "PUT":
-        body = await state.read_body(request)
+        doc = await _document_of(state, request)
         status, result = await state.run(
-            _put_doc, state, entry, doc_id, body, request.query, request.headers
+            _put_doc, state, entry, doc_id, doc, request.query, request.headers
         )
         if request.query.get("batch") == "ok":
             return respond(reply(202, {"ok": True, "id": doc_id}))
@@ -337,6 +333,16 @@ async def handle_doc(
         status, result = await state.run(_delete_doc, state, entry, doc_id, rev)
         return _written(status, result)
     raise method_not_allowed("DELETE,GET,HEAD,PUT")
+
+
+async def _document_of(state: State, request: web.BaseRequest) -> dict[str, Any]:
+    """A PUT's document: JSON, or ``multipart/related`` with its attachments
+    spooled as the body arrives."""
+    content_type = request.headers.get("Content-Type", "")
+    if multipart.is_related(content_type):
+        chunks = state.body_chunks(request)
+        return await multipart.read_related(chunks, content_type, state.run, state.body_limit)
+    return await state.run(decode_object, await state.read_body(request), "Document")
 
 
 def _post_doc(state: State, entry: DbEntry, body: bytes) -> dict[str, Any]:

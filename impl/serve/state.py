@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from aiohttp import web
 from settee.serve.options import request_limit
 from settee.serve.protocol import HTTPError
 from settee.serve.registry import DbEntry, Registry
+from settee.spec.spool import MEMORY_LIMIT, Spooled, SpoolWriter
 
 __all__ = ["State"]
 
@@ -59,18 +60,45 @@ class State:
         """The whole request body, read as the bytes arrive (no small fixed reads,
         no 1 MiB cap); 413 past ``max_request_size`` as CouchDB's
         ``max_http_request_size``."""
-        limit = request_limit(self.options)
+        return b"".join([chunk async for chunk in self.body_chunks(request)])
+
+    async def spool_body(self, request: web.BaseRequest) -> Spooled:
+        """``read_body``, but the bytes go to a ``Spooled`` (memory for the first
+        MiB, then a temporary file) as they arrive, a MiB at a time on a worker:
+        an attachment body is never held whole (SEMANTICS.md §18)."""
+        writer = SpoolWriter()
+        pending: list[bytes] = []
+        held = 0
+        try:
+            async for chunk in self.body_chunks(request):
+                pending.append(chunk)
+                held += len(chunk)
+                if held >= MEMORY_LIMIT:
+                    await self.run(writer.write, b"".join(pending))
+                    pending, held = [], 0
+            await self.run(writer.write, b"".join(pending))
+        except BaseException:
+            writer.abandon()
+            raise
+        return writer.finish()
+
+    @property
+    def body_limit(self) -> int:
+        """The most bytes a request body may hold (``max_request_size``)."""
+        return request_limit(self.options)
+
+    async def body_chunks(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; 413 as soon as they pass the limit."""
+        limit = self.body_limit
         length = request.content_length
         if length is not None and length > limit:
             raise _too_large()
-        chunks = []
         size = 0
         async for chunk in request.content.iter_any():
             size += len(chunk)
             if size > limit:
                 raise _too_large()
-            chunks.append(chunk)
-        return b"".join(chunks)
+            yield chunk
 
 
 def _too_large() -> HTTPError:
