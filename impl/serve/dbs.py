@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve import revs
+from settee.serve import mime, revs
 from settee.serve.docs import (
     check_doc,
     handle_post_doc,
@@ -36,6 +36,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec import revtree
+from settee.spec.attachments import since_position
 from settee.spec.format import FORMAT_VERSION
 
 __all__ = [
@@ -347,7 +348,11 @@ async def handle_bulk_docs(
     return respond(await state.run(_bulk_docs, state, entry, raw))
 
 
-def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> dict[str, Any]:
+def _bulk_get_one(
+    db: settee.Database, item: Any, query: Mapping[str, str], *, stubs: bool = False
+) -> dict[str, Any]:
+    """One ``docs`` item's answer; ``stubs``: every attachment as a stub (the
+    multipart answer sends the bytes as parts instead)."""
     if not isinstance(item, dict):
         return _bulk_error(None, None, "bad_request", "document must be a JSON object")
     doc_id, rev = item.get("id"), item.get("rev")
@@ -365,8 +370,8 @@ def _bulk_get_one(db: settee.Database, item: Any, query: Mapping[str, str]) -> d
             None if rev is None else [rev],
             latest=query_bool(query, "latest"),
             revisions=query_bool(query, "revs"),
-            attachments=query_bool(query, "attachments"),
-            atts_since=since,
+            attachments=not stubs and query_bool(query, "attachments"),
+            atts_since=None if stubs else since,
         )
     except settee.BadRequest as exc:
         return _bulk_error(doc_id, rev, "bad_request", str(exc))
@@ -384,7 +389,7 @@ def _bulk_error(doc_id: Any, rev: Any, error: str, reason: str) -> dict[str, Any
     return {"id": doc_id, "docs": [{"error": body}]}
 
 
-def _bulk_get(db: settee.Database, raw: bytes, query: Mapping[str, str]) -> Any:
+def _bulk_get_items(raw: bytes, query: Mapping[str, str]) -> list[Any]:
     for name in ("open_revs", "new_edits", "w", "rev", "atts_since"):
         if name in query:
             raise HTTPError(400, "bad_request", f'"{name}" query parameter is not acceptable')
@@ -392,7 +397,66 @@ def _bulk_get(db: settee.Database, raw: bytes, query: Mapping[str, str]) -> Any:
     docs = payload.get("docs")
     if not isinstance(docs, list):
         raise HTTPError(400, "bad_request", "Missing JSON list of 'docs'.")
-    return reply(200, {"results": [_bulk_get_one(db, item, query) for item in docs]})
+    return docs
+
+
+def _bulk_get(db: settee.Database, raw: bytes, query: Mapping[str, str]) -> Any:
+    items = _bulk_get_items(raw, query)
+    return reply(200, {"results": [_bulk_get_one(db, item, query) for item in items]})
+
+
+def _bulk_get_related(db: settee.Database, raw: bytes, query: Mapping[str, str]) -> list[Any]:
+    """``_bulk_get``'s answers for a multipart response: each revision as a
+    ``mime.Related`` (its attachments above the item's ``atts_since`` following),
+    each error as its JSON body."""
+    out: list[Any] = []
+    for item in _bulk_get_items(raw, query):
+        answer = _bulk_get_one(db, item, query, stubs=True)
+        found = any("ok" in entry for entry in answer["docs"])
+        position = _since_position(db, item) if found else 0
+        for entry in answer["docs"]:
+            if "ok" in entry:
+                out.append(mime.related(entry["ok"], position))
+            else:
+                out.append(entry["error"])
+    return out
+
+
+def _since_position(db: settee.Database, item: dict[str, Any]) -> int:
+    since = item.get("atts_since") if isinstance(item, dict) else None
+    info = revs.doc_info(db, item["id"]) if since else None
+    return since_position(info.tree, since) if info is not None else 0
+
+
+async def _send_bulk_get(
+    state: State, request: web.BaseRequest, db: settee.Database, answers: list[Any], mixed: bool
+) -> web.StreamResponse:
+    outer, inner = mime.new_boundary(), mime.new_boundary()
+    kind = "multipart/mixed" if mixed else "multipart/related"
+    headers = {"Content-Type": f'{kind}; boundary="{outer.decode()}"'}
+    response = web.StreamResponse(status=200, headers=headers)
+    await response.prepare(request)
+    for answer in answers:
+        await response.write(b"\r\n--" + outer)
+        if isinstance(answer, mime.Related) and answer.followers:
+            head = (
+                b"\r\nX-Doc-Id: "
+                + mime.header_value(answer.doc_id)
+                + b"\r\nX-Rev-Id: "
+                + mime.header_value(answer.rev)
+                + f"\r\nContent-Type: {answer.content_type(inner)}\r\n\r\n".encode()
+            )
+            await response.write(head)
+            await mime.write_related(state, response, db, answer, inner)
+        elif isinstance(answer, mime.Related):
+            await response.write(b"\r\nContent-Type: application/json\r\n\r\n" + answer.json)
+        else:
+            await response.write(b'\r\nContent-Type: application/json; error="true"\r\n\r\n')
+            await response.write(reply(200, answer).body)
+    if answers:
+        await response.write(b"\r\n--" + outer + b"--\r\n")
+    await response.write_eof()
+    return response
 
 
 async def handle_bulk_get(
@@ -401,6 +465,11 @@ async def handle_bulk_get(
     _only(request, "POST")
     require_json_content(request.headers)
     raw = await state.read_body(request)
+    accept = request.headers.get("Accept")
+    if mime.wants_multipart(accept, ("multipart/mixed", "multipart/related"), unless_json=True):
+        answers = await state.run(_bulk_get_related, entry.db, raw, request.query)
+        mixed = mime.wants_multipart(accept, ("multipart/mixed",), unless_json=True)
+        return await _send_bulk_get(state, request, entry.db, answers, mixed)
     return respond(await state.run(_bulk_get, entry.db, raw, request.query))
 
 

@@ -10,14 +10,13 @@ Status codes follow chttpd_db: 201 for a created revision, 200 for a deletion,
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 import settee
-from settee.serve import multipart, revs
+from settee.serve import mime, multipart, revs
 from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,
@@ -32,7 +31,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.spec.attachments import MissingStub, digest_of, length_of
+from settee.spec.attachments import MissingStub, digest_of, length_of, since_position
 from settee.spec.docids import new_docid
 from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
 from settee.spec.spool import Spooled
@@ -53,6 +52,9 @@ __all__ = [
 #: engine's own lists (read, ignored, kept as body members).
 _SPECIAL = READ_FIELDS | IGNORED_FIELDS | BODY_FIELDS
 
+
+#: The multipart types a client may name to get a multipart answer.
+_MULTIPART = ("multipart/mixed", "multipart/related")
 
 #: The longest ``Location`` header sent (the header-line limit of common HTTP stacks).
 MAX_LOCATION = 8192
@@ -153,32 +155,79 @@ def attachment_options(query: Mapping[str, str]) -> dict[str, Any]:
     return options
 
 
-def _multipart(results: list[dict[str, Any]]) -> tuple[bytes, str]:
-    """``open_revs`` as multipart/mixed, for clients that ask for it."""
-    boundary = uuid.uuid4().hex
-    parts = []
+def _without_attachments(query: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in query.items() if k not in ("attachments", "atts_since")}
+
+
+def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> mime.Related:
+    """The document a GET names, its attachments above ``atts_since`` (all with
+    ``attachments=true`` alone) following as parts."""
+    since = attachment_options(query).get("atts_since")
+    doc = _get_doc(db, doc_id, _without_attachments(query))
+    position = 0
+    if since is not None:
+        info = revs.doc_info(db, doc_id)
+        position = since_position(info.tree, since) if info is not None else 0
+    return mime.related(doc, position)
+
+
+async def _send_related(
+    state: State, request: web.BaseRequest, db: settee.Database, doc: mime.Related
+) -> web.StreamResponse:
+    boundary = mime.new_boundary()
+    headers = {"Content-Type": doc.content_type(boundary), "ETag": etag(doc.rev)}
+    response = web.StreamResponse(status=200, headers=headers)
+    response.content_length = doc.length(boundary)
+    await response.prepare(request)
+    if request.method != "HEAD":
+        await mime.write_related(state, response, db, doc, boundary)
+    await response.write_eof()
+    return response
+
+
+async def _send_open_revs(
+    state: State, request: web.BaseRequest, db: settee.Database, results: list[dict[str, Any]]
+) -> web.StreamResponse:
+    """``open_revs`` as multipart/mixed: each revision with all its attachments."""
+    outer, inner = mime.new_boundary(), mime.new_boundary()
+    content_type = f'multipart/mixed; boundary="{outer.decode()}"'
+    response = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+    await response.prepare(request)
+    await response.write(b"--" + outer)
     for result in results:
         if "ok" in result:
-            head = b"Content-Type: application/json"
-            data = reply(200, result["ok"]).body.rstrip(b"\n")
+            doc = mime.related(result["ok"])
+            head = f"\r\nContent-Type: {doc.content_type(inner)}\r\n\r\n".encode()
+            await response.write(head)
+            await mime.write_related(state, response, db, doc, inner)
         else:
-            head = b'Content-Type: application/json; error="true"'
-            data = reply(200, result).body.rstrip(b"\n")
-        parts.append(b"--" + boundary.encode() + b"\r\n" + head + b"\r\n\r\n" + data + b"\r\n")
-    body = b"".join(parts) + b"--" + boundary.encode() + b"--"
-    return body, f'multipart/mixed; boundary="{boundary}"'
+            await response.write(b'\r\nContent-Type: application/json; error="true"\r\n\r\n')
+            await response.write(reply(200, result).body)
+        await response.write(b"\r\n--" + outer)
+    await response.write(b"--")
+    await response.write_eof()
+    return response
 
 
 async def _handle_get(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str
 ) -> web.StreamResponse:
     query = request.query
+    accept = request.headers.get("Accept")
+    if "open_revs" in query:
+        if mime.wants_multipart(accept, _MULTIPART, unless_json=False):
+            attachment_options(query)  # atts_since is checked, then ignored, as CouchDB 3
+            plain = _without_attachments(query)
+            results = await state.run(_get_doc, entry.db, doc_id, plain)
+            return await _send_open_revs(state, request, entry.db, results)
+    elif mime.wants_multipart(accept, ["multipart/related"], unless_json=False):
+        wanted = attachment_options(query)
+        if wanted["attachments"] or "atts_since" in wanted:
+            doc = await state.run(_doc_related, entry.db, doc_id, query)
+            if doc.followers:
+                return await _send_related(state, request, entry.db, doc)
     result = await state.run(_get_doc, entry.db, doc_id, query)
     if isinstance(result, list):
-        accept = request.headers.get("Accept", "")
-        if "multipart/mixed" in accept and "application/json" not in accept:
-            body, ctype = _multipart(result)
-            return web.Response(status=200, body=body, headers={"Content-Type": ctype})
         return respond(await state.run(reply, 200, result))
     tag = etag(result["_rev"])
     if request.headers.get("If-None-Match") == tag:
