@@ -287,6 +287,10 @@ _PART_CONTENT = st.one_of(
             b'{"_attachments": {"a": {"follows": true, "length": 2, "digest": "md5-x"}}}',
             b'{"_attachments": {"a": {"follows": true}, "b": {"stub": true}}}',
             b'{"_rev": "1-a", "_attachments": {"_a": {"follows": true}}}',
+            b'{"_attachments": {"a": {"follows": true, "encoding": "gzip"}}}',
+            b'{"_attachments": {"a": {"follows": true, "encoding": ["gzip"]}}}',
+            b'{"_attachments": {"a": {"follows": true, "content_type": 7, "revpos": "x"}}}',
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00",  # a gzip header and nothing after it
         ]
     ),
 )
@@ -315,3 +319,45 @@ def test_hostile_multipart_bodies_are_4xx(
     status, answer = client("PUT", "/target/mp?new_edits=false", body, headers)
     assert status < 500, (status, answer[:300])
     assert client("GET", "/target/doc")[0] == 200
+
+
+_ACCEPT = st.lists(
+    st.sampled_from(
+        [
+            "multipart/mixed",
+            "multipart/related",
+            "multipart/*",
+            "*/*",
+            "application/json",
+            ";q=0",
+            ";q=nan",
+            ";q=x",
+            ";boundary=",
+            ",",
+            " ",
+            "\u00e9",
+        ]
+    ),
+    max_size=5,
+).map("".join)
+
+
+@_HOSTILE
+@given(accept=_ACCEPT, which=st.sampled_from(["attachments", "open_revs", "bulk_get"]))
+def test_any_accept_header_gets_an_answer(
+    served: tuple[_Client, Path], accept: str, which: str
+) -> None:
+    """Whatever ``Accept`` says, a document with attachments is answered (JSON or
+    multipart), never a 500, and a multipart answer carries the bytes."""
+    client, _root = served
+    body = {"_attachments": {"a b": {"data": "aGVsbG8="}, "c": {"data": ""}}}
+    client("PUT", "/target/att", json.dumps(body).encode())  # 409 after the first
+    headers = {"Content-Type": "application/json", "Accept": accept.encode().decode("latin-1")}
+    if which == "bulk_get":
+        ask = json.dumps({"docs": [{"id": "att"}, {"id": "nope"}]}).encode()
+        status, raw = client("POST", "/target/_bulk_get?attachments=true", ask, headers)
+    else:
+        query = "attachments=true" + ("&open_revs=all" if which == "open_revs" else "")
+        status, raw = client("GET", f"/target/att?{query}", None, headers)
+    assert status == 200, (status, raw[:300])
+    assert b"hello" in raw or b"aGVsbG8=" in raw
