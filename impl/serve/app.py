@@ -55,6 +55,11 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
         if not isinstance(exc, HTTPError) and not hasattr(exc, "reason"):
             log.exception("%s %s failed", request.method, request.rel_url)
         response = respond(error_reply(exc))
+        if isinstance(exc, HTTPError) and exc.headers.get("Connection") == "close":
+            # Answer, then close: no keep-alive, and the body counts as ended, so
+            # aiohttp does not linger reading a body that stopped arriving.
+            response.force_close()
+            request.content.feed_eof()
     if not response.prepared:
         response.headers.update(_COMMON_HEADERS)
     return response

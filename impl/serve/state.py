@@ -88,13 +88,23 @@ class State:
         return request_limit(self.options)
 
     async def body_chunks(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive; 413 as soon as they pass the limit."""
+        """The body's bytes as they arrive; 413 as soon as they pass the limit, 408
+        (and the connection closed) when none arrives for ``idle_timeout``."""
         limit = self.body_limit
         length = request.content_length
         if length is not None and length > limit:
             raise _too_large()
         size = 0
-        async for chunk in request.content.iter_any():
+        # A body that stops arriving must not hold a connection slot forever: the
+        # same idle_timeout as a request that never finishes its headers.
+        wait = self.options["idle_timeout"] / 1000
+        while True:
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), wait)
+            except TimeoutError:
+                raise _too_slow(wait) from None
+            if not chunk:
+                return
             size += len(chunk)
             if size > limit:
                 raise _too_large()
@@ -102,4 +112,13 @@ class State:
 
 
 def _too_large() -> HTTPError:
+    # The rest of the body is read and dropped for a while after the answer (aiohttp's
+    # lingering close), so a client still sending sees the 413, not a reset.
     return HTTPError(413, "too_large", "the request entity is too large")
+
+
+def _too_slow(seconds: float) -> HTTPError:
+    # The client stopped sending: the connection is closed right after the answer,
+    # with no lingering read that would hold its slot longer.
+    reason = f"no byte of the request body arrived for {seconds:g} s (idle_timeout)"
+    return HTTPError(408, "request_timeout", reason, {"Connection": "close"})
