@@ -29,6 +29,7 @@ __all__ = [
     "MATCH_ALL",
     "BadSelector",
     "extract_fields",
+    "field_value",
     "get_field",
     "matches",
     "normalize",
@@ -249,6 +250,14 @@ def get_field(value: Any, path: tuple[str, ...]) -> Any:
         else:
             return _BAD_PATH
     return value
+
+
+def field_value(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    """``(True, the value at path)``, or ``(False, None)`` when there is none."""
+    found = get_field(value, path)
+    if found is _NOT_FOUND or found is _BAD_PATH:
+        return False, None
+    return True, found
 
 
 def _match(node: Any, value: Any) -> bool:

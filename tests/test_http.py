@@ -1478,3 +1478,63 @@ def test_bulk_get_multipart_and_hostile_attachment_names(client: Client, db: str
     assert json.loads(parts[2][1])["error"] == "not_found"
     json_too = {"Accept": "multipart/mixed, application/json"}
     assert client("POST", f"{db}/_bulk_get", ask, headers=json_too).json["results"]
+
+
+def test_mango_json_indexes_serve_sorted_finds(client: Client, db: str) -> None:
+    """POST /db/_index stores a json index as CouchDB does (a query design
+    document); _find then sorts by its fields, reads it from the first key the
+    selector allows, pages by bookmark and sees later edits; DELETE removes it."""
+    for i, age in enumerate([5, 3, 9, 1, 7, 3]):
+        put(client, db, f"p{i}", {"age": age, "kind": "person" if i % 2 else "pet"})
+    put(client, db, "ageless", {"kind": "person"})
+    ask = {"index": {"fields": ["age"]}, "ddoc": "ages", "name": "by-age"}
+    made = client("POST", f"{db}/_index", ask)
+    assert made.status == 200
+    assert made.json == {"result": "created", "id": "_design/ages", "name": "by-age"}
+    assert client("POST", f"{db}/_index", ask).json["result"] == "exists"
+    listed = client("GET", f"{db}/_index").json
+    assert listed["total_rows"] == 2 and listed["indexes"][0]["name"] == "_all_docs"
+    assert listed["indexes"][1] == {
+        "ddoc": "_design/ages",
+        "name": "by-age",
+        "type": "json",
+        "partitioned": False,
+        "def": {"fields": [{"age": "asc"}]},
+    }
+    assert client("GET", f"{db}/_design/ages").json["language"] == "query"
+    query = {"selector": {"age": {"$gt": 2}}, "sort": ["age"], "fields": ["_id", "age"]}
+    found = client("POST", f"{db}/_find", query).json
+    assert [d["age"] for d in found["docs"]] == [3, 3, 5, 7, 9] and "warning" not in found
+    down = client("POST", f"{db}/_find", {**query, "sort": [{"age": "desc"}]}).json
+    assert [d["age"] for d in down["docs"]] == [9, 7, 5, 3, 3]
+    first = client("POST", f"{db}/_find", {**query, "limit": 2, "execution_stats": True}).json
+    assert [d["age"] for d in first["docs"]] == [3, 3]
+    assert first["execution_stats"]["total_keys_examined"] == 2  # started at age 3
+    rest = client("POST", f"{db}/_find", {**query, "bookmark": first["bookmark"]}).json
+    assert [d["age"] for d in rest["docs"]] == [5, 7, 9]
+    capped = client("POST", f"{db}/_find", {"selector": {"age": {"$lt": 5}}, "sort": ["age"]})
+    assert [d["age"] for d in capped.json["docs"]] == [1, 3, 3]
+    rev = client("GET", f"{db}/p2").json["_rev"]
+    put(client, db, "p2", {"_rev": rev, "age": 2, "kind": "pet"})
+    assert [d["age"] for d in client("POST", f"{db}/_find", query).json["docs"]] == [3, 3, 5, 7]
+    unsorted = client("POST", f"{db}/_find", {"selector": {"kind": "pet"}, "sort": ["kind"]})
+    assert unsorted.status == 400 and unsorted.json["error"] == "no_usable_index"
+    named = {"selector": {"kind": "pet"}, "use_index": "ages"}
+    assert "was not used" in client("POST", f"{db}/_find", named).json["warning"]
+    strict = client("POST", f"{db}/_find", {**named, "allow_fallback": False})
+    assert strict.status == 400 and strict.json["error"] == "no_usable_index"
+    partial = {
+        "index": {"fields": ["age"], "partial_filter_selector": {"kind": "person"}},
+        "name": "people",
+    }
+    people = client("POST", f"{db}/_index", partial).json
+    assert people["result"] == "created" and people["id"].startswith("_design/")
+    mine = {"selector": {"age": {"$gte": 0}}, "sort": ["age"], "use_index": people["id"]}
+    ids = [d["_id"] for d in client("POST", f"{db}/_find", mine).json["docs"]]
+    assert ids == ["p3", "p1", "p5"]  # persons only; equal ages in id order
+    gone = client("DELETE", f"{db}/_index/_design/ages/json/by-age")
+    assert gone.status == 200 and gone.json == {"ok": True}
+    assert client("GET", f"{db}/_design/ages").status == 404
+    assert client("DELETE", f"{db}/_index/ages/json/by-age").status == 404
+    bad = client("POST", f"{db}/_index", {"index": {"fields": []}})
+    assert bad.status == 400

@@ -215,6 +215,9 @@ _BODY_ENDPOINTS = [
     ("PUT", "/target/d2", "_revisions"),
     ("PUT", "/target/d3", "_deleted"),
     ("DELETE", "/target/doc?rev={v}", None),
+    ("POST", "/target/_index", "index"),
+    ("POST", "/target/_index", None),
+    ("POST", "/target/_find", "use_index"),
 ]
 
 
@@ -263,17 +266,27 @@ _MANGO_DOCS = [
 
 
 @_HOSTILE
-@given(selector=_SELECTOR, changes=st.booleans())
+@given(selector=_SELECTOR, where=st.sampled_from(["changes", "find", "indexed find"]))
 def test_hostile_selectors_are_4xx(
-    served: tuple[_Client, Path], selector: dict[str, Any], changes: bool
+    served: tuple[_Client, Path], selector: dict[str, Any], where: str
 ) -> None:
     """Any selector CouchDB would refuse is a 400; any it accepts is evaluated on
-    documents whose shapes meet its paths, and answered."""
+    documents whose shapes meet its paths, and answered: by the changes filter,
+    a full scan, or a json index on the fields the documents share (the same
+    selector as a partial filter, too)."""
     client, root = served
     for i, doc in enumerate(_MANGO_DOCS):
         client("PUT", f"/target/mango{i}", json.dumps(doc).encode())  # 409 after the first
-    path = "/target/_changes?filter=_selector" if changes else "/target/_find"
-    _send(client, root, "POST", path, json.dumps({"selector": selector}).encode())
+    body: dict[str, Any] = {"selector": selector}
+    path = "/target/_changes?filter=_selector" if where == "changes" else "/target/_find"
+    if where == "indexed find":
+        index = {"fields": ["a", "b"], "partial_filter_selector": selector}
+        _send(client, root, "POST", "/target/_index", json.dumps({"index": index}).encode())
+        body["use_index"] = "ab"
+        index = {"fields": ["a", "b"]}
+        ask = {"index": index, "ddoc": "ab", "name": "ab"}
+        _send(client, root, "POST", "/target/_index", json.dumps(ask).encode())
+    _send(client, root, "POST", path, json.dumps(body).encode())
 
 
 _PART_CONTENT = st.one_of(

@@ -179,9 +179,8 @@ def test_idle_and_half_sent_connections_cannot_hold_max_connections_forever(
     import socket
     import time
 
-    from settee.serve import start_server
-
     import settee
+    from settee.serve import start_server
 
     settee.open(str(tmp_path / "db")).close()  # made here: a request would take a slot
     handle = start_server(str(tmp_path), "127.0.0.1", 0, max_connections=3, idle_timeout=400)

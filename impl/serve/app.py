@@ -119,6 +119,8 @@ async def _route_in_db(
         if head == "_local" and len(rest) > 2:
             raise HTTPError(400, "bad_request", "_local documents do not accept attachments.")
         return await docs.handle_local(state, request, entry, name)
+    if head == "_index":
+        return await find.handle_index(state, request, entry, rest[1:])
     if head == "_design" and len(rest) == 2:
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
     if len(rest) == 1:

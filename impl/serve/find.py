@@ -1,12 +1,14 @@
-"""``POST /{db}/_find``: Mango queries over a full scan of ``_all_docs``.
+"""``POST /{db}/_find``: Mango queries, over a json index or a full scan.
 
-settee serve has no Mango indexes yet, so every query runs as CouchDB runs
-one that no index covers: documents in id order (design documents skipped),
-matched against the selector (``settee.spec.selector``), then ``skip``,
-``limit`` (default 25) and ``fields``; the answer carries CouchDB's
-"No matching index found" warning. As in CouchDB, a ``sort`` other than by
-``_id`` needs an index and is refused with 400 ``no_usable_index``.
-``bookmark`` resumes after the last document of the previous page.
+The query runs over the index ``settee.serve.mango`` finds usable (``use_index``
+first; else the one with the fewest fields), reading its rows in key order and
+each row's document; with none, as CouchDB runs a query no index covers:
+documents in id order (design documents skipped), with CouchDB's "No matching
+index found" warning. Either way each document is matched against the whole
+selector (``settee.spec.selector``), then ``skip``, ``limit`` (default 25) and
+``fields`` apply. A ``sort`` that no index serves (anything but ``_id`` without
+one) is 400 ``no_usable_index``, as in CouchDB. ``bookmark`` resumes after the
+last document of the previous page (its id, or its index key and id).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import binascii
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
 
 import settee
-from settee.serve import revs
+from settee.serve import mango, revs
+from settee.serve.docs import validated_write
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -32,9 +36,11 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.serve.viewindex import ViewIndex, signature
 from settee.spec import revtree, selector
+from settee.spec.collation import collate_json
 
-__all__ = ["handle_find"]
+__all__ = ["handle_find", "handle_index"]
 
 NO_INDEX_WARNING = "No matching index found, create an index to optimize query time."
 DEFAULT_LIMIT = 25
@@ -67,10 +73,14 @@ class FindQuery:
     limit: int
     skip: int
     descending: bool
+    sort_fields: list[str]
     fields: list[str]
-    after: str | None  # the bookmark's last id
+    after: list[Any] | None  # the bookmark: [last id] or [last index key, last id]
     conflicts: bool
     execution_stats: bool
+    use_index: list[str] | None = None
+    allow_fallback: bool = True
+    update: bool = True
 
 
 def _invalid(error: str, reason: str) -> HTTPError:
@@ -99,8 +109,8 @@ def _show(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _descending(sort: Any) -> bool:
-    """mango_sort's checks, then the only sort a full scan serves: by ``_id``."""
+def _sort(sort: Any) -> tuple[list[str], bool]:
+    """mango_sort's checks: the sort fields and whether they go descending."""
     if not isinstance(sort, list):
         raise _invalid(
             "invalid_sort_json", f"Sort must be an array of sort specs, not: {_show(sort)}"
@@ -123,32 +133,47 @@ def _descending(sort: Any) -> bool:
             "unsupported_mixed_sort",
             "Sorts currently only support a single direction for all fields.",
         )
-    if fields and fields != ["_id"]:
-        raise _invalid(
-            "no_usable_index", "No index exists for this sort, try indexing by the sort fields."
-        )
-    return directions == {"desc"}
+    try:
+        for field in fields:
+            selector.parse_field(field)
+    except selector.BadSelector as exc:
+        raise _invalid(exc.error, exc.reason) from exc
+    return fields, directions == {"desc"}
 
 
-def _bookmark(value: Any) -> str | None:
+def _bookmark(value: Any) -> list[Any] | None:
     if value in ("", "nil"):
         return None
     try:
         if not isinstance(value, str):
             raise ValueError("not a string")
         decoded = json.loads(base64.urlsafe_b64decode(value.encode("ascii") + b"=="))
-        if not (isinstance(decoded, list) and len(decoded) == 1 and isinstance(decoded[0], str)):
+        if not (isinstance(decoded, list) and len(decoded) in (1, 2)):
             raise ValueError("not a settee bookmark")
-    except (ValueError, UnicodeError, binascii.Error) as exc:
+        if not isinstance(decoded[-1], str):
+            raise ValueError("not a settee bookmark")
+    except (ValueError, UnicodeError, binascii.Error, RecursionError) as exc:
         raise _invalid("invalid_bookmark", f"Invalid bookmark value: {_show(value)}") from exc
-    return str(decoded[0])
+    return decoded
 
 
-def make_bookmark(last_id: str | None) -> str:
-    if last_id is None:
+def make_bookmark(last: list[Any] | None) -> str:
+    if last is None:
         return "nil"
-    raw = json.dumps([last_id]).encode("utf-8")
+    raw = json.dumps(last).encode("utf-8")
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _use_index(value: Any) -> list[str] | None:
+    if value is None or value == [] or value == "":
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not 1 <= len(names) <= 2:
+        raise _invalid("invalid_use_index", f"Invalid use_index value: {_show(value)}")
+    if not all(isinstance(n, str) and n for n in names):
+        raise _invalid("invalid_use_index", f"Invalid use_index value: {_show(value)}")
+    ddoc = names[0] if names[0].startswith("_design/") else "_design/" + names[0]
+    return [ddoc, *names[1:]]
 
 
 def parse_find(body: dict[str, Any]) -> FindQuery:
@@ -178,28 +203,176 @@ def parse_find(body: dict[str, Any]) -> FindQuery:
     r = body.get("r", 1)
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise _invalid("invalid_pos_integer", f"{_show(r)} is not an integer greater than zero")
-    for flag in ("update", "stable", "allow_fallback"):
-        _boolean(body, flag, True)
+    _boolean(body, "stable", True)
+    sort_fields, descending = _sort(body.get("sort", []))
     return FindQuery(
         selector=normal,
         limit=_non_neg(body, "limit", DEFAULT_LIMIT),
         skip=_non_neg(body, "skip", 0),
-        descending=_descending(body.get("sort", [])),
+        descending=descending,
+        sort_fields=sort_fields,
         fields=fields,
         after=_bookmark(body.get("bookmark", "")),
         conflicts=_boolean(body, "conflicts", False),
         execution_stats=_boolean(body, "execution_stats", False),
+        use_index=_use_index(body.get("use_index")),
+        allow_fallback=_boolean(body, "allow_fallback", True),
+        update=_boolean(body, "update", True),
     )
 
 
-def run_find(db: settee.Database, q: FindQuery) -> dict[str, Any]:
-    """The ``_find`` answer: one scan in id order, a page of ``all_docs`` at a time."""
+def _no_usable_index() -> HTTPError:
+    return _invalid(
+        "no_usable_index", "No index exists for this sort, try indexing by the sort fields."
+    )
+
+
+def plan(db: settee.Database, q: FindQuery) -> tuple[mango.MangoIndex, str | None]:
+    """The index a query runs over and the warning its answer carries."""
+    indexes = mango.list_indexes(db)
+    warning = None
+    if q.use_index is not None:
+        named = [
+            i for i in indexes if i.ddoc == q.use_index[0] and q.use_index[1:] in ([], [i.name])
+        ]
+        chosen = [i for i in named if mango.usable(i, q.selector, q.sort_fields)]
+        if chosen:
+            return chosen[0], None
+        if not q.allow_fallback:
+            raise _invalid(
+                "no_usable_index",
+                f"{'/'.join(q.use_index)} does not contain a valid index for this query.",
+            )
+        warning = (
+            f"{'/'.join(q.use_index)} was not used because it does not contain a valid "
+            "index for this query."
+        )
+    candidates = [i for i in indexes if i.ddoc and mango.usable(i, q.selector, q.sort_fields)]
+    if candidates:
+        return min(candidates, key=lambda i: (len(i.fields), i.ddoc or "", i.name)), warning
+    if mango.usable(mango.ALL_DOCS, q.selector, q.sort_fields):
+        return mango.ALL_DOCS, warning or NO_INDEX_WARNING
+    raise _no_usable_index()
+
+
+@dataclasses.dataclass(slots=True)
+class _Scan:
+    """What a scan found and counted."""
+
+    found: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    last: list[Any] | None = None
+    keys: int = 0
+    docs: int = 0
+
+
+def run_find(entry: DbEntry, q: FindQuery, index_for: Any) -> dict[str, Any]:
+    """The ``_find`` answer, over the index ``plan`` picks."""
     started = time.monotonic()
-    found: list[dict[str, Any]] = []
-    examined = 0
+    db = entry.db
+    index, warning = plan(db, q)
+    if index.ddoc is None:
+        if q.after is not None and len(q.after) != 1:
+            raise _invalid("invalid_bookmark", "this bookmark is for another index")
+        scan = _scan_all_docs(db, q)
+    else:
+        if q.after is not None and len(q.after) != 2:
+            raise _invalid("invalid_bookmark", "this bookmark is for another index")
+        view = index_for(entry, signature("mango:" + index.signature_source(), "query"))
+        if q.update:
+            view.update(db, index)
+        scan = _scan_index(db, view, index, q)
+    if q.conflicts:
+        _add_conflicts(db, scan.found)
+    result: dict[str, Any] = {
+        "docs": [selector.extract_fields(doc, q.fields) for doc in scan.found],
+        "bookmark": make_bookmark(scan.last if scan.last is not None else q.after),
+    }
+    if warning is not None:
+        result["warning"] = warning
+    if q.execution_stats:
+        result["execution_stats"] = {
+            "total_keys_examined": scan.keys,
+            "total_docs_examined": scan.docs,
+            "total_quorum_docs_examined": 0,
+            "results_returned": len(scan.found),
+            "execution_time_ms": round((time.monotonic() - started) * 1000, 3),
+        }
+    return result
+
+
+def _scan_index(
+    db: settee.Database, view: ViewIndex, index: mango.MangoIndex, q: FindQuery
+) -> _Scan:
+    """Rows of a json index in key order (from the first key the selector allows on
+    the first field, to the last), each row's document matched against the selector."""
+    scan = _Scan()
+    lower, upper = mango.first_field_bounds(index, q.selector)
+    start: tuple[Any, str | None] | None = None
+    resume = None
+    if q.after is not None:
+        start, resume = (q.after[0], q.after[1]), q.after[1]
+    elif lower is not None and not q.descending:
+        start = ([lower], None)
+    rows = view.rows(start, None, descending=q.descending, inclusive_end=True)
     to_skip = q.skip
-    last_id = q.after
-    start = q.after
+    for page in _pages(rows, _SCAN_PAGE):
+        if q.limit == 0:
+            break
+        ids = [row["d"] for row in page]
+        docs = {
+            r["id"]: r.get("doc")
+            for r in db.all_docs(keys=list(dict.fromkeys(ids)), include_docs=True)["rows"]
+        }
+        for row in page:
+            if resume is not None:
+                skipped, resume = row["d"] == resume, None
+                if skipped:
+                    continue
+            if not q.descending and _past(row["k"][0], upper):
+                return scan
+            scan.keys += 1
+            doc = docs.get(row["d"])
+            if doc is None:
+                continue  # deleted since the index was read
+            scan.docs += 1
+            if not selector.matches(q.selector, doc):
+                continue
+            if to_skip:
+                to_skip -= 1
+                continue
+            scan.found.append(doc)
+            scan.last = [row["k"], row["d"]]
+            if len(scan.found) >= q.limit:
+                return scan
+    return scan
+
+
+def _past(value: Any, upper: list[tuple[str, Any]]) -> bool:
+    """Whether a first-field value is beyond an upper condition (ascending scans)."""
+    for op, bound in upper:
+        order = collate_json(value, bound)
+        if order > 0 or (op == "$lt" and order == 0):
+            return True
+    return False
+
+
+def _pages(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    page: list[dict[str, Any]] = []
+    for row in rows:
+        page.append(row)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _scan_all_docs(db: settee.Database, q: FindQuery) -> _Scan:
+    """One scan in id order, a page of ``all_docs`` at a time."""
+    scan = _Scan()
+    found = scan.found
+    to_skip = q.skip
+    start = q.after[0] if q.after is not None else None
     exhausted = q.limit == 0
     while not exhausted:
         page = db.all_docs(
@@ -211,33 +384,18 @@ def run_find(db: settee.Database, q: FindQuery) -> dict[str, Any]:
             start = row["id"]
             if start.startswith("_design/"):
                 continue
-            examined += 1
+            scan.docs += 1
             if not selector.matches(q.selector, row["doc"]):
                 continue
             if to_skip:
                 to_skip -= 1
                 continue
             found.append(row["doc"])
-            last_id = start
+            scan.last = [start]
             if len(found) >= q.limit:
                 exhausted = True
                 break
-    if q.conflicts:
-        _add_conflicts(db, found)
-    result: dict[str, Any] = {
-        "docs": [selector.extract_fields(doc, q.fields) for doc in found],
-        "bookmark": make_bookmark(last_id),
-        "warning": NO_INDEX_WARNING,
-    }
-    if q.execution_stats:
-        result["execution_stats"] = {
-            "total_keys_examined": 0,
-            "total_docs_examined": examined,
-            "total_quorum_docs_examined": 0,
-            "results_returned": len(found),
-            "execution_time_ms": round((time.monotonic() - started) * 1000, 3),
-        }
-    return result
+    return scan
 
 
 def _add_conflicts(db: settee.Database, docs: list[dict[str, Any]]) -> None:
@@ -249,6 +407,47 @@ def _add_conflicts(db: settee.Database, docs: list[dict[str, Any]]) -> None:
             doc["_conflicts"] = conflicts
 
 
+def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tuple[int, Any]:
+    db = entry.db
+
+    def write(doc: dict[str, Any]) -> Any:
+        return validated_write(entry, doc)
+
+    if not rest and method == "GET":
+        listed = [index.listed() for index in mango.list_indexes(db)]
+        return 200, {"total_rows": len(listed), "indexes": listed}
+    if not rest and method == "POST":
+        if not isinstance(body, dict):
+            raise _invalid("bad_request", "Request body must be a JSON object")
+        index = mango.parse_index_request(body)
+        result = mango.create_index(db, index, write)
+        return 200, {"result": result, "id": index.ddoc, "name": index.name}
+    if not rest:
+        raise method_not_allowed("GET,POST")
+    if rest[0] == "_design":
+        rest = ["_design/" + "/".join(rest[1:2]), *rest[2:]]
+    if len(rest) == 3 and rest[1] == "json" and method == "DELETE":
+        mango.delete_index(db, rest[0], rest[2], write)
+        return 200, {"ok": True}
+    if len(rest) == 3 and rest[1] == "json":
+        raise method_not_allowed("DELETE")
+    raise HTTPError(404, "not_found", "Index not found")
+
+
+async def handle_index(
+    state: State, request: web.BaseRequest, entry: DbEntry, rest: list[str]
+) -> web.StreamResponse:
+    """``GET|POST /{db}/_index`` and ``DELETE /{db}/_index/{ddoc}/json/{name}``."""
+    body = None
+    if request.method == "POST" and not rest:
+        require_json_content(request.headers)
+        body = await state.run(decode_object, await state.read_body(request))
+    status, answer = await state.run(_index_answer, entry, request.method, rest, body)
+    if request.method != "GET":
+        state.notify(entry)
+    return respond(reply(status, answer))
+
+
 async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
     if request.method != "POST":
         raise method_not_allowed("POST")
@@ -256,5 +455,5 @@ async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) ->
     raw = await state.read_body(request)
     body = await state.run(decode_object, raw)
     q = parse_find(body)
-    result = await state.run(run_find, entry.db, q)
+    result = await state.run(run_find, entry, q, state.registry.view_index)
     return respond(reply(200, result))

@@ -31,10 +31,9 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import settee
-from settee.serve.js import JsFunction
 from settee.serve.protocol import HTTPError
 from settee.spec.collation import code_point_key, sort_key
 
@@ -47,6 +46,12 @@ _LAST = "\U0010ffff"  # above every character a sort key holds
 
 #: Bumped when the index's layout changes, so an older index is not reused.
 INDEX_LAYOUT = 2
+
+
+class Mapper(Protocol):
+    """A map function: a JavaScript one (``JsFunction``) or a Mango index's."""
+
+    def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]: ...
 
 
 def signature(map_source: str, language: str) -> str:
@@ -79,7 +84,7 @@ class ViewIndex:
         except settee.NotFound:
             return {"_id": "c", "since": 0, "rows": 0, "docs": 0}
 
-    def update(self, source: settee.Database, mapper: JsFunction) -> None:
+    def update(self, source: settee.Database, mapper: Mapper) -> None:
         """Bring the index up to the source's current changes."""
         with self._lock:
             while True:
@@ -93,7 +98,7 @@ class ViewIndex:
                     return
 
     def _apply(
-        self, source: settee.Database, mapper: JsFunction, state: dict[str, Any], page: Any
+        self, source: settee.Database, mapper: Mapper, state: dict[str, Any], page: Any
     ) -> None:
         ids = [row["id"] for row in page["results"]]
         backs = self.db.all_docs(keys=["b" + i for i in ids], include_docs=True)["rows"]
@@ -142,7 +147,7 @@ class ViewIndex:
             raise HTTPError(400, "index_error", f"view index update failed: {failed[:3]}")
 
     def _emitted(
-        self, source: settee.Database, mapper: JsFunction, doc_id: str
+        self, source: settee.Database, mapper: Mapper, doc_id: str
     ) -> dict[str, dict[str, Any]]:
         if doc_id.startswith("_design/"):
             return {}

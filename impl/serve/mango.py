@@ -1,0 +1,272 @@
+"""Mango ``json`` indexes: ``/{db}/_index`` and the index ``_find`` picks.
+
+An index is what CouchDB stores for it (mango_idx_view): a view in a design
+document whose ``language`` is ``"query"``, ``{"map": {"fields": {f: "asc"},
+"partial_filter_selector": {...}}, "reduce": "_count", "options": {"def":
+{"fields": [...]}}}``. Its rows are kept by the same persistent, incremental
+``ViewIndex`` (a settee database, so a B+tree) as JavaScript views; the map is
+native: a document that has every indexed field (and matches the partial
+filter, if any) emits the key ``[value of each field]``, others emit nothing.
+
+``_find`` uses an index when it is usable for the query as mango_idx_view
+decides: every indexed field is required by the selector (or is a sort field),
+and the sort fields, if any, are the index's first fields. The rows are read
+in key order from the first key the selector allows on the first field, and
+each document is still matched against the whole selector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import settee
+from settee.serve.protocol import HTTPError
+from settee.spec import selector
+
+__all__ = [
+    "ALL_DOCS",
+    "MangoIndex",
+    "create_index",
+    "delete_index",
+    "list_indexes",
+    "parse_index_request",
+    "required_paths",
+    "usable",
+]
+
+
+def _bad(error: str, reason: str) -> HTTPError:
+    return HTTPError(400, error, reason)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MangoIndex:
+    """One index: ``ddoc`` None for the special ``_all_docs`` index."""
+
+    ddoc: str | None
+    name: str
+    fields: tuple[str, ...]
+    partial: Any = None  # the partial_filter_selector as given (a JSON object), or None
+    _partial_normal: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.partial:
+            object.__setattr__(self, "_partial_normal", selector.normalize(self.partial))
+
+    @property
+    def paths(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(selector.parse_field(f) for f in self.fields)
+
+    def definition(self) -> dict[str, Any]:
+        """``def`` as ``GET /{db}/_index`` shows it."""
+        out: dict[str, Any] = {"fields": [{f: "asc"} for f in self.fields]}
+        if self.partial:
+            out["partial_filter_selector"] = self.partial
+        return out
+
+    def listed(self) -> dict[str, Any]:
+        kind = "special" if self.ddoc is None else "json"
+        shown: dict[str, Any] = {"ddoc": self.ddoc, "name": self.name, "type": kind}
+        if self.ddoc is not None:
+            shown["partitioned"] = False
+        return shown | {"def": self.definition()}
+
+    def view(self) -> dict[str, Any]:
+        """The design document view that stores this index (mango_idx_view)."""
+        map_part: dict[str, Any] = {"fields": {f: "asc" for f in self.fields}}
+        map_part["partial_filter_selector"] = self.partial or {}
+        return {"map": map_part, "reduce": "_count", "options": {"def": {"fields": self.fields}}}
+
+    def signature_source(self) -> str:
+        """What identifies the rows (the ``ViewIndex`` signature is a hash of it)."""
+        return json.dumps({"fields": self.fields, "partial": self.partial}, sort_keys=True)
+
+    def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]:
+        """The rows ``doc`` puts in the index: ``([values], None)``, or none."""
+        values = []
+        for path in self.paths:
+            found, value = selector.field_value(doc, path)
+            if not found:
+                return []
+            values.append(value)
+        if self._partial_normal is not None and not selector.matches(self._partial_normal, doc):
+            return []
+        return [(values, None)]
+
+
+#: CouchDB's special index: documents by ``_id``.
+ALL_DOCS = MangoIndex(None, "_all_docs", ("_id",))
+
+
+# -- creating, listing and deleting ---------------------------------------------------------
+
+
+def _fields_of(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad("invalid_index_fields", "Index fields must be a non-empty array of fields")
+    fields = []
+    for spec in raw:
+        if isinstance(spec, dict) and len(spec) == 1:
+            [(name, direction)] = spec.items()
+            if direction not in ("asc", "desc"):
+                raise _bad("invalid_sort_dir", f"Invalid sort direction: {direction!r}")
+            spec = name
+        if not isinstance(spec, str) or not spec:
+            raise _bad("invalid_sort_field", f"Invalid sort field: {json.dumps(spec)}")
+        try:
+            selector.parse_field(spec)
+        except selector.BadSelector as exc:
+            raise _bad(exc.error, exc.reason) from None
+        fields.append(spec)
+    return tuple(fields)
+
+
+def _optional_name(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _bad("invalid_" + key, f"`{key}` must be a non-empty string")
+    return value
+
+
+def parse_index_request(body: dict[str, Any]) -> MangoIndex:
+    """The index a ``POST /{db}/_index`` body describes (default names: a hash of it)."""
+    index = body.get("index")
+    if not isinstance(index, dict):
+        raise _bad("missing_required_key", "Missing required key: index")
+    kind = body.get("type", "json")
+    if kind != "json":
+        raise _bad("invalid_index_type", f"settee serve builds json indexes, not {kind!r}")
+    fields = _fields_of(index.get("fields"))
+    partial = index.get("partial_filter_selector", body.get("partial_filter_selector"))
+    if partial is not None:
+        if not isinstance(partial, dict):
+            what = "partial_filter_selector must be an object"
+            raise _bad("invalid_partial_filter_selector", what)
+        try:
+            selector.normalize(partial)
+        except selector.BadSelector as exc:
+            raise _bad(exc.error, exc.reason) from None
+        partial = partial or None
+    generated = hashlib.sha1(
+        json.dumps([fields, partial], sort_keys=True).encode("utf-8")
+    ).hexdigest()
+    ddoc = _optional_name(body, "ddoc") or generated
+    name = _optional_name(body, "name") or generated
+    ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
+    return MangoIndex(ddoc_id, name, fields, partial)
+
+
+def _design_docs(db: settee.Database) -> list[dict[str, Any]]:
+    rows = db.all_docs(startkey="_design/", endkey="_design0", include_docs=True)["rows"]
+    return [row["doc"] for row in rows if "doc" in row]
+
+
+def _from_view(ddoc_id: str, name: str, view: Any) -> MangoIndex | None:
+    if not isinstance(view, dict) or not isinstance(view.get("map"), dict):
+        return None
+    fields = view["map"].get("fields")
+    if not isinstance(fields, dict) or not fields:
+        return None
+    partial = view["map"].get("partial_filter_selector") or None
+    try:
+        return MangoIndex(ddoc_id, name, _fields_of(list(fields)), partial)
+    except HTTPError:
+        return None  # a design document written by hand that is not an index
+
+
+def list_indexes(db: settee.Database) -> list[MangoIndex]:
+    """``_all_docs`` and every json index the design documents define, by ddoc and name."""
+    found = [ALL_DOCS]
+    for ddoc in _design_docs(db):
+        views = ddoc.get("views")
+        if ddoc.get("language") != "query" or not isinstance(views, dict):
+            continue
+        for name in sorted(views):
+            index = _from_view(ddoc["_id"], name, views[name])
+            if index is not None:
+                found.append(index)
+    return found
+
+
+def create_index(db: settee.Database, index: MangoIndex, write: Any) -> str:
+    """Store ``index`` in its design document (``write``: the validated put);
+    ``"created"``, or ``"exists"`` when that document already holds it."""
+    assert index.ddoc is not None
+    try:
+        doc = db.get(index.ddoc)
+    except settee.NotFound:
+        doc = {"_id": index.ddoc}
+    views = doc.get("views") if isinstance(doc.get("views"), dict) else {}
+    stored = _from_view(index.ddoc, index.name, views.get(index.name))
+    if doc.get("language") == "query" and stored == index:
+        return "exists"
+    if "_rev" in doc and doc.get("language") != "query":
+        raise _bad("invalid_design_doc", f"{index.ddoc} is not a query (Mango) design document")
+    write({**doc, "language": "query", "views": {**views, index.name: index.view()}})
+    return "created"
+
+
+def delete_index(db: settee.Database, ddoc: str, name: str, write: Any) -> None:
+    """Remove index ``name`` from ``ddoc`` (the design document goes when it is empty)."""
+    ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
+    try:
+        doc = db.get(ddoc_id)
+    except settee.NotFound:
+        raise HTTPError(404, "not_found", "Index not found") from None
+    views = doc.get("views") if isinstance(doc.get("views"), dict) else {}
+    if doc.get("language") != "query" or _from_view(ddoc_id, name, views.get(name)) is None:
+        raise HTTPError(404, "not_found", "Index not found")
+    rest = {k: v for k, v in views.items() if k != name}
+    if rest:
+        write({**doc, "views": rest})
+    else:
+        write({"_id": ddoc_id, "_rev": doc["_rev"], "_deleted": True})
+
+
+# -- choosing an index for _find ------------------------------------------------------------
+
+
+def required_paths(node: Any) -> set[tuple[str, ...]]:
+    """The fields a normalised selector needs to exist in every document it
+    matches (those of its top-level conjunction, but for ``$exists: false``)."""
+    if node is selector.MATCH_ALL:
+        return set()
+    if node[0] == "field":
+        return set() if node[2] == ("$exists", False) else {node[1]}
+    if node[0] == "$and":
+        return set().union(*(required_paths(item) for item in node[1]))
+    return set()
+
+
+def usable(index: MangoIndex, normal: Any, sort_fields: list[str]) -> bool:
+    """mango_idx_view:is_usable: every indexed field required by the selector (or
+    sorted on; ``_id`` and ``_rev`` always exist), the sort a prefix of its fields."""
+    if index.ddoc is None:
+        return not sort_fields or sort_fields == ["_id"]
+    needed = {p for p in index.paths if p not in (("_id",), ("_rev",))}
+    needed -= {selector.parse_field(f) for f in sort_fields}
+    if not needed <= required_paths(normal):
+        return False
+    return list(index.fields[: len(sort_fields)]) == sort_fields
+
+
+def first_field_bounds(index: MangoIndex, normal: Any) -> tuple[Any, list[tuple[str, Any]]]:
+    """Where an ascending scan of ``index`` may start (a first-field value, or
+    None) and the upper conditions ``[(op, value)]`` on the first field that end it."""
+    first = index.paths[0]
+    conjuncts = normal[1] if normal is not selector.MATCH_ALL and normal[0] == "$and" else [normal]
+    lower, upper = None, []
+    for node in conjuncts:
+        if node is selector.MATCH_ALL or node[0] != "field" or node[1] != first:
+            continue
+        op, value = node[2]
+        if op in ("$eq", "$gt", "$gte") and lower is None:
+            lower = value
+        if op in ("$eq", "$lt", "$lte"):
+            upper.append(("$lte" if op == "$eq" else op, value))
+    return lower, upper
