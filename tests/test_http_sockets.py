@@ -191,7 +191,7 @@ def test_idle_and_half_sent_connections_cannot_hold_max_connections_forever(
         # this test (every slot held forever), so the test sends one.
         hogs[1].sendall(
             b"PUT /db/d HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 1000\r\n\r\n{\"a\":"
+            b'Content-Length: 1000\r\n\r\n{"a":'
         )
         time.sleep(0.1)
         blocked = socket.create_connection(("127.0.0.1", handle.port))
