@@ -211,3 +211,51 @@ def test_idle_and_half_sent_connections_cannot_hold_max_connections_forever(
         conn.close()
     finally:
         handle.stop()
+
+
+def test_clients_that_never_read_their_answers_cannot_hold_max_connections(
+    tmp_path: Any,
+) -> None:
+    """Found by hand after the half-sent-body hog: two clients that ask for a 4 MiB
+    attachment and never read a byte of it held both --max-connections slots
+    forever. A connection whose send buffer stays full for idle_timeout is now
+    aborted, and the next client is served."""
+    import http.client
+    import os
+    import socket
+    import time
+
+    from settee.serve import start_server
+
+    handle = start_server(
+        str(tmp_path), "127.0.0.1", 0, max_connections=2, idle_timeout=400, sndbuf=65536
+    )
+    try:
+        for method, path, body in [("PUT", "/db", None), ("PUT", "/db/d/big", os.urandom(4 << 20))]:
+            conn = http.client.HTTPConnection("127.0.0.1", handle.port, timeout=10)
+            conn.request(method, path, body=body)
+            assert conn.getresponse().status == 201
+            conn.close()
+        time.sleep(0.2)  # the server sees those connections close
+        hogs = []
+        for _ in range(2):
+            hog = socket.socket()
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            hog.connect(("127.0.0.1", handle.port))
+            hog.sendall(b"GET /db/d/big HTTP/1.1\r\nHost: x\r\n\r\n")
+            hogs.append(hog)
+        deadline = time.monotonic() + 10
+        while True:  # served once the stalled answers are aborted (after ~0.4 s)
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", handle.port, timeout=5)
+                conn.request("GET", "/db")
+                assert conn.getresponse().status == 200
+                conn.close()
+                break
+            except (ConnectionError, OSError):
+                assert time.monotonic() < deadline, "stalled readers kept every slot"
+                time.sleep(0.2)
+        for hog in hogs:
+            hog.close()
+    finally:
+        handle.stop()

@@ -52,7 +52,10 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
     try:
         response = await _route(state, request)
     except Exception as exc:  # every error a client can cause has a CouchDB body
-        if not isinstance(exc, HTTPError) and not hasattr(exc, "reason"):
+        if isinstance(exc, ConnectionError):
+            # The client went away (or was cut off for not reading): nobody to answer.
+            log.info("%s %s: connection lost: %s", request.method, request.rel_url, exc)
+        elif not isinstance(exc, HTTPError) and not hasattr(exc, "reason"):
             log.exception("%s %s failed", request.method, request.rel_url)
         response = respond(error_reply(exc))
         if isinstance(exc, HTTPError) and exc.headers.get("Connection") == "close":

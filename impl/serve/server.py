@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from settee.serve.app import dispatch
 from settee.serve.options import merge_options
@@ -39,12 +40,51 @@ READ_BUFSIZE = 1 << 20
 SHUTDOWN_TIMEOUT = 10.0
 
 
+class _StallAwareHandler(RequestHandler):
+    """A connection whose client stops reading what it asked for is aborted once
+    its send buffer has stayed full for ``stall_timeout`` seconds (asyncio pauses
+    writing when the buffer passes its high-water mark and resumes it when the
+    client has read enough), so a client that never reads an answer cannot hold
+    a ``--max-connections`` slot, and a handler, forever."""
+
+    def __init__(self, *args: Any, stall_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stall_timeout = stall_timeout
+        self._stall: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._stall = self._loop.call_later(self._stall_timeout, self._abort_stalled)
+
+    def resume_writing(self) -> None:
+        self._cancel_stall()
+        super().resume_writing()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_stall()
+        super().connection_lost(exc)
+
+    def _cancel_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _abort_stalled(self) -> None:
+        self._stall = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
 class _PolicyServer(web.Server):
     """aiohttp's low-level server, plus the socket policy on accepted connections."""
 
     def __init__(self, handler: Any, *, policy: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._policy = policy
+
+    def __call__(self) -> RequestHandler:
+        stall = self._policy["idle_timeout"] / 1000
+        return _StallAwareHandler(self, loop=self._loop, stall_timeout=stall, **self._kwargs)
 
     def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
