@@ -1538,3 +1538,34 @@ def test_mango_json_indexes_serve_sorted_finds(client: Client, db: str) -> None:
     assert client("DELETE", f"{db}/_index/ages/json/by-age").status == 404
     bad = client("POST", f"{db}/_index", {"index": {"fields": []}})
     assert bad.status == 400
+
+
+def test_design_docs_and_local_docs(client: Client, db: str) -> None:
+    """_design_docs: _all_docs narrowed to the design documents, total_rows their
+    number (as documented); _local_docs: the local documents as rows, total_rows
+    and offset null (CouchDB 3)."""
+    for doc_id in ("a", "_design/x", "_design/y", "z"):
+        put(client, db, doc_id, {"v": 1})
+    for name in ("b", "a"):
+        assert client("PUT", f"{db}/_local/{name}", {"n": name}).status == 201
+    design = client("GET", f"{db}/_design_docs").json
+    assert design["total_rows"] == 2 and design["offset"] == 0
+    assert [r["id"] for r in design["rows"]] == ["_design/x", "_design/y"]
+    down = client("GET", f"{db}/_design_docs?descending=true&include_docs=true").json
+    assert [r["doc"]["_id"] for r in down["rows"]] == ["_design/y", "_design/x"]
+    later = client("GET", f'{db}/_design_docs?startkey="_design/xx"').json
+    assert [r["id"] for r in later["rows"]] == ["_design/y"] and later["offset"] == 1
+    local = client("GET", f"{db}/_local_docs?include_docs=true").json
+    assert local["total_rows"] is None and local["offset"] is None
+    assert [(r["id"], r["value"]["rev"], r["doc"]["n"]) for r in local["rows"]] == [
+        ("_local/a", "0-1", "a"),
+        ("_local/b", "0-1", "b"),
+    ]
+    some = client("POST", f"{db}/_local_docs", {"keys": ["_local/b", "_local/q"]}).json
+    assert some["rows"] == [
+        {"id": "_local/b", "key": "_local/b", "value": {"rev": "0-1"}},
+        {"key": "_local/q", "error": "not_found"},
+    ]
+    assert client("GET", f"{db}/_local_docs?descending=true&limit=1").json["rows"][0]["id"] == (
+        "_local/b"
+    )

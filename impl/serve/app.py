@@ -33,6 +33,8 @@ _SERVER_ROUTES = {
 
 _DB_ROUTES = {
     "_all_docs": dbs.handle_all_docs,
+    "_design_docs": dbs.handle_design_docs,
+    "_local_docs": dbs.handle_local_docs,
     "_bulk_docs": dbs.handle_bulk_docs,
     "_bulk_get": dbs.handle_bulk_get,
     "_revs_diff": dbs.handle_revs_diff,

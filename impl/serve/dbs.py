@@ -48,7 +48,9 @@ __all__ = [
     "handle_bulk_get",
     "handle_compact",
     "handle_db",
+    "handle_design_docs",
     "handle_ensure_full_commit",
+    "handle_local_docs",
     "handle_revs_diff",
     "handle_revs_limit",
     "handle_root",
@@ -186,6 +188,12 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
 
 
 def _all_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+    return reply(200, _all_docs_result(db, query, body))
+
+
+def _all_docs_result(
+    db: settee.Database, query: Mapping[str, str], body: dict[str, Any]
+) -> dict[str, Any]:
     def param(*names: str) -> Any:
         for n in names:
             if n in body:
@@ -216,7 +224,7 @@ def _all_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any
         _add_conflicts(db, result["rows"])
     if _flag(query, body, "update_seq"):
         result["update_seq"] = db.info()["update_seq"]
-    return reply(200, result)
+    return result
 
 
 def _flag(
@@ -239,16 +247,118 @@ def _add_conflicts(db: settee.Database, rows: list[dict[str, Any]]) -> None:
             row["doc"]["_conflicts"] = conflicts
 
 
+async def _all_docs_body(state: State, request: web.BaseRequest) -> dict[str, Any]:
+    if request.method == "POST":
+        require_json_content(request.headers)
+        return await state.run(decode_object, await state.read_body(request))
+    _only(request, "GET,HEAD,POST")
+    return {}
+
+
 async def handle_all_docs(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
-    body: dict[str, Any] = {}
-    if request.method == "POST":
-        require_json_content(request.headers)
-        body = await state.run(decode_object, await state.read_body(request))
-    else:
-        _only(request, "GET,HEAD,POST")
+    body = await _all_docs_body(state, request)
     return respond(await state.run(_all_docs, entry.db, request.query, body))
+
+
+#: The id range that holds every design document ("_design/" and "_design0"
+#: themselves are not valid ids, so inclusive bounds take in nothing else).
+_DESIGN_RANGE = ("_design/", "_design0")
+
+
+def _design_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+    """``_all_docs`` within the design documents (CouchDB 2.1+ ``_design_docs``):
+    the caller's bounds narrowed to that range, ``total_rows`` the number of
+    design documents (as documented), ``offset`` counted from the first one."""
+    lo, hi = _DESIGN_RANGE
+    descending = _flag(query, body, "descending")
+    first, last = (hi, lo) if descending else (lo, hi)
+
+    def earlier(a: str, b: str) -> bool:  # a comes before b in this scan's order
+        return a > b if descending else a < b
+
+    narrowed = dict(body)  # body members win over query parameters in _all_docs
+    start = _bound_param(query, body, "startkey", "start_key")
+    if start is None or (isinstance(start, str) and earlier(start, first)):
+        narrowed["startkey"] = first
+    end = _bound_param(query, body, "endkey", "end_key")
+    if end is None or (isinstance(end, str) and earlier(last, end)):
+        narrowed["endkey"], narrowed["inclusive_end"] = last, True
+    result = _all_docs_result(db, query, narrowed)
+    result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
+    if result.get("offset") is not None:
+        before = db.all_docs(startkey=first, limit=0, descending=descending)["offset"]
+        result["offset"] = max(0, result["offset"] - before)
+    return reply(200, result)
+
+
+def _bound_param(query: Mapping[str, str], body: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in body:
+            return body[name]
+        if name in query:
+            return query_json(query, name)
+    return None
+
+
+async def handle_design_docs(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    body = await _all_docs_body(state, request)
+    return respond(await state.run(_design_docs, entry.db, request.query, body))
+
+
+def _local_docs(entry: DbEntry, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+    """``_local_docs``: the local documents as ``_all_docs`` rows (their bodies with
+    ``include_docs``); ``total_rows`` and ``offset`` null, as CouchDB 3."""
+    docs = entry.local.all()
+    keys = body.get("keys", query_json(query, "keys"))
+    descending = _flag(query, body, "descending")
+    if keys is not None:
+        if not isinstance(keys, list):
+            raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
+        by_id = {doc["_id"]: doc for doc in docs}
+        chosen = [by_id.get(k) if isinstance(k, str) else None for k in keys]
+        rows = [_local_row(d, k, query, body) for d, k in zip(chosen, keys, strict=True)]
+        return reply(200, {"total_rows": None, "offset": None, "rows": rows})
+    start = _bound_param(query, body, "startkey", "start_key")
+    end = _bound_param(query, body, "endkey", "end_key")
+    inclusive = _flag(query, body, "inclusive_end", True)
+    if descending:
+        docs.reverse()
+    before = (lambda a, b: a > b) if descending else (lambda a, b: a < b)
+    picked = []
+    for doc in docs:
+        doc_id = doc["_id"]
+        if isinstance(start, str) and before(doc_id, start):
+            continue
+        if isinstance(end, str) and (before(end, doc_id) or (not inclusive and doc_id == end)):
+            break
+        picked.append(doc)
+    skip = _count(query, body, "skip", 0) or 0
+    limit = _count(query, body, "limit", None)
+    picked = picked[skip : None if limit is None else skip + limit]
+    rows = [_local_row(doc, doc["_id"], query, body) for doc in picked]
+    return reply(200, {"total_rows": None, "offset": None, "rows": rows})
+
+
+def _local_row(
+    doc: dict[str, Any] | None, key: Any, query: Mapping[str, str], body: dict[str, Any]
+) -> dict[str, Any]:
+    if doc is None:
+        return {"key": key, "error": "not_found"}
+    row: dict[str, Any] = {"id": doc["_id"], "key": doc["_id"], "value": {"rev": doc["_rev"]}}
+    if _flag(query, body, "include_docs"):
+        row["doc"] = doc
+    return row
+
+
+async def handle_local_docs(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    body = await _all_docs_body(state, request)
+    return respond(await state.run(_local_docs, entry, request.query, body))
 
 
 # -- _bulk_docs, _bulk_get, _revs_diff ----------------------------------------------------------

@@ -147,6 +147,26 @@ class LocalDocs:
         if self._fsync:
             _fsync_dir(self.path)
 
+    def all(self) -> list[dict[str, Any]]:
+        """Every local document, in id order (``_local_docs``)."""
+        with self._lock:
+            self._migrate()
+            try:
+                names = sorted(os.listdir(self.path))
+            except FileNotFoundError:
+                return []
+            docs = []
+            for name in names:
+                if len(name) != 45 or not name.endswith(".json"):
+                    continue  # _security.json, temporary files
+                try:
+                    with open(os.path.join(self.path, name), encoding="utf-8") as f:
+                        entry = json.load(f)
+                except (FileNotFoundError, ValueError):
+                    continue  # removed meanwhile, or torn (write_json_durably renames whole)
+                docs.append({"_id": entry["id"], "_rev": f"0-{entry['rev']}", **entry["body"]})
+        return sorted(docs, key=lambda doc: doc["_id"])
+
     def security(self) -> dict[str, Any]:
         """The stored ``_security`` object, or CouchDB 3's admin-only default."""
         with self._lock:
