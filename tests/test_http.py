@@ -1503,6 +1503,11 @@ def test_mango_json_indexes_serve_sorted_finds(client: Client, db: str) -> None:
     }
     assert client("GET", f"{db}/_design/ages").json["language"] == "query"
     query = {"selector": {"age": {"$gt": 2}}, "sort": ["age"], "fields": ["_id", "age"]}
+    plan = client("POST", f"{db}/_explain", query).json
+    assert plan["dbname"] == db.lstrip("/") and plan["index"]["name"] == "by-age"
+    assert plan["mrargs"]["start_key"] == [2] and plan["mrargs"]["direction"] == "fwd"
+    scan = client("POST", f"{db}/_explain", {"selector": {"kind": "pet"}}).json
+    assert scan["index"]["name"] == "_all_docs" and scan["index"]["type"] == "special"
     found = client("POST", f"{db}/_find", query).json
     assert [d["age"] for d in found["docs"]] == [3, 3, 5, 7, 9] and "warning" not in found
     down = client("POST", f"{db}/_find", {**query, "sort": [{"age": "desc"}]}).json

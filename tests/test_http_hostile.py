@@ -222,6 +222,8 @@ _BODY_ENDPOINTS = [
     ("POST", "/target/_index", "index"),
     ("POST", "/target/_index", None),
     ("POST", "/target/_find", "use_index"),
+    ("POST", "/target/_explain", "selector"),
+    ("POST", "/target/_explain", "sort"),
 ]
 
 

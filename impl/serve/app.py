@@ -44,6 +44,7 @@ _DB_ROUTES = {
     "_ensure_full_commit": dbs.handle_ensure_full_commit,
     "_changes": changes.handle_changes,
     "_find": find.handle_find,
+    "_explain": find.handle_explain,
 }
 
 _COMMON_HEADERS = {"Cache-Control": "must-revalidate", "Server": "settee"}

@@ -40,7 +40,7 @@ from settee.serve.viewindex import ViewIndex, signature
 from settee.spec import revtree, selector
 from settee.spec.collation import collate_json
 
-__all__ = ["handle_find", "handle_index"]
+__all__ = ["handle_explain", "handle_find", "handle_index"]
 
 NO_INDEX_WARNING = "No matching index found, create an index to optimize query time."
 DEFAULT_LIMIT = 25
@@ -448,12 +448,66 @@ async def handle_index(
     return respond(reply(status, answer))
 
 
-async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
+def explain(entry: DbEntry, body: dict[str, Any], q: FindQuery) -> dict[str, Any]:
+    """``POST /{db}/_explain``: the index ``_find`` would use and how it would read it
+    (CouchDB's shape; ``mrargs`` bounds as this server scans)."""
+    index, _warning = plan(entry.db, q)
+    if index.ddoc is None:
+        start: Any = q.after[0] if q.after else None
+        end: Any = None
+    else:
+        lower, upper = mango.first_field_bounds(index, q.selector)
+        start = [lower] if lower is not None and not q.descending else None
+        end = [upper[0][1]] if upper and not q.descending else None
+    return {
+        "dbname": entry.name,
+        "index": index.listed(),
+        "partitioned": False,
+        "selector": body["selector"],
+        "opts": {
+            "use_index": q.use_index or [],
+            "bookmark": body.get("bookmark", "nil"),
+            "limit": q.limit,
+            "skip": q.skip,
+            "sort": {f: "desc" if q.descending else "asc" for f in q.sort_fields},
+            "fields": q.fields or "all_fields",
+            "r": body.get("r", 1),
+            "conflicts": q.conflicts,
+            "update": q.update,
+            "execution_stats": q.execution_stats,
+        },
+        "limit": q.limit,
+        "skip": q.skip,
+        "fields": q.fields or "all_fields",
+        "mrargs": {
+            "include_docs": True,
+            "view_type": "map",
+            "reduce": False,
+            "start_key": start,
+            "end_key": end,
+            "direction": "rev" if q.descending else "fwd",
+            "update": q.update,
+        },
+        "covering": False,
+    }
+
+
+async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str, Any], FindQuery]:
     if request.method != "POST":
         raise method_not_allowed("POST")
     require_json_content(request.headers)
-    raw = await state.read_body(request)
-    body = await state.run(decode_object, raw)
-    q = parse_find(body)
+    body = await state.run(decode_object, await state.read_body(request))
+    return body, parse_find(body)
+
+
+async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
+    _body, q = await _find_query(state, request)
     result = await state.run(run_find, entry, q, state.registry.view_index)
     return respond(reply(200, result))
+
+
+async def handle_explain(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    body, q = await _find_query(state, request)
+    return respond(reply(200, await state.run(explain, entry, body, q)))
