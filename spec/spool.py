@@ -116,6 +116,11 @@ def spool_file(file: Any) -> Spooled:
     try:
         while True:
             piece = file.read(PIECE)
+            if piece is None:
+                raise BadRequest(
+                    "attachment data file has no bytes ready (non-blocking?): give a "
+                    "blocking binary file"
+                )
             if not piece:
                 break
             if not isinstance(piece, bytes | bytearray | memoryview):

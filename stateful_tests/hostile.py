@@ -266,6 +266,14 @@ class _FailingFile(io.RawIOBase):
         return b"x" * 10
 
 
+class _NotReadyFile:
+    """A non-blocking file with nothing ready: ``read`` gives None (found in review:
+    it was taken for the end of the file, storing an empty attachment)."""
+
+    def read(self, size: int = -1) -> None:
+        return None
+
+
 class _StrReadingFile:
     """Not a file, but has a ``read`` that gives ints."""
 
@@ -280,6 +288,7 @@ ATTACHMENT_DATA: dict[str, Builder] = {
     "text file (StringIO)": lambda: io.StringIO("abc"),
     "file failing after a read": _FailingFile,
     "read() giving ints": _StrReadingFile,
+    "read() giving None": _NotReadyFile,
     "closed binary file": lambda: _closed(io.BytesIO(b"abc")),
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 
 import pytest
 from hypothesis import given
@@ -45,6 +46,18 @@ def test_inline_and_stub_attachments_are_read_in_document_order() -> None:
     )
 
 
+class _NotReady:
+    """A non-blocking file with nothing to read yet."""
+
+    def read(self, size: int = -1) -> None:
+        return None
+
+
+class _Failing:
+    def read(self, size: int = -1) -> bytes:
+        raise OSError(5, "Input/output error")
+
+
 @pytest.mark.parametrize(
     ("value", "match"),
     [
@@ -62,6 +75,9 @@ def test_inline_and_stub_attachments_are_read_in_document_order() -> None:
         ({"a": {"stub": True, "revpos": 0}}, "revpos"),
         ({"a": {"stub": True, "revpos": True}}, "revpos"),
         ({"a": {"follows": True}}, "multipart"),
+        ({"a": {"data": io.StringIO("text")}}, "binary mode"),
+        ({"a": {"data": _NotReady()}}, "non-blocking"),  # found in review: stored as b""
+        ({"a": {"data": _Failing()}}, "failed"),
     ],
 )
 def test_bad_attachments_are_refused(value: object, match: str) -> None:

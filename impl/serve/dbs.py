@@ -36,8 +36,10 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec import revtree
+from settee.spec.arguments import check_all_docs
 from settee.spec.attachments import since_position
 from settee.spec.format import FORMAT_VERSION
+from settee.spec.keys import in_range
 
 __all__ = [
     "check_security",
@@ -269,8 +271,9 @@ _DESIGN_RANGE = ("_design/", "_design0")
 
 def _design_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
     """``_all_docs`` within the design documents (CouchDB 2.1+ ``_design_docs``):
-    the caller's bounds narrowed to that range, ``total_rows`` the number of
-    design documents (as documented), ``offset`` counted from the first one."""
+    the caller's bounds narrowed to that range (``key``/``keys`` naming anything
+    else find nothing), ``total_rows`` the number of design documents (as
+    documented), ``offset`` counted from the first one."""
     lo, hi = _DESIGN_RANGE
     descending = _flag(query, body, "descending")
     first, last = (hi, lo) if descending else (lo, hi)
@@ -278,14 +281,29 @@ def _design_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, 
     def earlier(a: str, b: str) -> bool:  # a comes before b in this scan's order
         return a > b if descending else a < b
 
+    def design(key: Any) -> bool:
+        return isinstance(key, str) and key.startswith(lo)
+
     narrowed = dict(body)  # body members win over query parameters in _all_docs
-    start = _bound_param(query, body, "startkey", "start_key")
-    if start is None or (isinstance(start, str) and earlier(start, first)):
-        narrowed["startkey"] = first
-    end = _bound_param(query, body, "endkey", "end_key")
-    if end is None or (isinstance(end, str) and earlier(last, end)):
-        narrowed["endkey"], narrowed["inclusive_end"] = last, True
-    result = _all_docs_result(db, query, narrowed)
+    keys = body.get("keys", query_json(query, "keys"))
+    key = _bound_param(query, body, "key")
+    if isinstance(keys, list):
+        result = _all_docs_result(db, query, narrowed)
+        result["rows"] = [
+            row if design(row.get("key")) else {"key": row.get("key"), "error": "not_found"}
+            for row in result["rows"]
+        ]
+    elif key is not None and isinstance(key, str) and not design(key):
+        narrowed["limit"] = 0  # a key outside the range: no rows
+        result = _all_docs_result(db, query, narrowed)
+    else:
+        start = _bound_param(query, body, "startkey", "start_key")
+        if key is None and (start is None or (isinstance(start, str) and earlier(start, first))):
+            narrowed["startkey"] = first
+        end = _bound_param(query, body, "endkey", "end_key")
+        if key is None and (end is None or (isinstance(end, str) and earlier(last, end))):
+            narrowed["endkey"], narrowed["inclusive_end"] = last, True
+        result = _all_docs_result(db, query, narrowed)
     result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
     if result.get("offset") is not None:
         before = db.all_docs(startkey=first, limit=0, descending=descending)["offset"]
@@ -311,45 +329,45 @@ async def handle_design_docs(
 
 def _local_docs(entry: DbEntry, query: Mapping[str, str], body: dict[str, Any]) -> Any:
     """``_local_docs``: the local documents as ``_all_docs`` rows (their bodies with
-    ``include_docs``); ``total_rows`` and ``offset`` null, as CouchDB 3."""
-    docs = entry.local.all()
-    keys = body.get("keys", query_json(query, "keys"))
-    descending = _flag(query, body, "descending")
-    if keys is not None:
-        if not isinstance(keys, list):
-            raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
-        by_id = {doc["_id"]: doc for doc in docs}
-        chosen = [by_id.get(k) if isinstance(k, str) else None for k in keys]
-        rows = [_local_row(d, k, query, body) for d, k in zip(chosen, keys, strict=True)]
-        return reply(200, {"total_rows": None, "offset": None, "rows": rows})
+    ``include_docs``), the arguments checked as ``_all_docs`` checks them;
+    ``total_rows`` and ``offset`` null, as CouchDB 3."""
     start = _bound_param(query, body, "startkey", "start_key")
     end = _bound_param(query, body, "endkey", "end_key")
-    inclusive = _flag(query, body, "inclusive_end", True)
-    if descending:
-        docs.reverse()
-    before = (lambda a, b: a > b) if descending else (lambda a, b: a < b)
-    picked = []
-    for doc in docs:
-        doc_id = doc["_id"]
-        if isinstance(start, str) and before(doc_id, start):
-            continue
-        if isinstance(end, str) and (before(end, doc_id) or (not inclusive and doc_id == end)):
-            break
-        picked.append(doc)
-    skip = _count(query, body, "skip", 0) or 0
-    limit = _count(query, body, "limit", None)
-    picked = picked[skip : None if limit is None else skip + limit]
-    rows = [_local_row(doc, doc["_id"], query, body) for doc in picked]
-    return reply(200, {"total_rows": None, "offset": None, "rows": rows})
+    key = _bound_param(query, body, "key")
+    if key is not None:
+        start = end = key
+    args = check_all_docs(
+        start,
+        end,
+        body.get("keys", query_json(query, "keys")),
+        _flag(query, body, "include_docs"),
+        _count(query, body, "limit", None),
+        _count(query, body, "skip", 0),
+        _flag(query, body, "descending"),
+        _flag(query, body, "inclusive_end", True),
+    )
+    docs = entry.local.all()
+    if args.keys is not None:
+        by_id = {doc["_id"]: doc for doc in docs}
+        keys = list(reversed(args.keys)) if args.descending else args.keys
+        rows = [_local_row(by_id.get(k), k, args.include_docs) for k in keys]
+    else:
+        if args.descending:
+            docs.reverse()
+        rows = [
+            _local_row(doc, doc["_id"], args.include_docs)
+            for doc in docs
+            if in_range(doc["_id"], args.startkey, args.endkey, args.descending, args.inclusive_end)
+        ]
+    stop = None if args.limit is None else args.skip + args.limit
+    return reply(200, {"total_rows": None, "offset": None, "rows": rows[args.skip : stop]})
 
 
-def _local_row(
-    doc: dict[str, Any] | None, key: Any, query: Mapping[str, str], body: dict[str, Any]
-) -> dict[str, Any]:
+def _local_row(doc: dict[str, Any] | None, key: str, include_docs: bool) -> dict[str, Any]:
     if doc is None:
         return {"key": key, "error": "not_found"}
     row: dict[str, Any] = {"id": doc["_id"], "key": doc["_id"], "value": {"rev": doc["_rev"]}}
-    if _flag(query, body, "include_docs"):
+    if include_docs:
         row["doc"] = doc
     return row
 

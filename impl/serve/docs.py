@@ -174,8 +174,11 @@ def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> 
 async def _send_related(
     state: State, request: web.BaseRequest, db: settee.Database, doc: mime.Related
 ) -> web.StreamResponse:
+    tag = etag(doc.rev)
+    if request.headers.get("If-None-Match") == tag:
+        return web.Response(status=304, headers={"ETag": tag})
     boundary = mime.new_boundary()
-    headers = {"Content-Type": doc.content_type(boundary), "ETag": etag(doc.rev)}
+    headers = {"Content-Type": doc.content_type(boundary), "ETag": tag}
     response = web.StreamResponse(status=200, headers=headers)
     response.content_length = doc.length(boundary)
     await response.prepare(request)

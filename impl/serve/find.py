@@ -28,6 +28,7 @@ from settee.serve import mango, revs
 from settee.serve.docs import validated_write
 from settee.serve.protocol import (
     HTTPError,
+    decode_json,
     decode_object,
     method_not_allowed,
     reply,
@@ -147,12 +148,13 @@ def _bookmark(value: Any) -> list[Any] | None:
     try:
         if not isinstance(value, str):
             raise ValueError("not a string")
-        decoded = json.loads(base64.urlsafe_b64decode(value.encode("ascii") + b"=="))
+        decoded = decode_json(base64.urlsafe_b64decode(value.encode("ascii") + b"=="))
+        json.dumps(decoded, allow_nan=False)  # no 1e400 (inf) either: keys must collate
         if not (isinstance(decoded, list) and len(decoded) in (1, 2)):
             raise ValueError("not a settee bookmark")
         if not isinstance(decoded[-1], str):
             raise ValueError("not a settee bookmark")
-    except (ValueError, UnicodeError, binascii.Error, RecursionError) as exc:
+    except (ValueError, UnicodeError, binascii.Error, RecursionError, HTTPError) as exc:
         raise _invalid("invalid_bookmark", f"Invalid bookmark value: {_show(value)}") from exc
     return decoded
 
@@ -247,7 +249,13 @@ def plan(db: settee.Database, q: FindQuery) -> tuple[mango.MangoIndex, str | Non
             f"{'/'.join(q.use_index)} was not used because it does not contain a valid "
             "index for this query."
         )
-    candidates = [i for i in indexes if i.ddoc and mango.usable(i, q.selector, q.sort_fields)]
+    # A partial index leaves documents out, so it serves only queries that name it
+    # (CouchDB's documented rule); a full answer never comes from one by chance.
+    candidates = [
+        i
+        for i in indexes
+        if i.ddoc and not i.partial and mango.usable(i, q.selector, q.sort_fields)
+    ]
     if candidates:
         return min(candidates, key=lambda i: (len(i.fields), i.ddoc or "", i.name)), warning
     if mango.usable(mango.ALL_DOCS, q.selector, q.sort_fields):
@@ -424,13 +432,12 @@ def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tu
         return 200, {"result": result, "id": index.ddoc, "name": index.name}
     if not rest:
         raise method_not_allowed("GET,POST")
-    if rest[0] == "_design":
-        rest = ["_design/" + "/".join(rest[1:2]), *rest[2:]]
-    if len(rest) == 3 and rest[1] == "json" and method == "DELETE":
-        mango.delete_index(db, rest[0], rest[2], write)
+    if len(rest) >= 3 and rest[-2] == "json":
+        # {ddoc}/json/{name}; the ddoc may hold slashes ("_design/x", "_design/a/b").
+        if method != "DELETE":
+            raise method_not_allowed("DELETE")
+        mango.delete_index(db, "/".join(rest[:-2]), rest[-1], write)
         return 200, {"ok": True}
-    if len(rest) == 3 and rest[1] == "json":
-        raise method_not_allowed("DELETE")
     raise HTTPError(404, "not_found", "Index not found")
 
 

@@ -173,9 +173,11 @@ def _from_view(ddoc_id: str, name: str, view: Any) -> MangoIndex | None:
     if not isinstance(fields, dict) or not fields:
         return None
     partial = view["map"].get("partial_filter_selector") or None
+    if partial is not None and not isinstance(partial, dict):
+        return None
     try:
         return MangoIndex(ddoc_id, name, _fields_of(list(fields)), partial)
-    except HTTPError:
+    except (HTTPError, selector.BadSelector):
         return None  # a design document written by hand that is not an index
 
 

@@ -181,12 +181,24 @@ class ViewIndex:
         hi = ("r" + _LAST) if not descending else "r"
         if end is not None:
             hi = _bound(end, upper=inclusive_end != descending)
-        # Exclusive ends are ids no row has (a bare key prefix or key + _LAST).
-        for row in self.db.all_docs(
-            startkey=lo, endkey=hi, descending=descending, include_docs=True
-        )["rows"]:
-            if row["id"].startswith("r"):
-                yield row["doc"]
+        # Exclusive ends are ids no row has (a bare key prefix or key + _LAST). A page
+        # at a time, so a reader that stops early (a limit) reads no further.
+        skip = 0
+        while True:
+            page = self.db.all_docs(
+                startkey=lo,
+                endkey=hi,
+                descending=descending,
+                include_docs=True,
+                limit=UPDATE_PAGE,
+                skip=skip,
+            )["rows"]
+            for row in page:
+                if row["id"].startswith("r"):
+                    yield row["doc"]
+            if len(page) < UPDATE_PAGE:
+                return
+            lo, skip = page[-1]["id"], 1  # the next page starts after this one's last id
 
     def counts(self) -> tuple[int, int]:
         """(rows, documents with rows): ``total_rows`` and the offset correction."""
