@@ -1630,3 +1630,36 @@ def test_view_and_index_reads_go_a_page_at_a_time(client: Client, db: str) -> No
     assert [d["n"] for d in client("POST", f"{db}/_find", top).json["docs"]] == [count, count - 1]
     every = client("POST", f"{db}/_find", {**top, "limit": count}).json["docs"]
     assert [d["n"] for d in every] == list(range(count, 0, -1))
+
+
+def test_view_cleanup_removes_indexes_no_design_document_defines(tmp_path: Path) -> None:
+    """POST /db/_view_cleanup (202): the indexes of an edited view and of a deleted
+    Mango index go; the current ones stay and still answer."""
+    root = tmp_path / "srv"
+    handle = start_server(str(root), "127.0.0.1", 0, fsync=False)
+    try:
+        local = Client(handle.port)
+        local("PUT", "/c")
+        put(local, "/c", "a", {"n": 1})
+        old = {"views": {"v": {"map": "function(doc) { emit(doc.n, 1); }"}}}
+        rev = put(local, "/c", "_design/d", old)
+        assert local("GET", "/c/_design/d/_view/v").json["rows"][0]["key"] == 1
+        new = {"_rev": rev, "views": {"v": {"map": "function(doc) { emit(-doc.n, 1); }"}}}
+        put(local, "/c", "_design/d", new)
+        assert local("GET", "/c/_design/d/_view/v").json["rows"][0]["key"] == -1
+        local("POST", "/c/_index", {"index": {"fields": ["n"]}, "ddoc": "m", "name": "m"})
+        assert local("POST", "/c/_find", {"selector": {"n": 1}}).json["docs"]
+        local("POST", "/c/_index", {"index": {"fields": ["n", "z"]}, "ddoc": "k", "name": "k"})
+        both = {"selector": {"n": 1, "z": 1}, "use_index": "k"}
+        assert local("POST", "/c/_find", both).json["docs"] == []
+        assert local("DELETE", "/c/_index/m/json/m").status == 200
+        folder = root / "_views" / "c"
+        assert len(list(folder.iterdir())) == 4
+        cleaned = local("POST", "/c/_view_cleanup", {})
+        assert cleaned.status == 202 and cleaned.json == {"ok": True}
+        assert len(list(folder.iterdir())) == 2  # the edited view's and the kept index's
+        assert local("GET", "/c/_design/d/_view/v").json["rows"][0]["key"] == -1
+        assert local("POST", "/c/_find", both).json["docs"] == []
+        assert local("GET", "/c/_view_cleanup").status == 405
+    finally:
+        handle.stop()

@@ -45,6 +45,7 @@ _DB_ROUTES = {
     "_changes": changes.handle_changes,
     "_find": find.handle_find,
     "_explain": find.handle_explain,
+    "_view_cleanup": viewquery.handle_view_cleanup,
 }
 
 _COMMON_HEADERS = {"Cache-Control": "must-revalidate", "Server": "settee"}

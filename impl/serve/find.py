@@ -37,7 +37,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewindex import ViewIndex, signature
+from settee.serve.viewindex import ViewIndex
 from settee.spec import revtree, selector
 from settee.spec.collation import collate_json
 
@@ -285,7 +285,7 @@ def run_find(entry: DbEntry, q: FindQuery, index_for: Any) -> dict[str, Any]:
     else:
         if q.after is not None and len(q.after) != 2:
             raise _invalid("invalid_bookmark", "this bookmark is for another index")
-        view = index_for(entry, signature("mango:" + index.signature_source(), "query"))
+        view = index_for(entry, index.view_signature())
         if q.update:
             view.update(db, index)
         scan = _scan_index(db, view, index, q)

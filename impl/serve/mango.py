@@ -24,6 +24,7 @@ from typing import Any
 
 import settee
 from settee.serve.protocol import HTTPError
+from settee.serve.viewindex import signature
 from settee.spec import selector
 
 __all__ = [
@@ -80,9 +81,11 @@ class MangoIndex:
         map_part["partial_filter_selector"] = self.partial or {}
         return {"map": map_part, "reduce": "_count", "options": {"def": {"fields": self.fields}}}
 
-    def signature_source(self) -> str:
-        """What identifies the rows (the ``ViewIndex`` signature is a hash of it)."""
-        return json.dumps({"fields": self.fields, "partial": self.partial}, sort_keys=True)
+    def view_signature(self) -> str:
+        """The signature of the ``ViewIndex`` holding the rows: a hash of what
+        decides them (the fields and the partial filter)."""
+        source = json.dumps({"fields": self.fields, "partial": self.partial}, sort_keys=True)
+        return signature("mango:" + source, "query")
 
     def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]:
         """The rows ``doc`` puts in the index: ``([values], None)``, or none."""

@@ -253,6 +253,26 @@ class Registry:
                 index = entry.views[signature] = ViewIndex(path, fsync=self.options["fsync"])
             return index
 
+    def cleanup_views(self, entry: DbEntry, live: set[str]) -> list[str]:
+        """CouchDB's ``_view_cleanup``: remove the index of every signature not in
+        ``live`` (those no design document defines any more); the removed ones."""
+        with self._lock:
+            self._check_running()
+            if self._open.get(entry.name) is not entry:
+                raise db_missing()
+            folder = self._views_dir(entry.name)
+            try:
+                found = set(os.listdir(folder))
+            except FileNotFoundError:
+                found = set()
+            stale = sorted((found | set(entry.views)) - live)
+            for signature in stale:
+                index = entry.views.pop(signature, None)
+                if index is not None:
+                    index.close()
+                shutil.rmtree(os.path.join(folder, signature), ignore_errors=True)
+            return stale
+
     def _views_dir(self, name: str) -> str:
         return os.path.join(self.root, "_views", _dir_name(name))
 

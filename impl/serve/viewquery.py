@@ -23,14 +23,22 @@ from typing import Any
 from aiohttp import web
 
 import settee
+from settee.serve import mango
 from settee.serve.design import ViewFunctions
-from settee.serve.protocol import HTTPError, decode_object, method_not_allowed, reply, respond
+from settee.serve.protocol import (
+    HTTPError,
+    decode_object,
+    method_not_allowed,
+    reply,
+    require_json_content,
+    respond,
+)
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex, signature
 from settee.spec.collation import collate_json
 
-__all__ = ["handle_view"]
+__all__ = ["handle_view", "handle_view_cleanup", "live_signatures"]
 
 _UNSET = object()
 
@@ -287,3 +295,33 @@ async def handle_view(
     q = parse_view_query(request.query, body)
     result = await state.run(run_view, entry, state.registry.view_index, ddoc, view, q)
     return respond(reply(200, result))
+
+
+def live_signatures(db: settee.Database) -> set[str]:
+    """The index signatures the design documents define now: each JavaScript
+    view's map (as ``run_view`` signs it) and each Mango index."""
+    live = {index.view_signature() for index in mango.list_indexes(db) if index.ddoc is not None}
+    rows = db.all_docs(startkey="_design/", endkey="_design0", include_docs=True)["rows"]
+    for ddoc in (row["doc"] for row in rows if "doc" in row):
+        views = ddoc.get("views")
+        language = str(ddoc.get("language", "javascript"))
+        for view in views.values() if isinstance(views, dict) else []:
+            if isinstance(view, dict) and isinstance(view.get("map"), str):
+                live.add(signature(view["map"], language))
+    return live
+
+
+def _view_cleanup(state: State, entry: DbEntry) -> list[str]:
+    return state.registry.cleanup_views(entry, live_signatures(entry.db))
+
+
+async def handle_view_cleanup(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``POST /{db}/_view_cleanup``: remove the view and Mango indexes no design
+    document defines any more (202, as CouchDB)."""
+    if request.method != "POST":
+        raise method_not_allowed("POST")
+    require_json_content(request.headers)
+    await state.run(_view_cleanup, state, entry)
+    return respond(reply(202, {"ok": True}))
