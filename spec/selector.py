@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import regex
+
 from settee.spec.collation import collate_json, json_type
 from settee.spec.errors import BadRequest
 
@@ -37,6 +39,9 @@ __all__ = [
 ]
 
 MATCH_ALL: tuple[str] = ("$all_docs",)
+
+#: The longest one ``$regex`` match may run before the query is refused.
+REGEX_SECONDS = 0.5
 
 #: Deeper selectors are refused: matching recurses once per level.
 MAX_SELECTOR_DEPTH = 100
@@ -131,8 +136,8 @@ def _compiles(pattern: Any) -> bool:
     if not isinstance(pattern, str):
         return False
     try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
+        regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError):
         return False
     return True
 
@@ -323,12 +328,22 @@ def _mod(arg: list[int], value: Any) -> bool:
 
 
 def _regex(pattern: str, value: Any) -> bool:
+    """``$regex``: a search with the ``regex`` module (``re``'s syntax), bounded in
+    time and run without the GIL: a pattern that backtracks catastrophically
+    (``(a+)+$``) is refused with ``regex_timeout`` after ``REGEX_SECONDS``,
+    where ``re`` would freeze the whole process for hours."""
     if not isinstance(value, str):
         return False
     try:
-        return re.search(pattern, value) is not None
-    except (re.error, RecursionError):
+        found = regex.search(pattern, value, timeout=REGEX_SECONDS, concurrent=True)
+    except TimeoutError:
+        raise BadSelector(
+            "regex_timeout",
+            f"$regex {_show(pattern)} took more than {REGEX_SECONDS} s on one value",
+        ) from None
+    except (regex.error, RecursionError, ValueError):
         return False
+    return found is not None
 
 
 def _elem_match(node: Any, value: Any) -> bool:

@@ -1663,3 +1663,15 @@ def test_view_cleanup_removes_indexes_no_design_document_defines(tmp_path: Path)
         assert local("GET", "/c/_view_cleanup").status == 405
     finally:
         handle.stop()
+
+
+def test_a_catastrophic_regex_is_a_400_and_the_server_keeps_serving(
+    client: Client, db: str
+) -> None:
+    """One _find with a backtracking $regex froze the whole server (re holds the
+    GIL); now the match is cut off after its time budget: 400 regex_timeout."""
+    put(client, db, "s", {"v": "a" * 60 + "b"})
+    slow = {"selector": {"v": {"$regex": "(a|aa)+$"}}}
+    answer = client("POST", f"{db}/_find", slow)
+    assert answer.status == 400 and answer.json["error"] == "regex_timeout"
+    assert client("GET", f"{db}/s").status == 200

@@ -254,3 +254,31 @@ def test_sort_keys_order_as_collation_does(a: Any, b: Any) -> None:
     ka, kb = sort_key(a), sort_key(b)
     assert (ka > kb) - (ka < kb) == collate_json(a, b), (a, b, ka, kb)
     assert not any(0xD800 <= ord(c) <= 0xDFFF for c in ka)  # storable as a document id
+
+
+def test_a_catastrophic_regex_is_refused_not_run_for_hours() -> None:
+    """Found by hand: ``(a+)+$`` against 40 a's and a b backtracks for hours, and
+    Python's ``re`` holds the GIL meanwhile, so one ``_find`` froze the whole
+    server. A match that runs past its time budget is refused (a 400 over HTTP).
+    It runs in a child process: a regression then fails here on the timeout
+    instead of freezing the test process too."""
+    import subprocess
+    import sys
+
+    code = (
+        "from settee.spec.selector import BadSelector, matches, normalize\n"
+        "for pattern, text in [('(a+)+$', 'a' * 40 + 'b'), ('(a|aa)+$', 'a' * 60 + 'b')]:\n"
+        "    try:\n"
+        "        print(matches(normalize({'a': {'$regex': pattern}}), {'a': text}))\n"
+        "    except BadSelector as exc:\n"
+        "        print(exc.error)\n"
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("matching a catastrophic regex ran on for a minute")
+    # The right answer in time, or a refusal once the budget is spent: never hours.
+    assert run.stdout.split() == ["False", "regex_timeout"], run.stdout + run.stderr
+    assert matches(normalize({"a": {"$regex": "^a+b$"}}), {"a": "a" * 40 + "b"})
