@@ -177,6 +177,11 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     content_type = att.get("content_type", DEFAULT_CONTENT_TYPE)
     if not isinstance(content_type, str):
         raise BadRequest(f"attachment {name!r}: content_type {describe(content_type)} is not a str")
+    if not _header_safe(plain_str(content_type)):
+        # It is sent back as a Content-Type header, which cannot hold these.
+        raise BadRequest(
+            f"attachment {name!r}: content_type holds a control character or is not UTF-8"
+        )
     data = att.get("data")
     if isinstance(data, bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
@@ -196,6 +201,16 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     except (UnicodeEncodeError, binascii.Error, ValueError):
         raise BadRequest(f"attachment {name!r}: data is not valid base64") from None
     return Inline(name, plain_str(content_type), raw, revpos)
+
+
+def _header_safe(text: str) -> bool:
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def resolve(

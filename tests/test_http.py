@@ -1675,3 +1675,29 @@ def test_a_catastrophic_regex_is_a_400_and_the_server_keeps_serving(
     answer = client("POST", f"{db}/_find", slow)
     assert answer.status == 400 and answer.json["error"] == "regex_timeout"
     assert client("GET", f"{db}/s").status == 200
+
+
+def test_what_an_adversarial_client_found_is_answered_4xx(client: Client, db: str) -> None:
+    """Found by an adversarial client (each was a 500, a dropped answer or a silent
+    misreading before): control characters in an id (the Location header),
+    lone surrogates echoed in error messages, 1e999 and deep nesting in view
+    keys, a content type no header can carry, invalid UTF-8 in the URL, an
+    _id that is not a string."""
+    made = client("POST", db, {"_id": "a\r\nb"})
+    assert made.status == 201 and "%0D%0A" in made.headers["Location"]
+    assert client("GET", f"{db}/a%0D%0Ab").status == 200
+    assert client("POST", db, {"_id": []}).status == 400
+    echoed = client("POST", f"{db}/_find", raw=b'{"selector":{},"\\ud800":1}')
+    assert echoed.status == 400 and echoed.json["error"] == "invalid_key"
+    put(client, db, "_design/v", {"views": {"v": {"map": "function(d) { emit(1, 1); }"}}})
+    for query in ("startkey=1e999", "key=-1e999", "keys=[1e999]", "key=" + "[" * 990 + "]" * 990):
+        answer = client("GET", f"{db}/_design/v/_view/v?{query}")
+        assert answer.status == 400 and answer.json["error"] == "query_parse_error", query
+    bad_type = {"_attachments": {"a": {"content_type": "text/plain\r\nX: y", "data": "aGk="}}}
+    assert client("PUT", f"{db}/t", bad_type).status == 400
+    assert client("GET", f"{db}/%FF%FE").status == 400
+    indexed = {"selector": {"n": {"$gt": 1e300}}, "use_index": "n"}
+    client("POST", f"{db}/_index", {"index": {"fields": ["n"]}, "ddoc": "n", "name": "n"})
+    assert client("POST", f"{db}/_find", indexed).status == 200
+    huge = b'{"selector":{"n":{"$gt":1e999}}}'
+    assert client("POST", f"{db}/_find", raw=huge).status == 400

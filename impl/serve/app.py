@@ -74,7 +74,11 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
 
 async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     raw = request.rel_url.raw_path
-    parts = [unquote(p) for p in raw.split("/")[1:]]
+    try:
+        parts = [unquote(p, errors="strict") for p in raw.split("/")[1:]]
+    except UnicodeDecodeError:
+        # CouchDB refuses it too; replacing the bytes would let two raw ids collide.
+        raise HTTPError(400, "bad_request", "the URL path is not valid UTF-8") from None
     if parts and parts[-1] == "" and len(parts) > 1:
         parts.pop()  # "/db/" is "/db"
     first = parts[0] if parts else ""

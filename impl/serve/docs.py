@@ -10,6 +10,7 @@ Status codes follow chttpd_db: 201 for a created revision, 200 for a deletion,
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -399,8 +400,8 @@ async def _document_of(state: State, request: web.BaseRequest) -> dict[str, Any]
 
 def _post_doc(state: State, entry: DbEntry, body: bytes) -> dict[str, Any]:
     doc = decode_object(body, "Document")
-    if not doc.get("_id"):
-        doc["_id"] = new_doc_id()
+    if doc.get("_id") is None or doc.get("_id") == "":
+        doc["_id"] = new_doc_id()  # an _id of another type is the engine's 400
     check_doc(doc)
     _validated(entry, doc)
     result = entry.db.put(doc)
@@ -417,7 +418,9 @@ async def handle_post_doc(
     result = await state.run(_post_doc, state, entry, body)
     if request.query.get("batch") == "ok":
         return respond(reply(202, {"ok": True, "id": result["id"]}))
-    location = str(request.url.with_query(None)).rstrip("/") + "/" + result["id"]
+    # Percent-encoded: an id may hold any character, a header line may not.
+    encoded = urllib.parse.quote(result["id"], safe="/", errors="surrogatepass")
+    location = str(request.url.with_query(None)).rstrip("/") + "/" + encoded
     return _written(201, result, location)
 
 

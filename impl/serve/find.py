@@ -38,6 +38,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex
+from settee.serve.viewquery import retryable
 from settee.spec import revtree, selector
 from settee.spec.collation import collate_json
 
@@ -509,7 +510,7 @@ async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str,
 
 async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
     _body, q = await _find_query(state, request)
-    result = await state.run(run_find, entry, q, state.registry.view_index)
+    result = await state.run(retryable, run_find, entry, q, state.registry.view_index)
     return respond(reply(200, result))
 
 

@@ -8,6 +8,7 @@ status code, ``{"error", "reason"}`` body and headers.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,19 +58,38 @@ class Reply:
 
 
 def encode_json(value: Any) -> bytes:
-    """Compact UTF-8 JSON with CouchDB's trailing newline."""
+    """Compact UTF-8 JSON with CouchDB's trailing newline. A str that UTF-8 cannot
+    hold (a lone surrogate, say in an error message echoing a hostile key) is
+    written as JSON's ``\\ud800`` escape instead of failing the answer."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.encode("utf-8") + b"\n"
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent; ``1e999`` (infinity) is refused,
+    as NaN and Infinity are: no key or value may hold one."""
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` with settee's number rules (ValueError/RecursionError on failure)."""
+    return json.loads(text, parse_constant=_no_constants, parse_float=_finite)
+
+
 def decode_json(body: bytes) -> Any:
     """Parse a request body; 400 ``bad_request`` "invalid UTF-8 JSON" as CouchDB."""
     try:
-        return json.loads(body, parse_constant=_no_constants)
+        return parse_json(body)
     except (ValueError, RecursionError):
         raise HTTPError(400, "bad_request", "invalid UTF-8 JSON") from None
 
@@ -161,8 +181,8 @@ def query_json(query: Mapping[str, str], name: str) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value, parse_constant=_no_constants)
-    except ValueError:
+        return parse_json(value)
+    except (ValueError, RecursionError):
         raise HTTPError(
             400, "query_parse_error", f"Invalid JSON in {name}={value!r}: quote strings"
         ) from None

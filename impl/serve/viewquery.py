@@ -15,7 +15,6 @@ intermediate reductions yet.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from settee.serve.protocol import (
     HTTPError,
     decode_object,
     method_not_allowed,
+    parse_json,
     reply,
     require_json_content,
     respond,
@@ -38,7 +38,7 @@ from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex, signature
 from settee.spec.collation import collate_json
 
-__all__ = ["handle_view", "handle_view_cleanup", "live_signatures"]
+__all__ = ["handle_view", "handle_view_cleanup", "live_signatures", "retryable"]
 
 _UNSET = object()
 
@@ -67,8 +67,8 @@ def _json(params: Mapping[str, Any], *names: str, from_body: bool = False) -> An
             if from_body or not isinstance(value, str):
                 return value
             try:
-                return json.loads(value)
-            except ValueError:
+                return parse_json(value)  # no NaN, Infinity or 1e999: keys must collate
+            except (ValueError, RecursionError):
                 raise HTTPError(
                     400, "query_parse_error", f"Invalid JSON in {name}={value!r}: quote strings"
                 ) from None
@@ -293,8 +293,22 @@ async def handle_view(
     elif request.method not in ("GET", "HEAD"):
         raise method_not_allowed("GET,HEAD,POST")
     q = parse_view_query(request.query, body)
-    result = await state.run(run_view, entry, state.registry.view_index, ddoc, view, q)
+    result = await state.run(retryable, run_view, entry, state.registry.view_index, ddoc, view, q)
     return respond(reply(200, result))
+
+
+def retryable(fn: Any, entry: DbEntry, *args: Any) -> Any:
+    """``fn(entry, *args)``, with an index closed under it (``_view_cleanup`` removed
+    it) answered 503: the client may simply retry. The database itself closing is
+    the router's to answer (404 when it was deleted)."""
+    try:
+        return fn(entry, *args)
+    except settee.SetteeError as exc:
+        if type(exc) is not settee.SetteeError or entry.db._closed:
+            raise  # not found, conflict, bad request, corruption: answers of their own
+        raise HTTPError(
+            503, "service_unavailable", f"an index closed while this query ran; retry ({exc})"
+        ) from exc
 
 
 def live_signatures(db: settee.Database) -> set[str]:
