@@ -132,6 +132,10 @@ def test_length_and_digest_must_match_the_part() -> None:
     doc = {"_id": "d", "_attachments": {"a": {"follows": True, "length": 3}}}
     with pytest.raises(HTTPError, match="length says 3"):
         _parse(_body(doc, [(b"four", True)]), [])
+    for length in (True, "1", 1.0):  # found by an adversarial client: True counted as 1
+        doc = {"_id": "d", "_attachments": {"a": {"follows": True, "length": length}}}
+        with pytest.raises(HTTPError, match="length says"):
+            _parse(_body(doc, [(b"x", True)]), [])
     doc = {"_id": "d", "_attachments": {"a": {"follows": True, "digest": digest_of(b"x")}}}
     with pytest.raises(HTTPError, match="digest"):
         _parse(_body(doc, [(b"y", False)]), [])

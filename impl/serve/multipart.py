@@ -290,11 +290,11 @@ def _check_sent(name: str, att: dict[str, Any], data: Spooled, sent_digest: str)
     """A ``length`` must count the stored (decoded) bytes; a ``digest`` may be of
     them or of the bytes as sent (CouchDB digests a gzip part as it was sent)."""
     length = att.get("length")
-    if length is not None and length != data.length:
+    if length is not None and (type(length) is not int or length != data.length):
         raise HTTPError(
             400,
             "bad_request",
-            f"attachment {name!r}: {data.length} bytes follow, length says {length}",
+            f"attachment {name!r}: {data.length} bytes follow, length says {length!r}",
         )
     digest = att.get("digest")
     if (
