@@ -197,12 +197,7 @@ def _all_docs_result(
     db: settee.Database, query: Mapping[str, str], body: dict[str, Any]
 ) -> dict[str, Any]:
     def param(*names: str) -> Any:
-        for n in names:
-            if n in body:
-                return body[n]
-            if n in query:
-                return query_json(query, n)
-        return None
+        return _bound_param(query, body, *names)
 
     keys = body.get("keys", query_json(query, "keys"))
     if keys is not None and not isinstance(keys, list):
@@ -312,6 +307,7 @@ def _design_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, 
 
 
 def _bound_param(query: Mapping[str, str], body: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` the body holds, else the query's (JSON), else None."""
     for name in names:
         if name in body:
             return body[name]
