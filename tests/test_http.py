@@ -1701,3 +1701,41 @@ def test_what_an_adversarial_client_found_is_answered_4xx(client: Client, db: st
     assert client("POST", f"{db}/_find", indexed).status == 200
     huge = b'{"selector":{"n":{"$gt":1e999}}}'
     assert client("POST", f"{db}/_find", raw=huge).status == 400
+
+
+def test_a_slow_view_build_does_not_take_every_worker(tmp_path: Path) -> None:
+    """Found by an adversarial client: concurrent queries of a slow-to-build view
+    each held a worker thread while waiting for the index, so an unrelated request
+    waited for the whole build. Now they wait on the event loop, and the unrelated
+    request is answered while the build still runs."""
+    handle = start_server(str(tmp_path / "srv"), "127.0.0.1", 0, fsync=False, threads=3)
+    try:
+        local = Client(handle.port)
+        local("PUT", "/slow")
+        local("PUT", "/other")
+        put(local, "/other", "x", {})
+        docs = [{"_id": f"d{i}"} for i in range(8)]
+        local("POST", "/slow/_bulk_docs", {"docs": docs})
+        busy = "function(d) { var t = Date.now(); while (Date.now() - t < 100) {} emit(1, 1); }"
+        put(local, "/slow", "_design/v", {"views": {"v": {"map": busy}}})
+        finished: list[str] = []
+        lock = threading.Lock()
+
+        def query(what: str, path: str) -> None:
+            assert local("GET", path, timeout=60).status == 200
+            with lock:
+                finished.append(what)
+
+        views = [
+            threading.Thread(target=query, args=("view", "/slow/_design/v/_view/v"))
+            for _ in range(6)
+        ]
+        for thread in views:
+            thread.start()
+        time.sleep(0.2)  # the build (about 0.8 s) is under way
+        query("other", "/other/x")
+        for thread in views:
+            thread.join(60)
+        assert finished[0] == "other" and finished.count("view") == 6, finished
+    finally:
+        handle.stop()

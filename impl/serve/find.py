@@ -38,7 +38,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex
-from settee.serve.viewquery import retryable
+from settee.serve.viewquery import retryable, update_index
 from settee.spec import revtree, selector
 from settee.spec.collation import collate_json
 
@@ -274,22 +274,28 @@ class _Scan:
     docs: int = 0
 
 
-def run_find(entry: DbEntry, q: FindQuery, index_for: Any) -> dict[str, Any]:
-    """The ``_find`` answer, over the index ``plan`` picks."""
-    started = time.monotonic()
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    index: mango.MangoIndex
+    warning: str | None
+    view: ViewIndex | None  # the json index's rows; None for _all_docs
+
+
+def open_find(entry: DbEntry, q: FindQuery, index_for: Any) -> _Plan:
+    """The index a query runs over, its rows opened (not updated)."""
+    index, warning = plan(entry.db, q)
+    wanted = 1 if index.ddoc is None else 2
+    if q.after is not None and len(q.after) != wanted:
+        raise _invalid("invalid_bookmark", "this bookmark is for another index")
+    view = None if index.ddoc is None else index_for(entry, index.view_signature())
+    return _Plan(index, warning, view)
+
+
+def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict[str, Any]:
+    """The ``_find`` answer over the planned index as it stands."""
     db = entry.db
-    index, warning = plan(db, q)
-    if index.ddoc is None:
-        if q.after is not None and len(q.after) != 1:
-            raise _invalid("invalid_bookmark", "this bookmark is for another index")
-        scan = _scan_all_docs(db, q)
-    else:
-        if q.after is not None and len(q.after) != 2:
-            raise _invalid("invalid_bookmark", "this bookmark is for another index")
-        view = index_for(entry, index.view_signature())
-        if q.update:
-            view.update(db, index)
-        scan = _scan_index(db, view, index, q)
+    view, warning = found.view, found.warning
+    scan = _scan_all_docs(db, q) if view is None else _scan_index(db, view, found.index, q)
     if q.conflicts:
         _add_conflicts(db, scan.found)
     result: dict[str, Any] = {
@@ -510,7 +516,11 @@ async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str,
 
 async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
     _body, q = await _find_query(state, request)
-    result = await state.run(retryable, run_find, entry, q, state.registry.view_index)
+    started = time.monotonic()
+    found = await state.run(retryable, open_find, entry, q, state.registry.view_index)
+    if found.view is not None and q.update:
+        await update_index(state, entry, found.view, found.index)
+    result = await state.run(retryable, run_find, entry, q, found, started)
     return respond(reply(200, result))
 
 

@@ -15,6 +15,8 @@ intermediate reductions yet.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +37,18 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewindex import ViewIndex, signature
+from settee.serve.viewindex import Mapper, ViewIndex, signature
 from settee.spec.collation import collate_json
 
-__all__ = ["handle_view", "handle_view_cleanup", "live_signatures", "retryable"]
+__all__ = [
+    "handle_view",
+    "handle_view_cleanup",
+    "live_signatures",
+    "open_view",
+    "query_view",
+    "retryable",
+    "update_index",
+]
 
 _UNSET = object()
 
@@ -137,11 +147,38 @@ def parse_view_query(query: Mapping[str, str], body: Mapping[str, Any]) -> ViewQ
     )
 
 
-def run_view(entry: DbEntry, index_for: Any, ddoc: str, view: str, q: ViewQuery) -> dict[str, Any]:
+def open_view(
+    entry: DbEntry, index_for: Any, ddoc: str, view: str
+) -> tuple[ViewFunctions, ViewIndex]:
+    """A view's functions and its index (opened, not updated)."""
     functions = entry.design.view(entry.db, ddoc, view)
     index: ViewIndex = index_for(entry, signature(functions.map_source, functions.language))
-    if q.update == "true":
-        index.update(entry.db, functions.mapper)
+    return functions, index
+
+
+#: One update at a time per index, waited for on the event loop (see ``update_index``).
+_UPDATING: weakref.WeakKeyDictionary[ViewIndex, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+async def update_index(state: State, entry: DbEntry, index: ViewIndex, mapper: Mapper) -> None:
+    """Bring ``index`` up to date on a worker. Requests that need the same index
+    wait for its update here, on the event loop, rather than each blocking a
+    worker thread on the index's lock: found by an adversarial client, sixteen
+    queries of one slow-to-build view took every worker and stalled every other
+    database for seconds."""
+    lock = _UPDATING.setdefault(index, asyncio.Lock())
+    async with lock:
+        await state.run(retryable, _update, entry, index, mapper)
+
+
+def _update(entry: DbEntry, index: ViewIndex, mapper: Mapper) -> None:
+    index.update(entry.db, mapper)
+
+
+def query_view(
+    entry: DbEntry, functions: ViewFunctions, index: ViewIndex, q: ViewQuery
+) -> dict[str, Any]:
+    """A view query's answer from its index as it stands (``update_index`` first)."""
     reducing = functions.reduce is not None and q.reduce is not False
     if q.reduce is True and functions.reduce is None:
         raise HTTPError(400, "query_parse_error", "Reduce is invalid for map-only views.")
@@ -293,7 +330,11 @@ async def handle_view(
     elif request.method not in ("GET", "HEAD"):
         raise method_not_allowed("GET,HEAD,POST")
     q = parse_view_query(request.query, body)
-    result = await state.run(retryable, run_view, entry, state.registry.view_index, ddoc, view, q)
+    found = await state.run(retryable, open_view, entry, state.registry.view_index, ddoc, view)
+    functions, index = found
+    if q.update == "true":
+        await update_index(state, entry, index, functions.mapper)
+    result = await state.run(retryable, query_view, entry, functions, index, q)
     return respond(reply(200, result))
 
 
