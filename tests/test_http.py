@@ -1739,3 +1739,20 @@ def test_a_slow_view_build_does_not_take_every_worker(tmp_path: Path) -> None:
         assert finished[0] == "other" and finished.count("view") == 6, finished
     finally:
         handle.stop()
+
+
+def test_rows_a_view_cannot_store_are_skipped_and_local_deleted_is_checked(
+    client: Client, db: str
+) -> None:
+    """Found by an adversarial client: a map emitting a lone surrogate made every
+    query of its view a 400 for as long as that document existed; now that
+    document emits nothing (as when a map throws). A _local document's _deleted
+    that is not a boolean was accepted."""
+    put(client, db, "good", {"s": "fine"})
+    put(client, db, "bad", {"s": "\\ud800"})
+    surrogate = "function(d) { emit(d.s == '\\\\ud800' ? '\\ud800' : d.s, 1); }"
+    put(client, db, "_design/v", {"views": {"v": {"map": surrogate}}})
+    rows = client("GET", f"{db}/_design/v/_view/v")
+    assert rows.status == 200 and [r["id"] for r in rows.json["rows"]] == ["good"]
+    answer = client("PUT", f"{db}/_local/l", {"_deleted": "x"})
+    assert answer.status == 400 and answer.json["error"] == "bad_request"

@@ -121,6 +121,8 @@ class LocalDocs:
     def put(self, doc_id: str, doc: dict[str, Any], rev: str | None) -> str:
         """Store ``doc`` (a ``_deleted`` one removes it); the new rev, ``0-0`` on delete."""
         given = 0 if rev is None else local_rev(rev)
+        if not isinstance(doc.get("_deleted", False), bool):
+            raise HTTPError(400, "bad_request", "_deleted must be true or false")
         # The same rules as a document's body: what is stored must encode (no lone
         # surrogates) and read back as it was (no ints past 64 bits, no NaN).
         body = normalise_body(

@@ -36,9 +36,13 @@ from typing import Any, Protocol
 import settee
 from settee.serve.protocol import HTTPError
 from settee.spec.collation import code_point_key, sort_key
+from settee.spec.config import DEFAULTS
+from settee.spec.docs import normalise_body
 
 __all__ = ["ViewIndex", "signature"]
 
+#: The most bytes of rows one document may emit (the engine's document limit).
+ROW_LIMIT = DEFAULTS["max_document_size"]
 #: Source changes read (and rows committed) per update step.
 UPDATE_PAGE = 200
 _LAST = "\U0010ffff"  # above every character a sort key holds
@@ -157,11 +161,15 @@ class ViewIndex:
             return {}  # deleted (or gone meanwhile): no rows
         try:
             pairs = mapper.emitted(doc)
-        except HTTPError:
+            # A row the index cannot store (a lone surrogate, an integer past 64 bits)
+            # would fail every later update: the document emits nothing, as when its
+            # map throws (found by an adversarial client).
+            rows = normalise_body({"rows": [[key, value] for key, value in pairs]}, ROW_LIMIT)
+        except (HTTPError, settee.BadRequest):
             return {}  # couchjs logs a map error and skips the document
         return {
             row_id(key, doc_id, n): {"k": key, "v": value, "d": doc_id}
-            for n, (key, value) in enumerate(pairs)
+            for n, (key, value) in enumerate(rows["rows"])
         }
 
     # -- reading ----------------------------------------------------------------------------
