@@ -17,12 +17,12 @@ import base64
 import hashlib
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
 from settee.spec.errors import BadRequest, SetteeError
 
-__all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file", "spool_pieces"]
+__all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file"]
 
 #: Bytes a spool keeps in memory before it moves them to a temporary file.
 MEMORY_LIMIT = 1 << 20
@@ -99,14 +99,6 @@ class SpoolWriter:
 
     def abandon(self) -> None:
         self._file.close()
-
-
-def spool_pieces(pieces: Iterable[bytes]) -> Spooled:
-    """A ``Spooled`` of the concatenated ``pieces``."""
-    writer = SpoolWriter()
-    for piece in pieces:
-        writer.write(piece)
-    return writer.finish()
 
 
 def spool_file(file: Any) -> Spooled:

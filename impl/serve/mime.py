@@ -85,22 +85,16 @@ class _Follower:
     length: int
 
     def head(self, boundary: bytes) -> bytes:
-        # The name goes in a quoted header value: quotes and line breaks escaped,
-        # so a hostile attachment name cannot forge part headers.
-        quoted = (
-            self.name.replace("\\", "\\\\")
-            .replace('"', '\\"')
-            .replace("\r", "%0D")
-            .replace("\n", "%0A")
-        )
-        content_type = self.content_type.replace("\r", " ").replace("\n", " ")
+        # The name goes in a quoted header value: quotes escaped, line breaks
+        # percent-encoded, so a hostile attachment name cannot forge part headers.
+        quoted = self.name.replace("\\", "\\\\").replace('"', '\\"')
         return (
             b"\r\n--"
             + boundary
             + b'\r\nContent-Disposition: attachment; filename="'
-            + quoted.encode("utf-8", "surrogatepass")
+            + header_value(quoted)
             + b'"\r\nContent-Type: '
-            + content_type.encode("utf-8", "surrogatepass")
+            + header_value(self.content_type)
             + b"\r\nContent-Length: "
             + str(self.length).encode("ascii")
             + b"\r\n\r\n"
