@@ -33,6 +33,7 @@ from settee.spec.format import (
     FRAME,
     FRAME_SIZE,
     MAGIC,
+    MAX_PAYLOAD,
     ShardHeader,
     decode_frame,
     decode_node_payload,
@@ -54,6 +55,9 @@ __all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
 #: Bytes the first pread of ``read_term`` asks for. Tree nodes are ~4 KiB and most
 #: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
 READ_AHEAD = 2 * BLOCK_SIZE
+
+#: ``_read_in_block``'s answer when the general read path must decide.
+_MISSED = object()
 
 #: How a frame's payload becomes an object: ``decode_payload`` or ``decode_node_payload``.
 Decode = Callable[[bytes], Any]
@@ -193,10 +197,35 @@ class ShardFile:
         ``payload_size`` costs a second pread, never a wrong answer. An OS error
         (EIO, ...) becomes a ``SetteeError`` naming the file and offset.
         """
-        ahead = (
-            READ_AHEAD if payload_size is None else laid_out_size(pos, FRAME_SIZE + payload_size)
-        )
-        return self.read_frame(pos, ahead=ahead)[0]
+        if payload_size is None or not 0 <= payload_size <= MAX_PAYLOAD:
+            return self.read_frame(pos)[0]  # no hint, or one no frame can match
+        span = FRAME_SIZE + payload_size
+        if pos > 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
+            term = self._read_in_block(pos, span)
+            if term is not _MISSED:
+                return term
+        return self.read_frame(pos, ahead=laid_out_size(pos, span))[0]
+
+    def _read_in_block(self, pos: int, span: int) -> Any:
+        """``read_term`` of a frame of ``span`` bytes that the caller says lies within
+        one block (so no marker byte inside it): one pread, one crc, one decode,
+        inlined because every document read makes this call (it takes a quarter off
+        its cost). ``_MISSED`` whenever anything disagrees; the general path then
+        reads the frame again and names the fault, so a wrong size is never a wrong
+        answer.
+        """
+        reads = self._reads
+        reads.enter(self.path)
+        try:
+            raw = self._handle.pread(pos, span)
+        except OSError as exc:
+            raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
+        finally:
+            reads.leave()
+        try:
+            return decode_payload(decode_frame(raw))
+        except Exception:  # short, damaged or undecodable: the general path names it
+            return _MISSED
 
     def read_node(self, pos: int) -> tuple[Any, int]:
         """``read_term`` for a B+tree node, and the bytes its frame occupies: arrays

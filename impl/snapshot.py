@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
-from settee.docinfo import DocInfo
+from settee.docinfo import DocInfo, attachments_of
 from settee.file import ShardFile
 from settee.spec.attachments import Stored, render
+from settee.spec.docs import render_doc
 from settee.spec.errors import CorruptionError
 from settee.spec.format import ShardHeader
 
@@ -126,6 +127,22 @@ class Snapshot:
         if not isinstance(body, dict):
             raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
+
+    def winner_doc(self, info: DocInfo) -> dict[str, Any]:
+        """The winning revision as ``_all_docs`` rows carry it: its body (empty when
+        not stored) and attachment stubs. One lookup of the revision's entry serves
+        both: this runs for every row of a read with documents."""
+        winner = info.winner
+        entry = info.bodies.get(winner)
+        if entry is None:
+            return render_doc(info.id, winner, info.deleted, {})
+        body = self.file.read_term(entry[0], entry[1])
+        if not isinstance(body, dict):
+            raise CorruptionError(self.file.path, entry[0], "document body is not a map")
+        stubs = None
+        if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
+            stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
+        return render_doc(info.id, winner, info.deleted, body, attachments=stubs)
 
     def read_chunk(self, att: Stored, index: int) -> bytes:
         """Chunk ``index`` of a stored attachment, its crc checked."""

@@ -26,13 +26,6 @@ from settee.tokens import decode_token, encode_token
 __all__ = ["all_docs", "changes", "revs_diff_entry"]
 
 
-def _winner_doc(snap: Snapshot, info: DocInfo) -> dict[str, Any]:
-    winner = info.winner
-    body = snap.body(info, winner) or {}
-    atts = snap.rendered_attachments(info, winner)
-    return render_doc(info.id, winner, info.tree[winner][1], body, attachments=atts)
-
-
 def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
     total = sum(snap.counts()[0] for snap in snaps)
     if query.keys is not None:
@@ -58,7 +51,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     for doc_id, index, value in itertools.islice(merged, first, stop):
         row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": value[_WINNER]}}
         if query.include_docs:
-            row["doc"] = _winner_doc(snaps[index], DocInfo.from_value(doc_id, value))
+            row["doc"] = snaps[index].winner_doc(DocInfo.from_value(doc_id, value))
         rows.append(row)
     return rows
 
@@ -109,7 +102,7 @@ def _key_row(key: str, hit: tuple[Snapshot, DocInfo] | None, include_docs: bool)
         value["deleted"] = True
     row: dict[str, Any] = {"id": key, "key": key, "value": value}
     if include_docs:
-        row["doc"] = None if info.deleted else _winner_doc(snap, info)
+        row["doc"] = None if info.deleted else snap.winner_doc(info)
     return row
 
 

@@ -328,6 +328,41 @@ def test_random_bit_flip_in_any_term_raises_corruption(payload: bytes, data: st.
         shard.read_term(pos)
 
 
+@given(
+    st.lists(st.binary(max_size=300), min_size=1, max_size=20),
+    st.integers(-(2**64), 2**64),
+    st.data(),
+)
+def test_a_size_hint_never_gives_a_wrong_term(
+    terms: list[bytes], hint: int, data: st.DataObject
+) -> None:
+    """``read_term(pos, payload_size)`` trusts the hint only to choose its reads (the
+    one-block fast path for document bodies): any hint gives the term, and a flipped
+    bit under a right hint is still caught."""
+    fs = MemoryFileSystem()
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        positions, _ = commit(shard, terms, hdr(0))
+    index = data.draw(st.integers(0, len(terms) - 1))
+    pos, term = positions[index], terms[index]
+    size = len(fmt.encode_payload(term))
+    with open_quietly(fs) as shard:
+        assert shard.read_term(pos, hint) == term
+        assert shard.read_term(pos, size) == term
+    bit = data.draw(st.integers(0, (fmt.FRAME_SIZE + size) * 8 - 1))
+    fs.set_contents(PATH, damaged(fs.contents(PATH), pos + bit // 8, 1 << (bit % 8)))
+    with open_quietly(fs) as shard, pytest.raises(CorruptionError):
+        shard.read_term(pos, size)
+
+
+@pytest.mark.parametrize("hint", [-1, 0, 3, 2**32, 2**64])
+def test_a_wild_size_hint_on_a_real_file_still_reads_the_term(tmp_path: Path, hint: int) -> None:
+    path = str(tmp_path / "shard")
+    with ShardFile.open(OsFileSystem(), path, create=True) as shard:
+        (pos,), _ = commit(shard, [{"k": "v"}], hdr(0))
+    with open_quietly(OsFileSystem(), path) as shard:
+        assert shard.read_term(pos, hint) == {"k": "v"}
+
+
 def _two_headers(fs: MemoryFileSystem, last_header: ShardHeader) -> tuple[Commit, Commit]:
     with ShardFile.open(fs, PATH, create=True) as shard:
         _, older = commit(shard, ["a"], hdr(1))
