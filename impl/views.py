@@ -20,7 +20,7 @@ from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
 from settee.spec.revs import rev_pos
-from settee.spec.routing import shard_of
+from settee.spec.routing import shards_of
 from settee.tokens import decode_token, encode_token
 
 __all__ = ["all_docs", "changes", "revs_diff_entry"]
@@ -83,8 +83,8 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
     stop = None if query.limit is None else query.skip + query.limit
     keys = keys[query.skip : stop]
     wanted: dict[int, list[str]] = {}
-    for key in keys:
-        wanted.setdefault(shard_of(key, len(snaps)), []).append(key)
+    for key, index in zip(keys, shards_of(keys, len(snaps)), strict=True):
+        wanted.setdefault(index, []).append(key)
     found: dict[str, tuple[Snapshot, DocInfo]] = {}
     for index, ids in wanted.items():
         snap = snaps[index]

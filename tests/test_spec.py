@@ -95,12 +95,18 @@ def test_shard_ranges_match_mem3(n: int) -> None:
     assert routing.shard_ranges(n) == mem3_ranges(n)
 
 
-@given(st.text(), st.integers(1, 8))
+@given(st.text(), st.integers(1, 1024))
 def test_shard_of_picks_the_range_holding_the_hash(docid: str, n: int) -> None:
     h = zlib.crc32(docid.encode("utf-8"))
     index = routing.shard_of(docid, n)
+    assert 0 <= index < n
     begin, end = routing.shard_ranges(n)[index]
     assert begin <= h <= end
+
+
+@given(st.lists(st.text()), st.integers(1, 1024))
+def test_shards_of_is_shard_of_of_each_id(docids: list[str], n: int) -> None:
+    assert routing.shards_of(docids, n) == [routing.shard_of(d, n) for d in docids]
 
 
 def test_shard_of_known_values() -> None:
