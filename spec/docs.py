@@ -220,8 +220,22 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
             )
         is_map = isinstance(source, dict)
         for key, value in source.items() if is_map else enumerate(source):
-            if is_map:
+            if is_map and (type(key) is not str or not key.isascii()):
                 key = _plain_key(key, path)
+            # The exact builtins a JSON body is made of, checked inline: a Python
+            # call per value was half of validating a document. Anything else
+            # takes the general checks below, which decide exactly as before.
+            kind = type(value)
+            if (
+                (kind is str and value.isascii())
+                or (kind is int and _INT_MIN <= value <= _INT_MAX)
+                or (kind is float and math.isfinite(value))
+                or value is None
+                or value is True
+                or value is False
+            ):
+                target[key] = value
+                continue
             if isinstance(value, dict):
                 child: Any = {}
                 stack.append((value, child, depth + 1, (*path, key)))
