@@ -1,0 +1,93 @@
+"""Where a point read's cost grows with the database: ``python -m bench.scaleprobe [N ...]``.
+
+For each N (default 10,000, 100,000 and 1,000,000) it loads N documents of
+``bench.stores.make_doc`` (4 shards, fsync off, as ``settee bench``'s scaling
+scenario minus the fsyncs), reads every id once so each node a read needs sits
+in the node cache, then times 100,000 random reads three ways, each best of
+three:
+
+* ``get``: ``Database.get``, the whole call;
+* ``descent``: ``by_id`` lookups alone (the B+tree part of a get);
+* ``rest``: ``get`` minus ``descent`` (arguments, revisions, body pread and decode).
+
+It also prints the trees' encoded size against ``cache_bytes``: when the trees
+fit, no read touches the file for a node, so growth in ``descent`` is the cost
+of walking more decoded nodes in memory, not of misses. Issue 16 bounds the growth
+of ``get`` from 10k to 1M documents at ×1.3; this shows which part grows.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import settee
+from bench.stores import doc_id, load_settee
+from bench.treesize import tree_bytes
+from settee.spec.routing import shard_of
+
+__all__ = ["main"]
+
+_READS = 100_000
+
+
+def _best_us(run: Callable[[], object], count: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best / count * 1e6
+
+
+def probe(docs: int) -> dict[str, float]:
+    """µs per read of ``get`` and of its ``by_id`` descent, and the trees' size in MB."""
+    work = tempfile.mkdtemp(prefix="settee-scaleprobe-")
+    try:
+        with settee.open(os.path.join(work, "db"), shards=4, fsync=False) as db:
+            load_settee(db, 0, docs, batch=10_000)
+            for n in range(docs):  # every node a read needs is now cached
+                db.get(doc_id(n))
+            rng = random.Random(1)
+            ids = [doc_id(rng.randrange(docs)) for _ in range(_READS)]
+            trees = [shard.current().by_id for shard in db.shards]
+            pairs = [(trees[shard_of(i, len(trees))], i) for i in ids]
+            get = _best_us(lambda: [db.get(i) for i in ids], len(ids))
+            descent = _best_us(lambda: [tree.get(i) for tree, i in pairs], len(ids))
+            by_id, by_seq = tree_bytes(db)
+            cache = db.config["cache_bytes"]
+        return {
+            "get": get,
+            "descent": descent,
+            "rest": get - descent,
+            "trees_mb": (by_id + by_seq) / 1e6,
+            "cache_mb": cache / 1e6,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    sizes = [int(a) for a in argv] or [10_000, 100_000, 1_000_000]
+    first: dict[str, float] | None = None
+    for docs in sizes:
+        got = probe(docs)
+        first = first or got
+        growth = " ".join(
+            f"{k} x{got[k] / first[k]:.2f}" for k in ("get", "descent", "rest") if first[k] > 0
+        )
+        print(
+            f"{docs:>9,} docs: get {got['get']:6.2f} µs = descent {got['descent']:5.2f}"
+            f" + rest {got['rest']:5.2f}; trees {got['trees_mb']:.0f} MB of a"
+            f" {got['cache_mb']:.0f} MB cache; vs first size: {growth}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
