@@ -133,16 +133,22 @@ class Snapshot:
         not stored) and attachment stubs. One lookup of the revision's entry serves
         both: this runs for every row of a read with documents."""
         winner = info.winner
+        node = info.tree.get(winner)
+        if node is None:  # crc held: a writer bug (``settee check`` reports it)
+            raise CorruptionError(
+                self.file.path, 0, f"winner {winner!r} of {info.id!r} is not in its revision tree"
+            )
+        deleted = node[1]  # the tree's flag, as ``Database.get`` renders it
         entry = info.bodies.get(winner)
         if entry is None:
-            return render_doc(info.id, winner, info.deleted, {})
+            return render_doc(info.id, winner, deleted, {})
         body = self.file.read_term(entry[0], entry[1])
         if not isinstance(body, dict):
             raise CorruptionError(self.file.path, entry[0], "document body is not a map")
         stubs = None
         if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
             stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
-        return render_doc(info.id, winner, info.deleted, body, attachments=stubs)
+        return render_doc(info.id, winner, deleted, body, attachments=stubs)
 
     def read_chunk(self, att: Stored, index: int) -> bytes:
         """Chunk ``index`` of a stored attachment, its crc checked."""

@@ -81,10 +81,11 @@ def check_keys(keys: Any) -> list[str] | None:
         return None
     if not isinstance(keys, list | tuple):
         raise BadRequest(f"keys must be None or a list of document ids, not {type(keys).__name__}")
+    keys = list(keys)  # one walk: a subclass's __iter__ may answer differently each time
     if all(type(key) is str for key in keys):
         try:  # one encode finds a lone surrogate in any key: no key pairs with another's
             "".join(keys).encode("utf-8")
-            return list(keys)
+            return keys
         except UnicodeEncodeError:
             pass  # the loop below names the key
     checked = []

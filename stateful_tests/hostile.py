@@ -31,6 +31,7 @@ __all__ = [
     "SINCES",
     "TEXTS",
     "LyingStr",
+    "ShiftingList",
     "build",
     "labels",
 ]
@@ -69,6 +70,18 @@ class LyingStr(str):
 
     def encode(self, *args: Any, **kwargs: Any) -> bytes:
         return b"lie"
+
+
+class ShiftingList(list):  # type: ignore[type-arg]
+    """A list whose walks after the first see other items (``[1, lone surrogate]``): a
+    check that walks an argument twice and keeps a later walk keeps what it never
+    checked (found in ``check_keys``'s fast path)."""
+
+    _walks = 0
+
+    def __iter__(self) -> Any:
+        self._walks += 1
+        return super().__iter__() if self._walks == 1 else iter([1, "\ud800"])
 
 
 class Letters(enum.StrEnum):
@@ -122,6 +135,7 @@ TEXTS: dict[str, Builder] = {
     "NUL inside": lambda: "a\x00b",
     "str of 100,000 chars": lambda: "z" * 100_000,
     "list nested 10,000 deep": lambda: nested(10_000, "a"),
+    "list that changes between walks": lambda: ShiftingList(["a"]),
     "dict": lambda: {"a": 1},
     "object()": object,
 }

@@ -678,3 +678,47 @@ def test_a_write_that_fails_after_appending_early_fails_alone(tmp_path: Any) -> 
         assert db.attachment("after", "f")["data"] == data
         assert sorted(r["id"] for r in db.all_docs()["rows"]) == ["after", "before"]
     assert not list(check_database(str(tmp_path / "db")))
+
+
+def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database whose by_id values pass their crc but disagree with their revision
+    trees, as a writer bug would leave them: "tomb" is stored live while its tree's
+    winner is a tombstone; "ghost" names a winner its tree does not hold."""
+    from settee import docinfo
+
+    honest = docinfo.DocInfo.to_value
+
+    def forged(info: docinfo.DocInfo) -> tuple[Any, ...]:
+        seq, deleted, winner, active, revs = honest(info)
+        if info.id == "tomb":
+            deleted = False
+        if info.id == "ghost":
+            winner = "9-" + "f" * 32
+        return (seq, deleted, winner, active, revs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(docinfo.DocInfo, "to_value", forged)
+        with settee.open(path, shards=1) as db:
+            db.delete("tomb", db.put({"_id": "tomb", "a": 1})["rev"])
+            db.put({"_id": "ghost", "b": 2})
+
+
+def test_include_docs_renders_the_tree_not_the_stored_summary(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found by review): _all_docs documents took ``_deleted`` from the
+    stored flag and rendered a winner the tree does not hold as an empty document.
+    They now follow the tree, as ``get`` does, and a missing winner is corruption."""
+    path = str(tmp_path / "db")
+    _write_forged(path, monkeypatch)
+    problems = list(check_database(path))
+    assert any("tomb" in p for p in problems) and any("ghost" in p for p in problems)
+    with settee.open(path) as db:
+        got = db.get("tomb", rev=db.all_docs(keys=["tomb"])["rows"][0]["value"]["rev"])
+        assert got["_deleted"] is True
+        [row] = db.all_docs(keys=["tomb"], include_docs=True)["rows"]
+        assert row["doc"] == got
+        with pytest.raises(settee.CorruptionError):
+            db.all_docs(keys=["ghost"], include_docs=True)
+        with pytest.raises(settee.CorruptionError):
+            db.all_docs(startkey="ghost", endkey="ghost", include_docs=True)

@@ -76,6 +76,22 @@ def test_lying_str_subclass_is_judged_by_its_content(engine: Any) -> None:
     every_shard_accepts_writes(engine)
 
 
+def test_keys_are_read_in_one_walk(engine: Any) -> None:
+    """Regression: ``check_keys`` walked ``keys`` three times and kept the third walk,
+    so a list whose walks differ slipped an int and a lone surrogate past the check
+    (a raw AttributeError). The keys are what one walk gives."""
+
+    class Shifting(list):  # type: ignore[type-arg]
+        walks = 0
+
+        def __iter__(self) -> Any:
+            self.walks += 1
+            return super().__iter__() if self.walks == 1 else iter([1, "\ud800"])
+
+    assert engine.all_docs(keys=Shifting(["a"]))["rows"] == [{"key": "a", "error": "not_found"}]
+    every_shard_accepts_writes(engine)
+
+
 def test_thirty_digit_revision_position_is_refused_and_the_shard_stays_writable(
     engine: Any,
 ) -> None:
