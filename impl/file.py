@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,7 +56,7 @@ __all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
 #: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
 READ_AHEAD = 2 * BLOCK_SIZE
 
-#: ``_read_in_block``'s answer when the general read path must decide.
+#: ``read_sized``'s mark for a term its fast path leaves to the general one.
 _MISSED = object()
 
 #: How a frame's payload becomes an object: ``decode_payload`` or ``decode_node_payload``.
@@ -197,35 +197,42 @@ class ShardFile:
         ``payload_size`` costs a second pread, never a wrong answer. An OS error
         (EIO, ...) becomes a ``SetteeError`` naming the file and offset.
         """
-        if payload_size is None or not 0 <= payload_size <= MAX_PAYLOAD:
-            return self.read_frame(pos)[0]  # no hint, or one no frame can match
-        span = FRAME_SIZE + payload_size
-        if pos > 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
-            term = self._read_in_block(pos, span)
-            if term is not _MISSED:
-                return term
-        return self.read_frame(pos, ahead=laid_out_size(pos, span))[0]
+        if payload_size is None:
+            return self.read_frame(pos)[0]
+        return self.read_sized(((pos, payload_size),))[0]
 
-    def _read_in_block(self, pos: int, span: int) -> Any:
-        """``read_term`` of a frame of ``span`` bytes that the caller says lies within
-        one block (so no marker byte inside it): one pread, one crc, one decode,
-        inlined because every document read makes this call (it takes a quarter off
-        its cost). ``_MISSED`` whenever anything disagrees; the general path then
-        reads the frame again and names the fault, so a wrong size is never a wrong
-        answer.
-        """
-        reads = self._reads
-        reads.enter(self.path)
+    def read_sized(self, pointers: Iterable[tuple[int, int]]) -> list[Any]:
+        """``read_term(pos, payload_size)`` of each pointer, in order: how document
+        bodies are read. A frame the size puts within one block (no marker byte
+        inside it, as for nearly every body) takes one pread, ``decode_frame`` and a
+        decode, all the pointers under one read registration: the general path cost
+        as much again. Anything that disagrees (a size no frame can have, a short
+        read, a failed check) goes to the general path, which reads the frame again
+        and names the fault, so a wrong size is never a wrong answer."""
+        pread = self._handle.pread
+        terms = []
+        pos = 0  # named by the error message
+        self._reads.enter(self.path)
         try:
-            raw = self._handle.pread(pos, span)
+            for pos, size in pointers:
+                term = _MISSED
+                span = FRAME_SIZE + size
+                if pos > 0 and size >= 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
+                    try:
+                        term = decode_payload(decode_frame(pread(pos, span)))
+                    except OSError:
+                        raise
+                    except Exception:  # short, damaged or undecodable
+                        term = _MISSED
+                if term is _MISSED:
+                    ahead = laid_out_size(pos, span) if 0 <= size <= MAX_PAYLOAD else READ_AHEAD
+                    term = self._read_frame(pos, decode_payload, ahead)[0]
+                terms.append(term)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
         finally:
-            reads.leave()
-        try:
-            return decode_payload(decode_frame(raw))
-        except Exception:  # short, damaged or undecodable: the general path names it
-            return _MISSED
+            self._reads.leave()
+        return terms
 
     def read_node(self, pos: int) -> tuple[Any, int]:
         """``read_term`` for a B+tree node, and the bytes its frame occupies: arrays

@@ -11,7 +11,7 @@ rest on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,27 +128,36 @@ class Snapshot:
             raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
         return body
 
-    def winner_doc(self, info: DocInfo) -> dict[str, Any]:
-        """The winning revision as ``_all_docs`` rows carry it: its body (empty when
-        not stored) and attachment stubs. One lookup of the revision's entry serves
-        both: this runs for every row of a read with documents."""
-        winner = info.winner
-        node = info.tree.get(winner)
-        if node is None:  # crc held: a writer bug (``settee check`` reports it)
-            raise CorruptionError(
-                self.file.path, 0, f"winner {winner!r} of {info.id!r} is not in its revision tree"
-            )
-        deleted = node[1]  # the tree's flag, as ``Database.get`` renders it
-        entry = info.bodies.get(winner)
-        if entry is None:
-            return render_doc(info.id, winner, deleted, {})
-        body = self.file.read_term(entry[0], entry[1])
-        if not isinstance(body, dict):
-            raise CorruptionError(self.file.path, entry[0], "document body is not a map")
-        stubs = None
-        if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
-            stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
-        return render_doc(info.id, winner, deleted, body, attachments=stubs)
+    def winner_docs(self, infos: Iterable[DocInfo]) -> list[dict[str, Any]]:
+        """The winning revision of each info as ``_all_docs`` rows carry it: its body
+        (empty when not stored) and attachment stubs, following the revision tree
+        (``Database.get`` renders the same). The bodies are read in one ``read_sized``
+        call. Between the two passes only what rendering needs is kept, not the
+        decoded trees: holding those made the collector run more often than reading
+        in one call saved (pass a generator and each info is dropped at once)."""
+        plan = []
+        for info in infos:
+            winner = info.winner
+            node = info.tree.get(winner)
+            if node is None:  # crc held: a writer bug (``settee check`` reports it)
+                raise CorruptionError(
+                    self.file.path, 0, f"winner {winner!r} of {info.id!r} is not in its tree"
+                )
+            plan.append((info.id, winner, node[1], info.bodies.get(winner)))
+        bodies = iter(self.file.read_sized([(e[0], e[1]) for *_, e in plan if e is not None]))
+        docs = []
+        for doc_id, winner, deleted, entry in plan:
+            if entry is None:
+                docs.append(render_doc(doc_id, winner, deleted, {}))
+                continue
+            body = next(bodies)
+            if not isinstance(body, dict):
+                raise CorruptionError(self.file.path, entry[0], "document body is not a map")
+            stubs = None
+            if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
+                stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
+            docs.append(render_doc(doc_id, winner, deleted, body, attachments=stubs))
+        return docs
 
     def read_chunk(self, att: Stored, index: int) -> bytes:
         """Chunk ``index`` of a stored attachment, its crc checked."""

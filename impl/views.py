@@ -48,11 +48,16 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     # of every shard at once (that reads up to shards x more entries).
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, reverse=query.descending)
     rows = []
+    by_shard: dict[int, list[tuple[str, Any, dict[str, Any]]]] = {}
     for doc_id, index, value in itertools.islice(merged, first, stop):
         row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": value[_WINNER]}}
         if query.include_docs:
-            row["doc"] = snaps[index].winner_doc(DocInfo.from_value(doc_id, value))
+            by_shard.setdefault(index, []).append((doc_id, value, row))
         rows.append(row)
+    for index, wanted in by_shard.items():
+        infos = (DocInfo.from_value(doc_id, value) for doc_id, value, _ in wanted)
+        for (_, _, row), doc in zip(wanted, snaps[index].winner_docs(infos), strict=True):
+            row["doc"] = doc
     return rows
 
 
@@ -85,25 +90,42 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
     wanted: dict[int, list[str]] = {}
     for key, index in zip(keys, shards_of(keys, len(snaps)), strict=True):
         wanted.setdefault(index, []).append(key)
-    found: dict[str, tuple[Snapshot, DocInfo]] = {}
+    found: dict[str, tuple[int, DocInfo]] = {}
     for index, ids in wanted.items():
-        snap = snaps[index]
-        for doc_id, info in snap.doc_infos(ids).items():
-            found[doc_id] = (snap, info)
-    return [_key_row(key, found.get(key), query.include_docs) for key in keys]
+        for doc_id, info in snaps[index].doc_infos(ids).items():
+            found[doc_id] = (index, info)
+    rows = [_key_row(key, found.get(key), query.include_docs) for key in keys]
+    if query.include_docs:
+        _add_live_docs(snaps, rows, found)
+    return rows
 
 
-def _key_row(key: str, hit: tuple[Snapshot, DocInfo] | None, include_docs: bool) -> dict[str, Any]:
+def _key_row(key: str, hit: tuple[int, DocInfo] | None, include_docs: bool) -> dict[str, Any]:
     if hit is None:
         return {"key": key, "error": "not_found"}
-    snap, info = hit
+    info = hit[1]
     value: dict[str, Any] = {"rev": info.winner}
+    row: dict[str, Any] = {"id": key, "key": key, "value": value}
     if info.deleted:
         value["deleted"] = True
-    row: dict[str, Any] = {"id": key, "key": key, "value": value}
-    if include_docs:
-        row["doc"] = None if info.deleted else snap.winner_doc(info)
+        if include_docs:
+            row["doc"] = None
     return row
+
+
+def _add_live_docs(
+    snaps: list[Snapshot], rows: list[dict[str, Any]], found: dict[str, tuple[int, DocInfo]]
+) -> None:
+    """Give every row of a live document its ``doc``, each shard's bodies read in one
+    ``Snapshot.winner_docs`` call (a key may be asked for twice: both rows get it)."""
+    by_shard: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "error" not in row and "doc" not in row:
+            by_shard.setdefault(found[row["key"]][0], []).append(row)
+    for index, wanted in by_shard.items():
+        infos = [found[row["key"]][1] for row in wanted]
+        for row, doc in zip(wanted, snaps[index].winner_docs(infos), strict=True):
+            row["doc"] = doc
 
 
 def changes(
