@@ -133,17 +133,9 @@ class Snapshot:
         (empty when not stored) and attachment stubs, following the revision tree
         (``Database.get`` renders the same). The bodies are read in one ``read_sized``
         call. Between the two passes only what rendering needs is kept, not the
-        decoded trees: holding those made the collector run more often than reading
-        in one call saved (pass a generator and each info is dropped at once)."""
-        plan = []
-        for info in infos:
-            winner = info.winner
-            node = info.tree.get(winner)
-            if node is None:  # crc held: a writer bug (``settee check`` reports it)
-                raise CorruptionError(
-                    self.file.path, 0, f"winner {winner!r} of {info.id!r} is not in its tree"
-                )
-            plan.append((info.id, winner, node[1], info.bodies.get(winner)))
+        decoded trees (``DocInfo.winner_parts``): holding those made the collector
+        run more often than reading in one call saved."""
+        plan = [(info.id, info.winner, *info.winner_parts()) for info in infos]
         bodies = iter(self.file.read_sized([(e[0], e[1]) for *_, e in plan if e is not None]))
         docs = []
         for doc_id, winner, deleted, entry in plan:
