@@ -23,7 +23,7 @@ from settee.spec.attachments import Inline, Stored, digest_of, length_of, resolv
 from settee.spec.docs import ValidDoc
 from settee.spec.errors import Conflict, CorruptionError, NotFound
 from settee.spec.format import decode_payload, encode_payload
-from settee.spec.revs import new_rev, rev_pos
+from settee.spec.revs import new_rev_encoded, rev_pos
 
 __all__ = ["DocInfo", "Edit", "apply_edit", "attachments_of", "stored_size"]
 
@@ -250,6 +250,7 @@ def apply_edit(
     revs_limit: int,
     before: DocInfo | None,
     deleting: bool = False,
+    encoded: bytes | None = None,
 ) -> Edit:
     """Decide one edit as CouchDB does; raise ``Conflict`` when it must be refused.
 
@@ -259,6 +260,8 @@ def apply_edit(
     edit twice: against the state before the call
     (``couch_db:prep_and_validate_updates``) and, in order, against the state
     the earlier entries left (``couch_db_updater:merge_rev_tree``).
+    ``encoded``: the body's bytes as the writer stores them (the revision id is
+    digested from them; default ``doc.encoded``).
     """
     tree = dict(info.tree) if info is not None else {}
     if deleting:
@@ -268,7 +271,10 @@ def apply_edit(
         parent = _parent_for_merge(info, doc)
         position = 1 if parent is None else rev_pos(parent) + 1
         atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
-        rev = new_rev(parent, doc.deleted, doc.body, rev_digests(atts))
+        # From the bytes to store, not ``doc.body``: the caller may change that dict
+        # meanwhile (``validate_doc(copy_body=False)``).
+        body = encoded if encoded is not None else doc.encoded or encode_payload(doc.body)
+        rev = new_rev_encoded(parent, doc.deleted, body, rev_digests(atts))
         tree[rev] = [parent, doc.deleted]
     elif doc.revisions[0] in tree:
         # couch_db:prep_and_validate_replicated_updates: a revision the tree

@@ -568,6 +568,7 @@ class _Group:
                 revs_limit=self.revs_limit,
                 before=first,
                 deleting=deleting,
+                encoded=encoded,
             )
         except (Conflict, NotFound, CorruptionError, MissingStub) as exc:
             return exc

@@ -57,6 +57,7 @@ __all__ = [
     "is_valid_hash",
     "is_valid_rev",
     "new_rev",
+    "new_rev_encoded",
     "parse_rev",
     "rev_pos",
 ]
@@ -209,12 +210,40 @@ def new_rev(
     # msgpack is a C extension that cannot pack CrossHair's symbolic values;
     # child_rev carries the checked part, tests/test_spec.py checks these
     # postconditions with Hypothesis.
+    return new_rev_encoded(parent, deleted, msgpack.packb(body, use_bin_type=True), attachments)
+
+
+def new_rev_encoded(
+    parent: str | None,
+    deleted: bool,
+    encoded_body: bytes,
+    attachments: Sequence[Sequence[str]] = (),
+) -> str:
+    """``new_rev`` of the body whose msgpack bytes are ``encoded_body``: the digest
+    is taken over ``[deleted, parent position, parent hash, body(, attachments)]``
+    packed, and msgpack packs an array as its header and then each element's own
+    bytes, so the body's bytes are spliced in rather than packed again (an engine
+    has them already: what it stores).
+
+    pre: parent is None or is_valid_rev(parent)
+    pre: parent is None or rev_pos(parent) < MAX_STORED_POS
+    """
+    # crosshair: off
+    # msgpack, as above; tests/test_spec.py checks it against packing the whole array.
     if parent is None:
         parent_pos, parent_hash = 0, ""
     else:
         parent_pos, parent_hash = parse_rev(parent)
-    parts: list[Any] = [bool(deleted), parent_pos, parent_hash, body]
+    head: list[Any] = [bool(deleted), parent_pos, parent_hash]
+    digest = hashlib.md5(
+        _ARRAY_HEADERS[bool(attachments)]
+        + b"".join(msgpack.packb(x, use_bin_type=True) for x in head)
+    )
+    digest.update(encoded_body)
     if attachments:
-        parts.append([list(att) for att in attachments])
-    payload = msgpack.packb(parts, use_bin_type=True)
-    return child_rev(parent, hashlib.md5(payload).hexdigest())
+        digest.update(msgpack.packb([list(att) for att in attachments], use_bin_type=True))
+    return child_rev(parent, digest.hexdigest())
+
+
+# msgpack fixarray headers of the digested array: 4 elements, or 5 with attachments.
+_ARRAY_HEADERS = {False: b"\x94", True: b"\x95"}

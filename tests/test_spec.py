@@ -7,9 +7,11 @@ with Hypothesis, the contracts CrossHair cannot reach (msgpack, md5, str order).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import zlib
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -75,6 +77,99 @@ def test_new_rev_digests_every_input() -> None:
     assert revs.new_rev("1-a", True, {"x": 1}) != base
     assert revs.new_rev("1-a", False, {"x": 2}) != base
     assert revs.new_rev(None, False, {}) == revs.new_rev(None, False, {})
+
+
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**64), 2**65),
+        st.floats(),
+        st.text(max_size=4),
+        st.sampled_from(["\ud800", "é", "_x"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 3)), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+class _Str(str):
+    pass
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+hostile_bodies = st.one_of(
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4),
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4).map(
+        lambda d: {**d, "s": _Str("x")}
+    ),
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4).map(lambda d: {"d": _Dict(d)}),
+)
+
+
+@given(
+    st.one_of(st.none(), rev_strings),
+    st.booleans(),
+    st.dictionaries(st.text(max_size=3), json_values, max_size=4),
+    st.lists(st.lists(st.text(max_size=3), min_size=3, max_size=3), max_size=2),
+)
+def test_new_rev_encoded_is_the_digest_of_the_whole_array(
+    parent: str | None, deleted: bool, body: dict, atts: list[list[str]]
+) -> None:
+    """Splicing the body's bytes digests exactly what packing the whole array did,
+    so no stored revision id changes."""
+    try:
+        encoded = msgpack.packb(body, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return  # not a storable body (a float NaN packs; 2**65 does not)
+    pos, hash_ = (0, "") if parent is None else revs.parse_rev(parent)
+    whole = [deleted, pos, hash_, body] + ([atts] if atts else [])
+    want = hashlib.md5(msgpack.packb(whole, use_bin_type=True)).hexdigest()
+    got = revs.new_rev_encoded(parent, deleted, encoded, atts)
+    assert revs.parse_rev(got) == (pos + 1, want)
+    assert got == revs.new_rev(parent, deleted, body, atts)
+
+
+def test_new_rev_of_a_known_document_is_unchanged() -> None:
+    # Computed by the implementation before new_rev_encoded existed.
+    assert revs.new_rev("1-" + "a" * 32, False, {"x": [1, "é"]}) == (
+        "2-78d9a9b43831a1362b2bb412f8dfef00"
+    )
+
+
+@given(hostile_bodies)
+def test_a_normal_body_is_exactly_what_normalising_copies(body: dict) -> None:
+    """``_is_normal`` lets ``copy_body=False`` skip the copy: it may say True only
+    when the copy would be equal and nothing would be refused."""
+    if not docs._is_normal(body):
+        return
+    assert docs._plain_body(body) == body
+    normal, packed = docs._normalise(body, 1 << 30, copy=False)
+    assert normal is body and packed == msgpack.packb(docs._plain_body(body), use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"t": (1, 2)},
+        {"s": _Str("x")},
+        {"d": _Dict()},
+        {"n": float("nan")},
+        {"i": 2**64},
+        {"u": "\ud800"},
+        {"\ud800": 1},
+        {1: 1},
+    ],
+)
+def test_a_body_that_needs_work_is_not_normal(body: dict) -> None:
+    assert not docs._is_normal(body)
 
 
 # --------------------------------------------------------------------------- routing
