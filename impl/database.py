@@ -254,14 +254,11 @@ class Database:
         return out
 
     def _validate(self, doc: Any, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
-        # The writer stores ``encoded`` and takes the revision from it
-        # (``apply_edit``), so a body already in normal form is not copied.
         return validate_doc(
             doc,
             new_edits=new_edits,
             max_document_size=self.config["max_document_size"],
             generate_id=generate_id,
-            copy_body=False,
         )
 
     def _write(self, docs: list[ValidDoc], *, new_edits: bool, deleting: bool = False) -> list[Any]:

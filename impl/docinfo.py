@@ -271,8 +271,7 @@ def apply_edit(
         parent = _parent_for_merge(info, doc)
         position = 1 if parent is None else rev_pos(parent) + 1
         atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
-        # From the bytes to store, not ``doc.body``: the caller may change that dict
-        # meanwhile (``validate_doc(copy_body=False)``).
+        # From the bytes to store: digesting them costs no second pack of the body.
         body = encoded if encoded is not None else doc.encoded or encode_payload(doc.body)
         rev = new_rev_encoded(parent, doc.deleted, body, rev_digests(atts))
         tree[rev] = [parent, doc.deleted]

@@ -215,9 +215,13 @@ class ShardFile:
         self._reads.enter(self.path)
         try:
             for pos, size in pointers:
+                if type(pos) is not int:  # crc held: a writer bug
+                    raise CorruptionError(self.path, 0, f"term position {pos!r} is not an int")
+                if type(size) is not int or not 0 <= size <= MAX_PAYLOAD:
+                    size = READ_AHEAD - FRAME_SIZE  # a size no frame has: read as unsized
                 term = _MISSED
                 span = FRAME_SIZE + size
-                if pos > 0 and size >= 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
+                if pos > 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
                     try:
                         term = decode_payload(decode_frame(pread(pos, span)))
                     except OSError:
@@ -225,8 +229,7 @@ class ShardFile:
                     except Exception:  # short, damaged or undecodable
                         term = _MISSED
                 if term is _MISSED:
-                    ahead = laid_out_size(pos, span) if 0 <= size <= MAX_PAYLOAD else READ_AHEAD
-                    term = self._read_frame(pos, decode_payload, ahead)[0]
+                    term = self._read_frame(pos, decode_payload, laid_out_size(pos, span))[0]
                 terms.append(term)
         except OSError as exc:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc

@@ -248,48 +248,6 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_normal(body: dict[str, Any]) -> bool:
-    """True when ``_plain_body(body)`` would return an equal copy without raising:
-    every container an exact dict (exact-str keys) or list within the depth limit,
-    every value an exact builtin that passes its check. Never raises; anything
-    else (a subclass, a tuple, a bad value) is False, and ``_plain_body`` then
-    copies or names the problem."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        source, depth = stack.pop()
-        if depth > _MAX_DEPTH and len(source):
-            return False
-        if type(source) is dict:
-            for key in source:
-                if type(key) is not str or not (key.isascii() or _encodes(key)):
-                    return False
-            values = source.values()
-        else:
-            values = source
-        for value in values:
-            kind = type(value)
-            if kind is dict or kind is list:
-                stack.append((value, depth + 1))
-            elif not (
-                (kind is str and (value.isascii() or _encodes(value)))
-                or (kind is int and _INT_MIN <= value <= _INT_MAX)
-                or (kind is float and math.isfinite(value))
-                or value is None
-                or value is True
-                or value is False
-            ):
-                return False
-    return True
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
     """A fresh copy of ``body`` as it will be stored and returned (tuples become
     lists, str/int/float subclasses become plain), or BadRequest.
@@ -299,14 +257,13 @@ def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, An
     return _normalise(body, max_document_size)[0]
 
 
-def _normalise(
-    body: dict[str, Any], max_document_size: int, *, copy: bool = True
-) -> tuple[dict[str, Any], bytes]:
+def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, Any], bytes]:
     """The normalised body and its msgpack bytes. The copy is exactly what
-    unpacking the bytes gives back, so no unpack round trip is needed.
-    ``copy=False``: a body already in normal form is returned itself (the
-    caller's object), not copied."""
-    normal = body if not copy and type(body) is dict and _is_normal(body) else _plain_body(body)
+    unpacking the bytes gives back, so no unpack round trip is needed. The bytes
+    are packed from the copy, never from the caller's objects: another thread may
+    change those between a check and a pack (a check-only pass without the copy
+    stored unchecked bytes and NaN that way)."""
+    normal = _plain_body(body)
     packed = msgpack.packb(normal, use_bin_type=True)
     if len(packed) > max_document_size:
         raise BadRequest(
@@ -387,7 +344,6 @@ def validate_doc(
     new_edits: bool,
     max_document_size: int = DEFAULTS["max_document_size"],
     generate_id: bool = False,
-    copy_body: bool = True,
 ) -> ValidDoc:
     """Check ``doc`` and split it into id, rev, deleted flag, revision path
     and normalised body; BadRequest (naming the fix) if it is unacceptable.
@@ -395,12 +351,6 @@ def validate_doc(
     ``generate_id``: a document without ``_id`` gets a new one
     (``spec.docids.new_docid``), as CouchDB's ``_bulk_docs`` does; otherwise
     ``_id`` is required.
-
-    ``copy_body=False`` is for a caller that keeps only ``encoded`` (and takes
-    the revision from it, ``spec.revs.new_rev_encoded``): a body already in
-    normal form is then not copied, and ``body`` is the caller's own dict, which
-    the caller may change at any time. Copying was a third of validating a
-    document and most of the objects a write left for the cyclic collector.
 
     raises: BadRequest
     """
@@ -430,7 +380,7 @@ def validate_doc(
             f"document {describe(docid)} has no _rev: with new_edits=False every document must "
             "name its revision (_rev, and _revisions for its history)"
         )
-    normal, packed = _normalise(body, max_document_size, copy=copy_body)
+    normal, packed = _normalise(body, max_document_size)
     attachments = ()
     if "_attachments" in special:
         attachments = validate_attachments(special["_attachments"])

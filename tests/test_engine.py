@@ -7,6 +7,7 @@ process lock, lifecycle and compaction under load.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -722,3 +723,41 @@ def test_include_docs_renders_the_tree_not_the_stored_summary(
             db.all_docs(keys=["ghost"], include_docs=True)
         with pytest.raises(settee.CorruptionError):
             db.all_docs(startkey="ghost", endkey="ghost", include_docs=True)
+
+
+def test_a_document_changed_while_it_is_written_stores_only_what_was_checked(
+    tmp_path: Any,
+) -> None:
+    """Regression (found by review): a check-only validation that packed the caller's
+    objects afterwards stored what another thread put there in between (bytes, NaN).
+    Whatever the caller's thread does to its dict, a put stores a valid body or is
+    refused with BadRequest."""
+    shared = [1]
+    stop = threading.Event()
+
+    def pause() -> None:
+        """A call: where the interpreter may hand the GIL over, so both values show."""
+
+    def flip() -> None:
+        while not stop.is_set():
+            shared[0] = b"raw"
+            pause()
+            shared[0] = 1
+            pause()
+
+    pad = list(range(3000))  # checked after "x": a wide window between check and pack
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # let the flipper run inside that window
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        with settee.open(str(tmp_path / "db"), shards=2, fsync=False) as db:
+            for n in range(400):
+                with contextlib.suppress(settee.BadRequest):  # a refusal is a right answer
+                    db.put({"_id": f"d{n}", "pad": pad, "x": shared})
+            stored = [row["doc"]["x"] for row in db.all_docs(include_docs=True)["rows"]]
+    finally:
+        stop.set()
+        flipper.join()
+        sys.setswitchinterval(switch)
+    assert stored and all(x == [1] for x in stored), stored

@@ -97,23 +97,6 @@ json_values = st.recursive(
 )
 
 
-class _Str(str):
-    pass
-
-
-class _Dict(dict):  # type: ignore[type-arg]
-    pass
-
-
-hostile_bodies = st.one_of(
-    st.dictionaries(st.text(max_size=3), json_values, max_size=4),
-    st.dictionaries(st.text(max_size=3), json_values, max_size=4).map(
-        lambda d: {**d, "s": _Str("x")}
-    ),
-    st.dictionaries(st.text(max_size=3), json_values, max_size=4).map(lambda d: {"d": _Dict(d)}),
-)
-
-
 @given(
     st.one_of(st.none(), rev_strings),
     st.booleans(),
@@ -142,34 +125,6 @@ def test_new_rev_of_a_known_document_is_unchanged() -> None:
     assert revs.new_rev("1-" + "a" * 32, False, {"x": [1, "é"]}) == (
         "2-78d9a9b43831a1362b2bb412f8dfef00"
     )
-
-
-@given(hostile_bodies)
-def test_a_normal_body_is_exactly_what_normalising_copies(body: dict) -> None:
-    """``_is_normal`` lets ``copy_body=False`` skip the copy: it may say True only
-    when the copy would be equal and nothing would be refused."""
-    if not docs._is_normal(body):
-        return
-    assert docs._plain_body(body) == body
-    normal, packed = docs._normalise(body, 1 << 30, copy=False)
-    assert normal is body and packed == msgpack.packb(docs._plain_body(body), use_bin_type=True)
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"t": (1, 2)},
-        {"s": _Str("x")},
-        {"d": _Dict()},
-        {"n": float("nan")},
-        {"i": 2**64},
-        {"u": "\ud800"},
-        {"\ud800": 1},
-        {1: 1},
-    ],
-)
-def test_a_body_that_needs_work_is_not_normal(body: dict) -> None:
-    assert not docs._is_normal(body)
 
 
 # --------------------------------------------------------------------------- routing
