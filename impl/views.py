@@ -19,6 +19,7 @@ from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
+from settee.spec.errors import CorruptionError
 from settee.spec.revs import rev_pos
 from settee.spec.routing import shards_of
 from settee.tokens import decode_token, encode_token
@@ -168,10 +169,16 @@ def _shard_changes(index: int, snap: Snapshot, since: int) -> Iterator[tuple[Any
 
 def _change_doc(snap: Snapshot, doc_id: str, rev: str) -> dict[str, Any]:
     info = snap.doc_info(doc_id)
-    assert info is not None  # by_seq and by_id of one snapshot agree (settee check verifies)
+    # by_seq and by_id of one snapshot agree; when they do not (a writer bug, which
+    # settee check reports), the answer is corruption, not a raw KeyError.
+    node = None if info is None else info.tree.get(rev)
+    if info is None or node is None:
+        raise CorruptionError(
+            snap.file.path, 0, f"by_seq names {doc_id!r} at {rev!r}, which by_id does not hold"
+        )
     body = snap.body(info, rev) or {}
     atts = snap.rendered_attachments(info, rev)
-    return render_doc(doc_id, rev, info.tree[rev][1], body, attachments=atts)
+    return render_doc(doc_id, rev, node[1], body, attachments=atts)
 
 
 def revs_diff_entry(tree: dict[str, list[Any]] | None, revs: list[str]) -> dict[str, Any] | None:

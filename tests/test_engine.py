@@ -684,10 +684,12 @@ def test_a_write_that_fails_after_appending_early_fails_alone(tmp_path: Any) -> 
 def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A database whose by_id values pass their crc but disagree with their revision
     trees, as a writer bug would leave them: "tomb" is stored live while its tree's
-    winner is a tombstone; "ghost" names a winner its tree does not hold."""
+    winner is a tombstone; "ghost" names a winner its tree does not hold (in by_id
+    and in by_seq)."""
     from settee import docinfo
 
     honest = docinfo.DocInfo.to_value
+    honest_row = docinfo.DocInfo.by_seq_row
 
     def forged(info: docinfo.DocInfo) -> tuple[Any, ...]:
         seq, deleted, winner, active, revs = honest(info)
@@ -697,8 +699,13 @@ def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
             winner = "9-" + "f" * 32
         return (seq, deleted, winner, active, revs)
 
+    def forged_row(info: docinfo.DocInfo) -> tuple[str, str, bool]:
+        doc_id, winner, deleted = honest_row(info)
+        return (doc_id, "9-" + "f" * 32 if doc_id == "ghost" else winner, deleted)
+
     with monkeypatch.context() as patched:
         patched.setattr(docinfo.DocInfo, "to_value", forged)
+        patched.setattr(docinfo.DocInfo, "by_seq_row", forged_row)
         with settee.open(path, shards=1) as db:
             db.delete("tomb", db.put({"_id": "tomb", "a": 1})["rev"])
             db.put({"_id": "ghost", "b": 2})
@@ -723,6 +730,8 @@ def test_include_docs_renders_the_tree_not_the_stored_summary(
             db.all_docs(keys=["ghost"], include_docs=True)
         with pytest.raises(settee.CorruptionError):
             db.all_docs(startkey="ghost", endkey="ghost", include_docs=True)
+        with pytest.raises(settee.CorruptionError):  # was a raw KeyError
+            db.changes(include_docs=True)
 
 
 def test_a_document_changed_while_it_is_written_stores_only_what_was_checked(
