@@ -249,8 +249,8 @@ def apply_edit(
     new_edits: bool,
     revs_limit: int,
     before: DocInfo | None,
+    encoded: bytes,
     deleting: bool = False,
-    encoded: bytes | None = None,
 ) -> Edit:
     """Decide one edit as CouchDB does; raise ``Conflict`` when it must be refused.
 
@@ -260,8 +260,8 @@ def apply_edit(
     edit twice: against the state before the call
     (``couch_db:prep_and_validate_updates``) and, in order, against the state
     the earlier entries left (``couch_db_updater:merge_rev_tree``).
-    ``encoded``: the body's bytes as the writer stores them (the revision id is
-    digested from them; default ``doc.encoded``).
+    ``encoded``: the body's bytes as the writer stores them; the revision id is
+    digested from them, so the body is not packed a second time.
     """
     tree = dict(info.tree) if info is not None else {}
     if deleting:
@@ -271,9 +271,7 @@ def apply_edit(
         parent = _parent_for_merge(info, doc)
         position = 1 if parent is None else rev_pos(parent) + 1
         atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
-        # From the bytes to store: digesting them costs no second pack of the body.
-        body = encoded if encoded is not None else doc.encoded or encode_payload(doc.body)
-        rev = new_rev_encoded(parent, doc.deleted, body, rev_digests(atts))
+        rev = new_rev_encoded(parent, doc.deleted, encoded, rev_digests(atts))
         tree[rev] = [parent, doc.deleted]
     elif doc.revisions[0] in tree:
         # couch_db:prep_and_validate_replicated_updates: a revision the tree

@@ -222,10 +222,9 @@ class ShardFile:
                 term = _MISSED
                 span = FRAME_SIZE + size
                 if pos > 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
+                    raw = pread(pos, span)
                     try:
-                        term = decode_payload(decode_frame(pread(pos, span)))
-                    except OSError:
-                        raise
+                        term = decode_payload(decode_frame(raw))
                     except Exception:  # short, damaged or undecodable
                         term = _MISSED
                 if term is _MISSED:

@@ -123,10 +123,13 @@ class Snapshot:
         pointer = info.bodies.get(rev)
         if pointer is None:
             return None
-        body = self.file.read_term(pointer[0], pointer[1])
-        if not isinstance(body, dict):
-            raise CorruptionError(self.file.path, pointer[0], "document body is not a map")
-        return body
+        return self._as_body(pointer[0], self.file.read_term(pointer[0], pointer[1]))
+
+    def _as_body(self, pos: int, term: Any) -> dict[str, Any]:
+        """``term``, read at ``pos`` as a document body; CorruptionError unless a map."""
+        if not isinstance(term, dict):
+            raise CorruptionError(self.file.path, pos, "document body is not a map")
+        return term
 
     def winner_docs(self, infos: Iterable[DocInfo]) -> list[dict[str, Any]]:
         """The winning revision of each info as ``_all_docs`` rows carry it: its body
@@ -142,9 +145,7 @@ class Snapshot:
             if entry is None:
                 docs.append(render_doc(doc_id, winner, deleted, {}))
                 continue
-            body = next(bodies)
-            if not isinstance(body, dict):
-                raise CorruptionError(self.file.path, entry[0], "document body is not a map")
+            body = self._as_body(entry[0], next(bodies))
             stubs = None
             if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
                 stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None

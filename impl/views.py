@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from settee.docinfo import DocInfo
@@ -56,10 +56,17 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
             by_shard.setdefault(index, []).append((doc_id, value, row))
         rows.append(row)
     for index, wanted in by_shard.items():
+        # A generator: each info (and its decoded tree) is dropped once planned.
         infos = (DocInfo.from_value(doc_id, value) for doc_id, value, _ in wanted)
-        for (_, _, row), doc in zip(wanted, snaps[index].winner_docs(infos), strict=True):
-            row["doc"] = doc
+        _fill_docs(snaps[index], [row for *_, row in wanted], infos)
     return rows
+
+
+def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], infos: Iterable[DocInfo]) -> None:
+    """Set each row's ``doc`` to its info's winning document, the shard's bodies read
+    in one ``Snapshot.winner_docs`` call."""
+    for row, doc in zip(rows, snap.winner_docs(infos), strict=True):
+        row["doc"] = doc
 
 
 # A live by_id entry as the range merge handles it: (id, shard index, by_id value).
@@ -124,9 +131,7 @@ def _add_live_docs(
         if "error" not in row and "doc" not in row:
             by_shard.setdefault(found[row["key"]][0], []).append(row)
     for index, wanted in by_shard.items():
-        infos = [found[row["key"]][1] for row in wanted]
-        for row, doc in zip(wanted, snaps[index].winner_docs(infos), strict=True):
-            row["doc"] = doc
+        _fill_docs(snaps[index], wanted, [found[row["key"]][1] for row in wanted])
 
 
 def changes(
