@@ -429,15 +429,31 @@ class BTree:
                 return
 
     def _leaves_fwd(self, pos: int, start: Key | None, end: Key | None) -> Iterator[_Leaf]:
-        is_kp, keys, entries = self.node(pos)
-        i = 0 if start is None else bisect_left(keys, start)
-        if not is_kp:
-            yield keys, entries, i
-            return
-        for c in range(i, len(entries)):
-            # Later children only hold keys above this one's, so `start` no longer binds.
-            yield from self._leaves_fwd(entries[c][1], start if c == i else None, end)
-            if end is not None and keys[c] >= end:
+        """The leaves from the one ``start`` falls in onwards, each with the index of
+        its first entry at or after ``start``; walked with an explicit path rather
+        than nested generators, whose every step cost a frame per level."""
+        path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
+        while True:
+            is_kp, keys, entries = self.node(pos)
+            i = 0 if start is None else bisect_left(keys, start)
+            if not is_kp:
+                yield keys, entries, i
+            elif i < len(entries):
+                path.append([keys, entries, i])
+                pos = entries[i][1]
+                continue
+            start = None  # later subtrees only hold keys above it
+            while path:
+                step = path[-1]
+                keys, entries, c = step
+                if end is not None and keys[c] >= end:
+                    return  # the child just walked reached `end`
+                if c + 1 < len(entries):
+                    step[2] = c + 1
+                    pos = entries[c + 1][1]
+                    break
+                path.pop()
+            else:
                 return
 
     def _chunks_rev(
@@ -455,19 +471,38 @@ class BTree:
     def _leaves_rev(
         self, pos: int, start: Key | None, end: Key | None, incl: bool
     ) -> Iterator[_Leaf]:
-        is_kp, keys, entries = self.node(pos)
-        if not is_kp:
-            yield keys, entries, len(keys) if start is None else bisect_right(keys, start)
-            return
-        top = len(keys) - 1 if start is None else min(bisect_left(keys, start), len(keys) - 1)
-        for c in range(top, -1, -1):
-            yield from self._leaves_rev(entries[c][1], start if c == top else None, end, incl)
-            # Child c-1 holds keys <= keys[c-1]; stop once none of them can be in range.
-            if (
-                end is not None
-                and c > 0
-                and (keys[c - 1] < end or (not incl and keys[c - 1] == end))
-            ):
+        """``_leaves_fwd`` backwards: each leaf with the index just past its last
+        entry at or before ``start``."""
+        path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
+        while True:
+            is_kp, keys, entries = self.node(pos)
+            if not is_kp:
+                yield keys, entries, len(keys) if start is None else bisect_right(keys, start)
+            else:
+                top = len(keys) - 1
+                if start is not None:
+                    top = min(bisect_left(keys, start), top)
+                if top >= 0:
+                    path.append([keys, entries, top])
+                    pos = entries[top][1]
+                    continue
+            start = None  # later (lower) subtrees only hold keys below it
+            while path:
+                step = path[-1]
+                keys, entries, c = step
+                # Child c-1 holds keys <= keys[c-1]; stop once none of them can be in range.
+                if (
+                    c > 0
+                    and end is not None
+                    and (keys[c - 1] < end or (not incl and keys[c - 1] == end))
+                ):
+                    return
+                if c > 0:
+                    step[2] = c - 1
+                    pos = entries[c - 1][1]
+                    break
+                path.pop()
+            else:
                 return
 
     # -- reductions ----------------------------------------------------------
@@ -501,18 +536,30 @@ class BTree:
         the one leaf it falls in. A caller that needs one figure of a reduction
         (a count) sums it from these without building the whole reduction."""
         reds: list[Any] = []
+        leaf: Sequence[Entry] = []
+        for is_kp, entries, i, _ in self.path_to(key, inclusive=inclusive):
+            if is_kp:
+                reds.extend([e[2] for e in entries[:i]])
+            else:
+                leaf = entries[:i]
+        return reds, leaf
+
+    def path_to(self, key: Key, *, inclusive: bool) -> list[tuple[bool, Sequence[Entry], int, Any]]:
+        """The nodes from the root to the leaf ``key`` falls in (fewer when it falls
+        past every key), each as (is inner, entries, index ``key`` takes among them
+        (past equal keys if ``inclusive``), the node's stored reduction). A count
+        before ``key`` can sum each node's smaller side, given its whole."""
+        path: list[tuple[bool, Sequence[Entry], int, Any]] = []
         if self._root is None:
-            return reds, []
-        pos = self._root[0]
+            return path
+        pos, red = self._root
         while True:
             is_kp, keys, entries = self.node(pos)
             i = bisect_right(keys, key) if inclusive else bisect_left(keys, key)
-            if not is_kp:
-                return reds, entries[:i]
-            reds.extend([e[2] for e in entries[:i]])
-            if i == len(entries):
-                return reds, []
-            pos = entries[i][1]
+            path.append((is_kp, entries, i, red))
+            if not is_kp or i == len(entries):
+                return path
+            _, pos, red = entries[i]
 
     # -- writes ----------------------------------------------------------------
 

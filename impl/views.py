@@ -3,13 +3,15 @@
 Each takes the snapshots of every shard, pinned once at the start of the
 call, so one answer never mixes two commits of the same shard. Merging
 follows CouchDB's ``fabric`` coordinator: every shard streams its rows in key
-(or seq) order and the coordinator merges them, summing per-shard offsets.
+(or seq) order and the coordinator merges them, summing per-shard offsets
+(``_all_docs`` ranges merge a leaf at a time, ``_first_live``).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -44,21 +46,17 @@ def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
 def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
     first = _clamp(query.skip)
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
-    streams = [_live_entries(snap, index, query) for index, snap in enumerate(snaps)]
-    # Measured: a heap merge of the shards' lazy streams beats sorting `stop` rows
-    # of every shard at once (that reads up to shards x more entries).
-    merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, reverse=query.descending)
-    rows = []
-    by_shard: dict[int, list[tuple[str, Any, dict[str, Any]]]] = {}
-    for doc_id, index, value in itertools.islice(merged, first, stop):
-        row: dict[str, Any] = {"id": doc_id, "key": doc_id, "value": {"rev": value[_WINNER]}}
-        if query.include_docs:
-            by_shard.setdefault(index, []).append((doc_id, value, row))
-        rows.append(row)
-    for index, wanted in by_shard.items():
-        # A generator: each info (and its decoded tree) is dropped once planned.
-        infos = (DocInfo.from_value(doc_id, value) for doc_id, value, _ in wanted)
-        _fill_docs(snaps[index], [row for *_, row in wanted], infos)
+    entries, shard_index = _first_live(snaps, query, stop)
+    entries = entries[first:stop]
+    rows = [{"id": k, "key": k, "value": {"rev": v[_WINNER]}} for k, v in entries]
+    if query.include_docs:
+        by_shard: dict[int, list[int]] = {}
+        for at, (doc_id, _) in enumerate(entries):
+            by_shard.setdefault(shard_index[doc_id], []).append(at)
+        for index, wanted in by_shard.items():
+            # A generator: each info (and its decoded tree) is dropped once planned.
+            infos = (DocInfo.from_value(*entries[at]) for at in wanted)
+            _fill_docs(snaps[index], [rows[at] for at in wanted], infos)
     return rows
 
 
@@ -69,24 +67,73 @@ def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], infos: Iterable[DocIn
         row["doc"] = doc
 
 
-# A live by_id entry as the range merge handles it: (id, shard index, by_id value).
-# Ids are unique across shards, so tuples compare on the id alone.
-_Live = tuple[str, int, tuple[Any, ...]]
+# A by_id entry as a leaf holds it: (id, by_id value).
+_Entry = tuple[str, tuple[Any, ...]]
 # by_id value fields read here (FORMAT.md "by_id values").
 _DELETED, _WINNER = 1, 2
+# How many more live entries than its share each shard reads at first; a range whose
+# rows are not evenly spread reads again (``_first_live``).
+_SLACK = 8
+_by_id = operator.itemgetter(0)
 
 
-def _live_entries(snap: Snapshot, index: int, query: AllDocsArgs) -> Iterator[_Live]:
-    chunks = snap.by_id.fold_chunks(
-        query.startkey,
-        query.endkey,
-        descending=query.descending,
-        inclusive_end=query.inclusive_end,
-    )
-    for chunk in chunks:
-        for doc_id, value in chunk:
-            if not value[_DELETED]:
-                yield doc_id, index, value
+def _first_live(
+    snaps: list[Snapshot], query: AllDocsArgs, stop: int | None
+) -> tuple[list[_Entry], dict[str, int]]:
+    """The first ``stop`` live ``by_id`` entries of all shards together (all of them
+    if ``stop`` is None), in fold order; and, for ``include_docs``, the index of the
+    shard each came from (else an empty dict).
+
+    Every shard streams its entries in order a leaf at a time. Each reads about its
+    share of ``stop`` (more if that proves too few), and one sort merges what was
+    read. Measured against a heap merge of per-entry streams (CouchDB's ``fabric``
+    coordinator does that): the same rows at half the cost, because lists are cut
+    and sorted in C. The rows are certain once ``stop`` entries come at or before
+    the *bound*, the lowest last-read id of the shards not yet exhausted: nothing
+    unread can come before it.
+    """
+    if stop == 0:
+        return [], {}
+    chunks = [
+        snap.by_id.fold_chunks(
+            query.startkey,
+            query.endkey,
+            descending=query.descending,
+            inclusive_end=query.inclusive_end,
+        )
+        for snap in snaps
+    ]
+    read: list[list[_Entry]] = [[] for _ in snaps]
+    open_shards = set(range(len(snaps)))
+    quota = None if stop is None else stop // len(snaps) + _SLACK
+    while True:
+        for index in sorted(open_shards):
+            got = read[index]
+            while quota is None or len(got) < quota:
+                chunk = next(chunks[index], None)
+                if chunk is None:
+                    open_shards.discard(index)
+                    break
+                got += [e for e in chunk if not e[1][_DELETED]]
+        merged = sorted(itertools.chain(*read), key=_by_id, reverse=query.descending)
+        if _certain(merged, stop, [read[index][-1][0] for index in open_shards], query):
+            shard_index = {}
+            if query.include_docs:
+                shard_index = {e[0]: index for index, got in enumerate(read) for e in got}
+            return merged[:stop], shard_index
+        quota = 2 * quota  # type: ignore[operator]  # quota is None only when stop is
+
+
+def _certain(merged: list[_Entry], stop: int | None, lasts: list[str], query: AllDocsArgs) -> bool:
+    """Whether ``merged[:stop]`` are the first rows: every shard is read to its end,
+    or the ``stop``-th row comes at or before the last id read of every open shard."""
+    if stop is None or not lasts:
+        return True
+    if len(merged) < stop:
+        return False
+    if query.descending:
+        return merged[stop - 1][0] >= max(lasts)
+    return merged[stop - 1][0] <= min(lasts)
 
 
 def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
