@@ -58,6 +58,18 @@ READ_AHEAD = 2 * BLOCK_SIZE
 
 #: ``read_sized``'s mark for a term its fast path leaves to the general one.
 _MISSED = object()
+#: The marker byte of a block that continues a frame.
+_DATA_MARKER = bytes([BLOCK_DATA])
+
+
+def _decode_sized(raw: bytes) -> Any:
+    """The term of one whole logical frame, or ``_MISSED`` when it is short,
+    damaged or undecodable (``read_sized`` then takes the general path)."""
+    try:
+        return decode_payload(decode_frame(raw))
+    except Exception:
+        return _MISSED
+
 
 #: How a frame's payload becomes an object: ``decode_payload`` or ``decode_node_payload``.
 Decode = Callable[[bytes], Any]
@@ -203,12 +215,13 @@ class ShardFile:
 
     def read_sized(self, pointers: Iterable[tuple[int, int]]) -> list[Any]:
         """``read_term(pos, payload_size)`` of each pointer, in order: how document
-        bodies are read. A frame the size puts within one block (no marker byte
-        inside it, as for nearly every body) takes one pread, ``decode_frame`` and a
-        decode, all the pointers under one read registration: the general path cost
-        as much again. Anything that disagrees (a size no frame can have, a short
-        read, a failed check) goes to the general path, which reads the frame again
-        and names the fault, so a wrong size is never a wrong answer."""
+        bodies are read. A frame the size puts within one block, or across one
+        block boundary (its marker byte dropped), takes one pread,
+        ``decode_frame`` and a decode, all the pointers under one read
+        registration: the general path cost as much again. Anything that
+        disagrees (a size no frame can have, a short read, a marker that is not
+        a data block's, a failed check) goes to the general path, which reads the
+        frame again and names the fault, so a wrong size is never a wrong answer."""
         pread = self._handle.pread
         terms = []
         pos = 0  # named by the error message
@@ -221,12 +234,14 @@ class ShardFile:
                     size = READ_AHEAD - FRAME_SIZE  # a size no frame has: read as unsized
                 term = _MISSED
                 span = FRAME_SIZE + size
-                if pos > 0 and 0 < pos % BLOCK_SIZE <= BLOCK_SIZE - span:
-                    raw = pread(pos, span)
-                    try:
-                        term = decode_payload(decode_frame(raw))
-                    except Exception:  # short, damaged or undecodable
-                        term = _MISSED
+                room = BLOCK_SIZE - pos % BLOCK_SIZE  # bytes before the next block's marker
+                if pos > 0 and room < BLOCK_SIZE:
+                    if span <= room:
+                        term = _decode_sized(pread(pos, span))
+                    elif span - room < BLOCK_SIZE:  # one marker inside the frame
+                        raw = pread(pos, span + 1)
+                        if raw[room : room + 1] == _DATA_MARKER:
+                            term = _decode_sized(raw[:room] + raw[room + 1 :])
                 if term is _MISSED:
                     term = self._read_frame(pos, decode_payload, laid_out_size(pos, span))[0]
                 terms.append(term)

@@ -207,6 +207,19 @@ def test_small_term_is_one_pread_and_batch_is_one_append() -> None:
         assert fs.counts["pread"] == 1 and fs.counts["size"] == 0
 
 
+def test_a_sized_read_is_one_pread_whether_or_not_the_term_straddles_a_block() -> None:
+    fs = CountingFileSystem(MemoryFileSystem())
+    terms = [{"n": i, "body": "b" * 300} for i in range(50)]
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        positions, _ = commit(shard, terms, hdr(0))
+        pointers = [(pos, len(fmt.encode_payload(t))) for pos, t in zip(positions, terms)]
+        straddling = [p for p, n in pointers if p // B != (p + fmt.FRAME_SIZE + n - 1) // B]
+        assert straddling, "the batch must lay some term across a block boundary"
+        fs.reset()
+        assert shard.read_sized(pointers) == terms
+        assert fs.counts["pread"] == len(terms)
+
+
 def test_forty_megabyte_term_is_one_append_and_two_preads(tmp_path: Path) -> None:
     fs = CountingFileSystem(OsFileSystem())
     blob = bytes(range(256)) * (40 * 2**20 // 256)
@@ -304,16 +317,24 @@ def _file_with_straddling_term(fs: MemoryFileSystem, term: Any) -> tuple[int, in
     return pos, span
 
 
-def test_every_bit_flip_in_a_term_raises_corruption() -> None:
+@pytest.mark.parametrize("sized", [False, True])
+def test_every_bit_flip_in_a_term_raises_corruption(sized: bool) -> None:
+    """Both ways of reading a term that straddles a block boundary: by its own
+    length, and by a stored size (``read_sized``'s fast path, which drops the
+    marker byte itself)."""
     fs = MemoryFileSystem()
-    pos, span = _file_with_straddling_term(fs, {"k": "small"})
+    term = {"k": "small"}
+    pos, span = _file_with_straddling_term(fs, term)
+    size = len(fmt.encode_payload(term)) if sized else None
     data = fs.contents(PATH)
+    with open_quietly(fs) as shard:
+        assert shard.read_term(pos, size) == term
     for bit in range(span * 8):
         fs.set_contents(PATH, damaged(data, pos + bit // 8, 1 << (bit % 8)))
         with open_quietly(fs) as shard:
             assert shard.header is not None and shard.header.seq == 1
             with pytest.raises(CorruptionError):
-                shard.read_term(pos)
+                shard.read_term(pos, size)
 
 
 @given(st.binary(min_size=0, max_size=3 * B), st.data())
