@@ -39,8 +39,10 @@ class DocInfo:
     ``info()["sizes"]["active"]``; ``winner`` is the winning revision.
 
     Stored flat (FORMAT.md "by_id"): ``seq, deleted, winner, active`` in the
-    clear and the tree and bodies as one msgpack blob, decoded only when read.
-    A range row needs no more than the clear fields, and a decoded leaf holds
+    clear, the tree and bodies as one msgpack blob, decoded only when read, and
+    the winner's ``bodies`` entry in the clear again (``winner_body``). A range
+    row needs no more than the clear fields, a read of the winning document
+    no more than those and its body's frame, and a decoded leaf holds
     only atoms and bytes, which the cyclic collector stops tracking, so a large
     node cache costs a full collection nothing (a map per document cost ~0.2 s).
 
@@ -49,7 +51,17 @@ class DocInfo:
     than the rest of a range row. Nothing assigns to an info after building it.
     """
 
-    __slots__ = ("_bodies", "_revs", "_tree", "active", "deleted", "id", "seq", "winner")
+    __slots__ = (
+        "_bodies",
+        "_revs",
+        "_tree",
+        "_winner_body",
+        "active",
+        "deleted",
+        "id",
+        "seq",
+        "winner",
+    )
 
     def __init__(
         self,
@@ -72,6 +84,7 @@ class DocInfo:
             winner = next(iter(tree)) if len(tree) == 1 else revtree.winner(tree)
         self.winner = winner
         self._revs: bytes | None = None
+        self._winner_body: Any = bodies.get(winner)
 
     def __repr__(self) -> str:
         return f"DocInfo({self.id!r}, seq={self.seq}, deleted={self.deleted}, tree={self.tree!r})"
@@ -116,19 +129,12 @@ class DocInfo:
         entry = self.bodies.get(rev)
         return [] if entry is None else attachments_of(entry)
 
-    def winner_parts(self) -> tuple[bool, list[Any] | None]:
-        """The winner's deleted flag in the tree and its ``bodies`` entry (None when
-        its body is not stored), without keeping the decoded tree: a read of many
-        documents would otherwise hold every tree until it returns, and the cyclic
-        collector walked them (a fifth of a 100-document multiget)."""
-        if self._tree is not None:
-            tree, bodies = self._tree, self._bodies
-        else:
-            tree, bodies = self._decode_revs()
-        node = tree.get(self.winner)
-        if node is None:  # crc held: a writer bug (``settee check`` reports it)
-            raise _bad_revs(self.id, f"without their winner {self.winner!r}")
-        return node[1], bodies.get(self.winner)  # type: ignore[union-attr]
+    @property
+    def winner_body(self) -> Sequence[Any] | None:
+        """The winner's ``bodies`` entry (None when its body is not stored), as the
+        by_id value keeps it in the clear: trusted on read like ``winner`` and
+        ``deleted``, recomputed by ``problems``."""
+        return self._winner_body  # type: ignore[no-any-return]
 
     def _unpack_revs(self) -> None:
         self._tree, self._bodies = self._decode_revs()
@@ -148,7 +154,7 @@ class DocInfo:
         revs = self._revs
         if revs is None:
             revs = encode_payload([self._tree, self._bodies])
-        return (self.seq, self.deleted, self.winner, self.active, revs)
+        return (self.seq, self.deleted, self.winner, self.active, revs, _frozen(self._winner_body))
 
     def by_seq_row(self) -> tuple[str, str, bool]:
         """The document's row in ``by_seq`` (FORMAT.md "by_seq"), at key ``seq``."""
@@ -157,10 +163,12 @@ class DocInfo:
     @classmethod
     def from_value(cls, doc_id: str, value: Sequence[Any]) -> DocInfo:
         """The info a stored value describes; the tree and bodies stay encoded
-        until asked for. ValueError/TypeError when the value is not 5 fields."""
-        seq, deleted, winner, active, revs = value
+        until asked for. ValueError/TypeError when the value is not 6 fields."""
+        seq, deleted, winner, active, revs, winner_body = value
         if type(revs) is not bytes:
             raise TypeError(f"by_id value of {doc_id!r}: revisions are not bytes")
+        if winner_body is not None and type(winner_body) is not tuple:
+            raise TypeError(f"by_id value of {doc_id!r}: the winner's body entry is not an array")
         info = cls.__new__(cls)
         info.id = doc_id
         info.seq = seq
@@ -169,6 +177,7 @@ class DocInfo:
         info.active = active
         info._revs = revs
         info._tree = info._bodies = None
+        info._winner_body = winner_body
         return info
 
     def problems(self) -> list[str]:
@@ -182,6 +191,8 @@ class DocInfo:
             found.append(f"stored winner {self.winner!r}, not the tree's {revtree.winner(tree)!r}")
         elif self.deleted != tree[self.winner][1]:
             found.append("deleted flag that disagrees with its winner")
+        if encode_payload(self.winner_body) != encode_payload(self.bodies.get(self.winner)):
+            found.append(f"winner body entry {self.winner_body!r}, not its bodies' entry")
         leaves = revtree.leaves(tree)
         active = sum(stored_size(self.bodies[r]) for r in leaves if r in self.bodies)
         if self.active != active:
@@ -224,6 +235,14 @@ def attachments_of(entry: Sequence[Any]) -> list[Stored]:
             name, content_type, length, digest, revpos, chunks = att
             found.append(Stored(name, content_type, length, digest, revpos, chunks))
     return found
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with every list a tuple, as a node read from the file holds it: a
+    node the writer caches must be immutable and untracked by the collector too."""
+    if type(value) is list:
+        return tuple([_frozen(v) for v in value])
+    return value
 
 
 def _bad_revs(doc_id: str, what: str) -> CorruptionError:

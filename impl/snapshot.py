@@ -23,7 +23,11 @@ from settee.spec.docs import render_doc
 from settee.spec.errors import CorruptionError
 from settee.spec.format import ShardHeader
 
-__all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
+__all__ = ["Snapshot", "Summary", "by_id_tree", "by_seq_tree"]
+
+#: What rendering a winning document needs, all in its by_id value's clear fields:
+#: (id, winner, deleted, the winner's ``bodies`` entry or None).
+Summary = tuple[str, str, bool, Any]
 
 # by_id reduction: [live docs, deleted docs, active body bytes] (FORMAT.md "Reductions").
 _LIVE = 0
@@ -44,7 +48,7 @@ def _live_in(entries: Sequence[Any], i: int, whole: Sequence[int], is_kp: bool) 
 
 
 def _reduce_by_id(kvs: Sequence[Sequence[Any]]) -> tuple[int, int, int]:
-    # by_id values are (seq, deleted, winner, active, revisions): FORMAT.md "by_id".
+    # by_id values are (seq, deleted, winner, active, revisions, winner_body): FORMAT.md "by_id".
     values = [kv[1] for kv in kvs]
     deleted = sum(1 for v in values if v[1])
     return (len(values) - deleted, deleted, sum(v[3] for v in values))
@@ -145,15 +149,20 @@ class Snapshot:
             raise CorruptionError(self.file.path, pos, "document body is not a map")
         return term
 
-    def winner_docs(self, infos: Iterable[DocInfo]) -> list[dict[str, Any]]:
-        """The winning revision of each info as ``_all_docs`` rows carry it: its body
-        (empty when not stored) and attachment stubs, following the revision tree
-        (``Database.get`` renders the same). The bodies are read in one ``read_sized``
-        call. Between the two passes only what rendering needs is kept, not the
-        decoded trees (``DocInfo.winner_parts``): holding those made the collector
-        run more often than reading in one call saved."""
-        plan = [(info.id, info.winner, *info.winner_parts()) for info in infos]
-        bodies = iter(self.file.read_sized([(e[0], e[1]) for *_, e in plan if e is not None]))
+    def winner_docs(self, summaries: Iterable[Summary]) -> list[dict[str, Any]]:
+        """The winning revision of each document as ``_all_docs`` rows and a plain
+        ``Database.get`` render it: its body (empty when not stored) and attachment
+        stubs. Everything comes from the by_id value's clear fields, trusted as
+        FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
+        the revision blob is not decoded. The bodies are read in one ``read_sized``
+        call."""
+        plan = list(summaries)
+        try:
+            pointers = [(e[0], e[1]) for *_, e in plan if e is not None]
+        except (IndexError, TypeError, KeyError):  # crc held: a writer bug
+            msg = "a winner body entry is not [pos, size]"
+            raise CorruptionError(self.file.path, 0, msg) from None
+        bodies = iter(self.file.read_sized(pointers))
         docs = []
         for doc_id, winner, deleted, entry in plan:
             if entry is None:

@@ -13,11 +13,11 @@ import heapq
 import itertools
 import operator
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from settee.docinfo import DocInfo
-from settee.snapshot import Snapshot
+from settee.snapshot import Snapshot, Summary
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
@@ -54,23 +54,29 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
         for at, (doc_id, _) in enumerate(entries):
             by_shard.setdefault(shard_index[doc_id], []).append(at)
         for index, wanted in by_shard.items():
-            # A generator: each info (and its decoded tree) is dropped once planned.
-            infos = (DocInfo.from_value(*entries[at]) for at in wanted)
-            _fill_docs(snaps[index], [rows[at] for at in wanted], infos)
+            summaries = [_summary(*entries[at]) for at in wanted]
+            _fill_docs(snaps[index], [rows[at] for at in wanted], summaries)
     return rows
 
 
-def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], infos: Iterable[DocInfo]) -> None:
-    """Set each row's ``doc`` to its info's winning document, the shard's bodies read
-    in one ``Snapshot.winner_docs`` call."""
-    for row, doc in zip(rows, snap.winner_docs(infos), strict=True):
+def _summary(doc_id: str, value: tuple[Any, ...]) -> Summary:
+    try:
+        return doc_id, value[_WINNER], value[_DELETED], value[_WINNER_BODY]
+    except IndexError:  # crc held: a writer bug
+        raise CorruptionError("<by_id value>", 0, f"by_id value of {doc_id!r} is short") from None
+
+
+def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], summaries: list[Summary]) -> None:
+    """Set each row's ``doc`` to its winning document, the shard's bodies read in one
+    ``Snapshot.winner_docs`` call."""
+    for row, doc in zip(rows, snap.winner_docs(summaries), strict=True):
         row["doc"] = doc
 
 
 # A by_id entry as a leaf holds it: (id, by_id value).
 _Entry = tuple[str, tuple[Any, ...]]
 # by_id value fields read here (FORMAT.md "by_id values").
-_DELETED, _WINNER = 1, 2
+_DELETED, _WINNER, _WINNER_BODY = 1, 2, 5
 # How many more live entries than its share each shard reads at first; a range whose
 # rows are not evenly spread reads again (``_first_live``).
 _SLACK = 8
@@ -178,7 +184,9 @@ def _add_live_docs(
         if "error" not in row and "doc" not in row:
             by_shard.setdefault(found[row["key"]][0], []).append(row)
     for index, wanted in by_shard.items():
-        _fill_docs(snaps[index], wanted, [found[row["key"]][1] for row in wanted])
+        infos = [found[row["key"]][1] for row in wanted]
+        summaries = [(i.id, i.winner, i.deleted, i.winner_body) for i in infos]
+        _fill_docs(snaps[index], wanted, summaries)
 
 
 def changes(

@@ -66,7 +66,7 @@ BLOCK_HEADER = 0x01
 
 #: Bumped on any change to the bytes described here; readers refuse other versions.
 #: 2: shard headers carry ``data_start`` and ``prev`` (the commit chain a checker walks).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 #: First field of every header. The 0x89 byte catches 7-bit transports; "\n" catches
 #: newline translation (the trick PNG uses).

@@ -473,25 +473,36 @@ def test_strict_mode_fails_the_commit_that_breaks_an_invariant(
 
 
 def _lying_summary(field: str) -> Any:
-    """A ``DocInfo.to_value`` that stores a wrong derived field (the winner or the
-    active size), as a broken writer would: readers trust these fields."""
+    """A ``DocInfo.to_value`` that stores a wrong derived field (the winner, the
+    active size or the winner's body entry), as a broken writer would: readers
+    trust these fields."""
     original = settee.docinfo.DocInfo.to_value
 
     def to_value(self: Any) -> tuple[Any, ...]:
-        seq, deleted, winner, active, revs = original(self)
+        seq, deleted, winner, active, revs, body = original(self)
         if field == "winner":
-            return (seq, deleted, "9-" + "f" * 32, active, revs)
-        return (seq, deleted, winner, active + 1, revs)
+            return (seq, deleted, "9-" + "f" * 32, active, revs, body)
+        if field == "winner_body":
+            return (seq, deleted, winner, active, revs, (body[0], body[1] + 1))
+        return (seq, deleted, winner, active + 1, revs, body)
 
     return to_value
 
 
-@pytest.mark.parametrize("field", ["winner", "active"])
+_LIE_REPORTED_AS = {
+    "winner": "stored winner",
+    "active": "active size",
+    "winner_body": "winner body entry",
+}
+
+
+@pytest.mark.parametrize("field", sorted(_LIE_REPORTED_AS))
 def test_a_wrong_stored_summary_is_caught_by_strict_mode_and_check(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, field: str
 ) -> None:
-    """Format 3 stores winner and active beside the revision tree; strict mode and
-    ``settee check`` recompute them from the tree instead of trusting them."""
+    """by_id values store winner, active and the winner's body entry beside the
+    revision tree (FORMAT.md "by_id"); strict mode and ``settee check`` recompute
+    them from the tree instead of trusting them."""
     monkeypatch.setattr(settee.docinfo.DocInfo, "to_value", _lying_summary(field))
     with (
         _open(tmp_path / "strict", shards=1, strict=True) as db,
@@ -501,7 +512,7 @@ def test_a_wrong_stored_summary_is_caught_by_strict_mode_and_check(
     with _open(tmp_path / "lax", shards=1) as db:
         db.put({"_id": "doc"})
     problems = list(check_database(str(tmp_path / "lax")))
-    assert any(f"{'stored winner' if field == 'winner' else 'active size'}" in p for p in problems)
+    assert any(_LIE_REPORTED_AS[field] in p for p in problems), problems
 
 
 def test_snapshot_held_across_close_never_reads_another_database(tmp_path: Any) -> None:
@@ -692,12 +703,12 @@ def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     honest_row = docinfo.DocInfo.by_seq_row
 
     def forged(info: docinfo.DocInfo) -> tuple[Any, ...]:
-        seq, deleted, winner, active, revs = honest(info)
+        seq, deleted, winner, active, revs, body = honest(info)
         if info.id == "tomb":
             deleted = False
         if info.id == "ghost":
             winner = "9-" + "f" * 32
-        return (seq, deleted, winner, active, revs)
+        return (seq, deleted, winner, active, revs, body)
 
     def forged_row(info: docinfo.DocInfo) -> tuple[str, str, bool]:
         doc_id, winner, deleted = honest_row(info)
@@ -711,25 +722,27 @@ def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
             db.put({"_id": "ghost", "b": 2})
 
 
-def test_include_docs_renders_the_tree_not_the_stored_summary(
+def test_every_read_of_a_winner_trusts_the_stored_summary_alike(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (found by review): _all_docs documents took ``_deleted`` from the
-    stored flag and rendered a winner the tree does not hold as an empty document.
-    They now follow the tree, as ``get`` does, and a missing winner is corruption."""
+    """Readers trust a by_id value's clear fields (FORMAT.md "by_id"); ``settee
+    check`` reports a summary that disagrees with its tree. A review once found
+    ``_all_docs`` documents and ``get`` disagreeing on such a store (one followed
+    the tree, the other the summary): every read of a winning document now takes
+    the same fields, so they agree. ``_changes`` names a revision from by_seq,
+    and one the tree lacks is corruption (it was a raw KeyError)."""
     path = str(tmp_path / "db")
     _write_forged(path, monkeypatch)
     problems = list(check_database(path))
     assert any("tomb" in p for p in problems) and any("ghost" in p for p in problems)
     with settee.open(path) as db:
-        got = db.get("tomb", rev=db.all_docs(keys=["tomb"])["rows"][0]["value"]["rev"])
-        assert got["_deleted"] is True
-        [row] = db.all_docs(keys=["tomb"], include_docs=True)["rows"]
-        assert row["doc"] == got
-        with pytest.raises(settee.CorruptionError):
-            db.all_docs(keys=["ghost"], include_docs=True)
-        with pytest.raises(settee.CorruptionError):
-            db.all_docs(startkey="ghost", endkey="ghost", include_docs=True)
+        for doc_id in ("tomb", "ghost"):
+            got = db.get(doc_id)
+            [row] = db.all_docs(keys=[doc_id], include_docs=True)["rows"]
+            [ranged] = db.all_docs(startkey=doc_id, endkey=doc_id, include_docs=True)["rows"]
+            assert row["doc"] == ranged["doc"] == got
+            assert row["value"]["rev"] == got["_rev"]
+        assert db.get("ghost")["_rev"] == "9-" + "f" * 32
         with pytest.raises(settee.CorruptionError):  # was a raw KeyError
             db.changes(include_docs=True)
 

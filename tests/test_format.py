@@ -187,8 +187,8 @@ VALID: dict[str, object] = {
 }
 
 
-def test_format_version_is_2() -> None:
-    assert fmt.FORMAT_VERSION == 4
+def test_format_version_is_5() -> None:
+    assert fmt.FORMAT_VERSION == 5
 
 
 @st.composite

@@ -212,7 +212,9 @@ def test_a_sized_read_is_one_pread_whether_or_not_the_term_straddles_a_block() -
     terms = [{"n": i, "body": "b" * 300} for i in range(50)]
     with ShardFile.open(fs, PATH, create=True) as shard:
         positions, _ = commit(shard, terms, hdr(0))
-        pointers = [(pos, len(fmt.encode_payload(t))) for pos, t in zip(positions, terms)]
+        pointers = [
+            (pos, len(fmt.encode_payload(t))) for pos, t in zip(positions, terms, strict=True)
+        ]
         straddling = [p for p, n in pointers if p // B != (p + fmt.FRAME_SIZE + n - 1) // B]
         assert straddling, "the batch must lay some term across a block boundary"
         fs.reset()
