@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from crc32c import crc32c
+
 from settee.io import FileHandle, FileSystem
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import (
@@ -60,15 +62,6 @@ READ_AHEAD = 2 * BLOCK_SIZE
 _MISSED = object()
 #: The marker byte of a block that continues a frame.
 _DATA_MARKER = bytes([BLOCK_DATA])
-
-
-def _decode_sized(raw: bytes) -> Any:
-    """The term of one whole logical frame, or ``_MISSED`` when it is short,
-    damaged or undecodable (``read_sized`` then takes the general path)."""
-    try:
-        return decode_payload(decode_frame(raw))
-    except Exception:
-        return _MISSED
 
 
 #: How a frame's payload becomes an object: ``decode_payload`` or ``decode_node_payload``.
@@ -223,6 +216,7 @@ class ShardFile:
         a data block's, a failed check) goes to the general path, which reads the
         frame again and names the fault, so a wrong size is never a wrong answer."""
         pread = self._handle.pread
+        unpack_prefix = FRAME.unpack_from
         terms = []
         pos = 0  # named by the error message
         self._reads.enter(self.path)
@@ -236,12 +230,22 @@ class ShardFile:
                 span = FRAME_SIZE + size
                 room = BLOCK_SIZE - pos % BLOCK_SIZE  # bytes before the next block's marker
                 if pos > 0 and room < BLOCK_SIZE:
+                    raw = b""
                     if span <= room:
-                        term = _decode_sized(pread(pos, span))
+                        raw = pread(pos, span)
                     elif span - room < BLOCK_SIZE:  # one marker inside the frame
                         raw = pread(pos, span + 1)
                         if raw[room : room + 1] == _DATA_MARKER:
-                            term = _decode_sized(raw[:room] + raw[room + 1 :])
+                            raw = raw[:room] + raw[room + 1 :]
+                    # decode_frame's checks, inline: this loop is every body read.
+                    if len(raw) == span:
+                        length, crc = unpack_prefix(raw)
+                        payload = raw[FRAME_SIZE:]
+                        if length == size and crc32c(payload, crc32c(raw[:4])) == crc:
+                            try:
+                                term = decode_payload(payload)
+                            except Exception:  # crc held: left to the general path to name
+                                term = _MISSED
                 if term is _MISSED:
                     term = self._read_frame(pos, decode_payload, laid_out_size(pos, span))[0]
                 terms.append(term)
