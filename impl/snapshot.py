@@ -34,19 +34,6 @@ _LIVE = 0
 _DELETED_DOCS = 1
 
 
-def _live_in(entries: Sequence[Any], i: int, whole: Sequence[int], is_kp: bool) -> int:
-    """Live documents under ``entries[:i]`` of a by_id node whose stored reduction is
-    ``whole``: summed from the shorter side, and not at all for a leaf without
-    tombstones (every entry is live). The offset of every range read is this."""
-    if not is_kp:
-        if whole[_DELETED_DOCS] == 0:
-            return i
-        return sum([1 for _, v in entries[:i] if not v[1]])
-    if 2 * i <= len(entries):
-        return sum([e[2][_LIVE] for e in entries[:i]])
-    return whole[_LIVE] - sum([e[2][_LIVE] for e in entries[i:]])
-
-
 def _reduce_by_id(kvs: Sequence[Sequence[Any]]) -> tuple[int, int, int]:
     # by_id values are (seq, deleted, winner, active, revisions, winner_body): FORMAT.md "by_id".
     values = [kv[1] for kv in kvs]
@@ -239,10 +226,21 @@ class Snapshot:
 
     def live_before(self, key: str, *, descending: bool) -> int:
         """Live documents that sort before ``key`` in fold order: the offset
-        contribution of this shard, in O(log n) from stored reductions."""
+        contribution of this shard, in O(log n) from stored reductions. Each node
+        on the path sums its shorter side against its stored whole, and a leaf
+        without tombstones (its reduction says so) is counted by position: every
+        range read pays this."""
         live = 0
         for is_kp, entries, i, whole in self.by_id.path_to(key, inclusive=descending):
-            live += _live_in(entries, i, whole, is_kp)
+            if not is_kp:
+                if whole[_DELETED_DOCS] == 0:
+                    live += i
+                else:
+                    live += sum([1 for _, v in entries[:i] if not v[1]])
+            elif 2 * i <= len(entries):
+                live += sum([e[2][_LIVE] for e in entries[:i]])
+            else:
+                live += whole[_LIVE] - sum([e[2][_LIVE] for e in entries[i:]])
         return self.counts()[_LIVE] - live if descending else live
 
     def counts(self) -> list[int]:

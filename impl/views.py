@@ -160,36 +160,28 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
             value = get(doc_id)
             if value is not None:
                 found[doc_id] = (index, _summary(doc_id, value))
-    rows = [_key_row(key, found.get(key), query.include_docs) for key in keys]
-    if query.include_docs:
-        _add_live_docs(snaps, rows, found)
+    rows = []
+    # The rows of live documents, per shard, to read their bodies in one call each
+    # (a key asked for twice gets two rows, both filled).
+    live: dict[int, list[tuple[dict[str, Any], Summary]]] = {}
+    for key in keys:
+        hit = found.get(key)
+        if hit is None:
+            rows.append({"key": key, "error": "not_found"})
+            continue
+        index, summary = hit
+        value: dict[str, Any] = {"rev": summary[1]}
+        row: dict[str, Any] = {"id": key, "key": key, "value": value}
+        if summary[2]:  # deleted
+            value["deleted"] = True
+            if query.include_docs:
+                row["doc"] = None
+        elif query.include_docs:
+            live.setdefault(index, []).append((row, summary))
+        rows.append(row)
+    for index, pairs in live.items():
+        _fill_docs(snaps[index], [row for row, _ in pairs], [summary for _, summary in pairs])
     return rows
-
-
-def _key_row(key: str, hit: tuple[int, Summary] | None, include_docs: bool) -> dict[str, Any]:
-    if hit is None:
-        return {"key": key, "error": "not_found"}
-    _, winner, deleted, _ = hit[1]
-    value: dict[str, Any] = {"rev": winner}
-    row: dict[str, Any] = {"id": key, "key": key, "value": value}
-    if deleted:
-        value["deleted"] = True
-        if include_docs:
-            row["doc"] = None
-    return row
-
-
-def _add_live_docs(
-    snaps: list[Snapshot], rows: list[dict[str, Any]], found: dict[str, tuple[int, Summary]]
-) -> None:
-    """Give every row of a live document its ``doc``, each shard's bodies read in one
-    ``Snapshot.winner_docs`` call (a key may be asked for twice: both rows get it)."""
-    by_shard: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        if "error" not in row and "doc" not in row:
-            by_shard.setdefault(found[row["key"]][0], []).append(row)
-    for index, wanted in by_shard.items():
-        _fill_docs(snaps[index], wanted, [found[row["key"]][1] for row in wanted])
 
 
 def changes(
