@@ -157,9 +157,9 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
     for index, ids in wanted.items():
         get = snaps[index].by_id.get
         for doc_id in ids:
-            value = get(doc_id)
-            if value is not None:
-                found[doc_id] = (index, _summary(doc_id, value))
+            stored = get(doc_id)
+            if stored is not None:
+                found[doc_id] = (index, _summary(doc_id, stored))
     rows = []
     # The rows of live documents, per shard, to read their bodies in one call each
     # (a key asked for twice gets two rows, both filled).
