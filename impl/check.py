@@ -135,7 +135,7 @@ def _check_agreement(snap: Snapshot) -> Iterator[str]:
     for doc_id, value in snap.by_id.fold():
         try:
             info = DocInfo.from_value(doc_id, value)
-        except (TypeError, ValueError):
+        except CorruptionError:
             yield f"{path}:0: by_id value of {doc_id!r} is malformed: {value!r}"
             continue
         yield from _check_doc(snap, info)

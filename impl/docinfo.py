@@ -25,7 +25,66 @@ from settee.spec.errors import Conflict, CorruptionError, NotFound
 from settee.spec.format import decode_payload, encode_payload
 from settee.spec.revs import new_rev_encoded, rev_pos
 
-__all__ = ["DocInfo", "Edit", "apply_edit", "attachments_of", "stored_size"]
+__all__ = [
+    "ACTIVE",
+    "DELETED",
+    "WINNER",
+    "WINNER_BODY",
+    "DocInfo",
+    "Edit",
+    "Summary",
+    "apply_edit",
+    "attachments_of",
+    "stored_size",
+    "summary",
+]
+
+# Fields of a stored by_id value (FORMAT.md "by_id"): seq, deleted, winner, active,
+# the revisions blob, the winner's bodies entry. Readers that need no revision
+# tree index the value directly.
+_SEQ, DELETED, WINNER, ACTIVE, _REVS, WINNER_BODY = range(6)
+
+#: What a read of a winning document needs from its by_id value: (id, winner,
+#: deleted, the winner's bodies entry or None).
+Summary = tuple[str, str, bool, Any]
+
+
+def summary(doc_id: str, value: Sequence[Any]) -> Summary:
+    """The ``Summary`` of a stored by_id value; CorruptionError when its fields are
+    not of their types (the crc held: a writer bug). A summary is trusted, but a
+    read follows its body entry to the file, so the entry's shape is checked."""
+    if (
+        not isinstance(value, tuple | list)
+        or len(value) != 6
+        or type(value[WINNER]) is not str
+        or type(value[DELETED]) is not bool
+        or not _is_body_entry(value[WINNER_BODY])
+    ):
+        raise malformed_value(doc_id, value)
+    return doc_id, value[WINNER], value[DELETED], value[WINNER_BODY]
+
+
+def summary_fields(doc_id: str, value: Sequence[Any]) -> tuple[Any, ...]:
+    """The six fields of a stored by_id value, each checked for its type."""
+    summary(doc_id, value)
+    if type(value[_SEQ]) is not int or type(value[ACTIVE]) is not int:
+        raise malformed_value(doc_id, value)
+    if type(value[_REVS]) is not bytes:
+        raise malformed_value(doc_id, value)
+    return tuple(value)
+
+
+def _is_body_entry(entry: Any) -> bool:
+    return entry is None or (type(entry) is tuple and 2 <= len(entry) <= 3)
+
+
+def malformed_value(doc_id: str, value: Any) -> CorruptionError:
+    """The error for a by_id value whose fields are not what FORMAT.md says."""
+    # The value does not know its file; the node that held it passed its crc check.
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    return CorruptionError("<by_id value>", 0, f"by_id value of {doc_id!r} is malformed: {shown}")
 
 
 class DocInfo:
@@ -100,6 +159,7 @@ class DocInfo:
             self.active,
             self.tree,
             self.bodies,
+            _frozen(self.winner_body),
         ) == (
             other.id,
             other.seq,
@@ -108,6 +168,7 @@ class DocInfo:
             other.active,
             other.tree,
             other.bodies,
+            _frozen(other.winner_body),
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable members: not hashable
@@ -150,7 +211,7 @@ class DocInfo:
         return tree, bodies
 
     def to_value(self) -> tuple[Any, ...]:
-        """The msgpack-able ``by_id`` value (FORMAT.md "by_id values")."""
+        """The msgpack-able ``by_id`` value (FORMAT.md "by_id")."""
         revs = self._revs
         if revs is None:
             revs = encode_payload([self._tree, self._bodies])
@@ -163,12 +224,9 @@ class DocInfo:
     @classmethod
     def from_value(cls, doc_id: str, value: Sequence[Any]) -> DocInfo:
         """The info a stored value describes; the tree and bodies stay encoded
-        until asked for. ValueError/TypeError when the value is not 6 fields."""
-        seq, deleted, winner, active, revs, winner_body = value
-        if type(revs) is not bytes:
-            raise TypeError(f"by_id value of {doc_id!r}: revisions are not bytes")
-        if winner_body is not None and type(winner_body) is not tuple:
-            raise TypeError(f"by_id value of {doc_id!r}: the winner's body entry is not an array")
+        until asked for. CorruptionError when the value is not 6 fields of
+        their types (``summary``'s checks, and ints and bytes for the rest)."""
+        seq, deleted, winner, active, revs, winner_body = summary_fields(doc_id, value)
         info = cls.__new__(cls)
         info.id = doc_id
         info.seq = seq

@@ -209,9 +209,9 @@ class ShardFile:
     def read_sized(self, pointers: Iterable[tuple[int, int]]) -> list[Any]:
         """``read_term(pos, payload_size)`` of each pointer, in order: how document
         bodies are read. A frame the size puts within one block, or across one
-        block boundary (its marker byte dropped), takes one pread,
-        ``decode_frame`` and a decode, all the pointers under one read
-        registration: the general path cost as much again. Anything that
+        block boundary (its marker byte dropped), takes one pread, ``decode_frame``'s
+        checks done inline (the crc as ``spec.format`` computes it) and a decode, all
+        the pointers under one read registration: the general path cost as much again. Anything that
         disagrees (a size no frame can have, a short read, a marker that is not
         a data block's, a failed check) goes to the general path, which reads the
         frame again and names the fault, so a wrong size is never a wrong answer."""

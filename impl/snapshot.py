@@ -16,18 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
-from settee.docinfo import DocInfo, attachments_of
+from settee.docinfo import ACTIVE, DELETED, DocInfo, Summary, attachments_of
 from settee.file import ShardFile
 from settee.spec.attachments import Stored, render
 from settee.spec.docs import render_doc
 from settee.spec.errors import CorruptionError
 from settee.spec.format import ShardHeader
 
-__all__ = ["Snapshot", "Summary", "by_id_tree", "by_seq_tree"]
-
-#: What rendering a winning document needs, all in its by_id value's clear fields:
-#: (id, winner, deleted, the winner's ``bodies`` entry or None).
-Summary = tuple[str, str, bool, Any]
+__all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
 
 # by_id reduction: [live docs, deleted docs, active body bytes] (FORMAT.md "Reductions").
 _LIVE = 0
@@ -35,10 +31,9 @@ _DELETED_DOCS = 1
 
 
 def _reduce_by_id(kvs: Sequence[Sequence[Any]]) -> tuple[int, int, int]:
-    # by_id values are (seq, deleted, winner, active, revisions, winner_body): FORMAT.md "by_id".
     values = [kv[1] for kv in kvs]
-    deleted = sum(1 for v in values if v[1])
-    return (len(values) - deleted, deleted, sum(v[3] for v in values))
+    deleted = sum(1 for v in values if v[DELETED])
+    return (len(values) - deleted, deleted, sum(v[ACTIVE] for v in values))
 
 
 def _rereduce_by_id(reds: Sequence[Sequence[int]]) -> tuple[int, int, int]:
@@ -46,6 +41,24 @@ def _rereduce_by_id(reds: Sequence[Sequence[int]]) -> tuple[int, int, int]:
         return (0, 0, 0)
     live, deleted, active = zip(*reds, strict=True)
     return (sum(live), sum(deleted), sum(active))
+
+
+def _live_docs(reduction: Sequence[int]) -> int:
+    return reduction[_LIVE]
+
+
+def _live_in_leaf(entries: Sequence[Sequence[Any]], before: int, reduction: Sequence[int]) -> int:
+    if reduction[_DELETED_DOCS] == 0:  # the stored reduction says: no tombstones here
+        return before
+    return sum([1 for _, v in entries[:before] if not v[DELETED]])
+
+
+def _rows(reduction: int) -> int:
+    return reduction  # a by_seq reduction is its row count
+
+
+def _rows_in_leaf(entries: Sequence[Sequence[Any]], before: int, reduction: int) -> int:
+    return before
 
 
 def _reduce_by_seq(kvs: list[list[Any]]) -> int:
@@ -113,8 +126,9 @@ class Snapshot:
         return None if value is None else DocInfo.from_value(doc_id, value)
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:
-        """DocInfos of the ids that exist. One walk per id: measured faster than
-        ``BTree.lookup``'s shared descent for the scattered ids a multiget names."""
+        """DocInfos of the ids that exist, one walk per id (``BTree.get`` inlines its
+        cache hits; ``BTree.lookup``'s shared descent measured slower for scattered
+        ids)."""
         get = self.by_id.get
         found = {}
         for doc_id in doc_ids:
@@ -144,11 +158,9 @@ class Snapshot:
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
         plan = list(summaries)
-        try:
-            pointers = [(e[0], e[1]) for *_, e in plan if e is not None]
-        except (IndexError, TypeError, KeyError):  # crc held: a writer bug
-            msg = "a winner body entry is not [pos, size]"
-            raise CorruptionError(self.file.path, 0, msg) from None
+        # The entries' shape was checked where the summaries were read
+        # (``docinfo.summary``); read_sized checks that positions and sizes are ints.
+        pointers = [(e[0], e[1]) for *_, e in plan if e is not None]
         bodies = iter(self.file.read_sized(pointers))
         docs = []
         for doc_id, winner, deleted, entry in plan:
@@ -162,7 +174,7 @@ class Snapshot:
                 docs.append({"_id": doc_id, "_rev": winner, **body})
                 continue
             stubs = None
-            if len(entry) > 2:  # FORMAT.md "by_id values": a third field lists attachments
+            if len(entry) > 2:  # FORMAT.md "by_id": a third field lists attachments
                 stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
             docs.append(render_doc(doc_id, winner, deleted, body, attachments=stubs))
         return docs
@@ -226,21 +238,11 @@ class Snapshot:
 
     def live_before(self, key: str, *, descending: bool) -> int:
         """Live documents that sort before ``key`` in fold order: the offset
-        contribution of this shard, in O(log n) from stored reductions. Each node
-        on the path sums its shorter side against its stored whole, and a leaf
-        without tombstones (its reduction says so) is counted by position: every
-        range read pays this."""
-        live = 0
-        for is_kp, entries, i, whole in self.by_id.path_to(key, inclusive=descending):
-            if not is_kp:
-                if whole[_DELETED_DOCS] == 0:
-                    live += i
-                else:
-                    live += sum([1 for _, v in entries[:i] if not v[1]])
-            elif 2 * i <= len(entries):
-                live += sum([e[2][_LIVE] for e in entries[:i]])
-            else:
-                live += whole[_LIVE] - sum([e[2][_LIVE] for e in entries[i:]])
+        contribution of this shard, in O(log n) from stored reductions
+        (``BTree.count_before``); every range read pays this."""
+        live = self.by_id.count_before(
+            key, inclusive=descending, count=_live_docs, count_leaf=_live_in_leaf
+        )
         return self.counts()[_LIVE] - live if descending else live
 
     def counts(self) -> list[int]:
@@ -251,8 +253,10 @@ class Snapshot:
     def changes_after(self, since: int) -> int:
         """How many documents changed after ``since`` (by_seq rows past it), in
         O(log n) from stored reductions: ``_changes``'s ``pending``."""
-        reds, leaf = self.by_seq.split_reductions(since, inclusive=True)
-        return (self.by_seq.full_reduce() or 0) - sum(reds) - len(leaf)
+        before = self.by_seq.count_before(
+            since, inclusive=True, count=_rows, count_leaf=_rows_in_leaf
+        )
+        return (self.by_seq.full_reduce() or 0) - before
 
     def changes(self, since: int) -> Iterator[tuple[int, str, str, bool]]:
         """``(seq, id, winning rev, deleted)`` for every doc changed after ``since``."""

@@ -1,10 +1,10 @@
 """The read calls that span shards: ``all_docs``, ``changes``, ``revs_diff``.
 
 Each takes the snapshots of every shard, pinned once at the start of the
-call, so one answer never mixes two commits of the same shard. Merging
-follows CouchDB's ``fabric`` coordinator: every shard streams its rows in key
-(or seq) order and the coordinator merges them, summing per-shard offsets
-(``_all_docs`` ranges merge a leaf at a time, ``_first_live``).
+call, so one answer never mixes two commits of the same shard. As in CouchDB's
+``fabric`` coordinator, every shard streams its rows in key (or seq) order and
+the rows are merged, per-shard offsets summed; ``_all_docs`` ranges merge a
+leaf's worth of rows at a time instead of a row (``_first_live``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from settee.snapshot import Snapshot, Summary
+from settee.docinfo import DELETED, WINNER, Summary, summary
+from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
@@ -43,27 +44,21 @@ def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
 
 
 def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
+    if query.limit == 0:
+        return []  # however far skip reaches: no row is read for nothing
     first = _clamp(query.skip)
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
     entries, shard_index = _first_live(snaps, query, stop)
     entries = entries[first:stop]
-    rows = [{"id": k, "key": k, "value": {"rev": v[_WINNER]}} for k, v in entries]
+    rows = [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
     if query.include_docs:
         by_shard: dict[int, list[int]] = {}
         for at, (doc_id, _) in enumerate(entries):
             by_shard.setdefault(shard_index[doc_id], []).append(at)
         for index, wanted in by_shard.items():
-            summaries = [_summary(*entries[at]) for at in wanted]
+            summaries = [summary(*entries[at]) for at in wanted]
             _fill_docs(snaps[index], [rows[at] for at in wanted], summaries)
     return rows
-
-
-def _summary(doc_id: str, value: tuple[Any, ...]) -> Summary:
-    try:
-        return doc_id, value[_WINNER], value[_DELETED], value[_WINNER_BODY]
-    except (IndexError, TypeError):  # crc held: a writer bug
-        what = f"by_id value of {doc_id!r} is malformed"
-        raise CorruptionError("<by_id value>", 0, what) from None
 
 
 def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], summaries: list[Summary]) -> None:
@@ -75,8 +70,6 @@ def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], summaries: list[Summa
 
 # A by_id entry as a leaf holds it: (id, by_id value).
 _Entry = tuple[str, tuple[Any, ...]]
-# by_id value fields read here (FORMAT.md "by_id values").
-_DELETED, _WINNER, _WINNER_BODY = 1, 2, 5
 # How many more live entries than its share each shard reads at first; a range whose
 # rows are not evenly spread reads again (``_first_live``).
 _SLACK = 8
@@ -88,18 +81,18 @@ def _first_live(
 ) -> tuple[list[_Entry], dict[str, int]]:
     """The first ``stop`` live ``by_id`` entries of all shards together (all of them
     if ``stop`` is None), in fold order; and, for ``include_docs``, the index of the
-    shard each came from (else an empty dict).
+    shard every entry read came from (else an empty dict): the body pointer is only
+    meaningful in that shard's file.
 
     Every shard streams its entries in order a leaf at a time. Each reads about its
     share of ``stop`` (more if that proves too few), and one sort merges what was
     read. Measured against a heap merge of per-entry streams (CouchDB's ``fabric``
     coordinator does that): the same rows at half the cost, because lists are cut
     and sorted in C. The rows are certain once ``stop`` entries come at or before
-    the *bound*, the lowest last-read id of the shards not yet exhausted: nothing
-    unread can come before it.
+    the *bound*, the last id read of the shards not yet exhausted that comes first
+    in fold order (the lowest ascending, the highest descending): nothing unread
+    can come before it.
     """
-    if stop == 0:
-        return [], {}
     chunks = [
         snap.by_id.fold_chunks(
             query.startkey,
@@ -120,7 +113,7 @@ def _first_live(
                 if chunk is None:
                     open_shards.discard(index)
                     break
-                got += [e for e in chunk if not e[1][_DELETED]]
+                got += [e for e in chunk if not e[1][DELETED]]
         merged = sorted(itertools.chain(*read), key=_by_id, reverse=query.descending)
         if _certain(merged, stop, [read[index][-1][0] for index in open_shards], query):
             shard_index = {}
@@ -159,7 +152,7 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
         for doc_id in ids:
             stored = get(doc_id)
             if stored is not None:
-                found[doc_id] = (index, _summary(doc_id, stored))
+                found[doc_id] = (index, summary(doc_id, stored))
     rows = []
     # The rows of live documents, per shard, to read their bodies in one call each
     # (a key asked for twice gets two rows, both filled).
@@ -169,18 +162,18 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
         if hit is None:
             rows.append({"key": key, "error": "not_found"})
             continue
-        index, summary = hit
-        value: dict[str, Any] = {"rev": summary[1]}
+        index, known = hit
+        value: dict[str, Any] = {"rev": known[1]}
         row: dict[str, Any] = {"id": key, "key": key, "value": value}
-        if summary[2]:  # deleted
+        if known[2]:  # deleted
             value["deleted"] = True
             if query.include_docs:
                 row["doc"] = None
         elif query.include_docs:
-            live.setdefault(index, []).append((row, summary))
+            live.setdefault(index, []).append((row, known))
         rows.append(row)
     for index, pairs in live.items():
-        _fill_docs(snaps[index], [row for row, _ in pairs], [summary for _, summary in pairs])
+        _fill_docs(snaps[index], [row for row, _ in pairs], [known for _, known in pairs])
     return rows
 
 

@@ -790,3 +790,56 @@ def test_a_document_changed_while_it_is_written_stores_only_what_was_checked(
         flipper.join()
         sys.setswitchinterval(switch)
     assert stored and all(x == [1] for x in stored), (accepted, stored)
+
+
+# Stored by_id values a broken writer could leave behind: each field of the wrong
+# type, and too few or too many fields. The crc holds, so only the reader's own
+# checks stand between them and a raw TypeError (found by review: ``get`` raised one
+# for a winner body entry that is not an array, while ``_all_docs`` answered
+# CorruptionError).
+_MALFORMED_VALUES: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
+    "winner body is an int": lambda v: (*v[:5], 7),
+    "winner body is bytes": lambda v: (*v[:5], b"\x05\x06"),
+    "winner body is a str": lambda v: (*v[:5], "ab"),
+    "winner body is one field": lambda v: (*v[:5], (v[5][0],)),
+    "revisions are a str": lambda v: (*v[:4], "revs", v[5]),
+    "revisions are not msgpack of a tree": lambda v: (*v[:4], b"\xc1", v[5]),
+    "winner is an int": lambda v: (v[0], v[1], 12, *v[3:]),
+    "five fields": lambda v: v[:5],
+    "seven fields": lambda v: (*v, None),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(_MALFORMED_VALUES))
+def test_every_read_of_a_malformed_stored_value_is_corruption(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, forgery: str
+) -> None:
+    """``settee check`` reports the value, and a read that needs it answers
+    CorruptionError; a read that does not may answer."""
+    path = str(tmp_path / "db")
+    honest = settee.docinfo.DocInfo.to_value
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            settee.docinfo.DocInfo,
+            "to_value",
+            lambda self: _MALFORMED_VALUES[forgery](honest(self)),
+        )
+        with settee.open(path, shards=1) as db:
+            db.put({"_id": "doc", "a": 1})
+    assert any("'doc'" in p for p in check_database(path)), forgery
+    reads: dict[str, Callable[[Any], Any]] = {
+        "get": lambda db: db.get("doc"),
+        "get with revs and conflicts": lambda db: db.get("doc", revs=True, conflicts=True),
+        "multiget with docs": lambda db: db.all_docs(keys=["doc"], include_docs=True),
+        "range with docs": lambda db: db.all_docs(include_docs=True),
+        "changes with docs": lambda db: db.changes(include_docs=True),
+        "revs_diff": lambda db: db.revs_diff({"doc": ["1-" + "a" * 32]}),
+    }
+    with settee.open(path) as db:
+        for name, read in reads.items():
+            try:
+                read(db)
+            except settee.CorruptionError:
+                continue
+            except Exception as exc:  # what this test is about: a raw error
+                pytest.fail(f"{name} of a value with {forgery}: {exc!r}")
