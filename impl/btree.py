@@ -75,7 +75,7 @@ Key = str | int
 Entry = tuple[Any, ...]
 Node = tuple[bool, Sequence[Any], Sequence[Entry]]
 # What leaf iteration yields: a leaf's keys, its entries, and a start/stop index.
-_Leaf = tuple[Sequence[Any], Sequence[Entry], int]
+_Leaf = tuple[Sequence[Any], Sequence[Entry], int, Any]
 Reduce = Callable[[Sequence[Sequence[Any]]], Any]
 Rereduce = Callable[[list[Any]], Any]
 
@@ -415,7 +415,7 @@ class BTree:
         Descending: from ``start`` DOWN to ``end``, i.e. ``start >= key >= end``
         (``> end`` without inclusive_end). None means unbounded.
         """
-        for chunk in self.fold_chunks(
+        for chunk, _ in self.fold_chunks(
             start, end, descending=descending, inclusive_end=inclusive_end
         ):
             for e in chunk:
@@ -428,10 +428,12 @@ class BTree:
         *,
         descending: bool = False,
         inclusive_end: bool = True,
-    ) -> Iterator[Sequence[Entry]]:
+    ) -> Iterator[tuple[Sequence[Entry], Any]]:
         """``fold``'s entries a leaf at a time: lists of ``[key, value]`` in fold
-        order, each a new list (the entries themselves are shared with the cache).
-        A caller that filters or counts rows does it per list, not per generator step.
+        order, each a new list (the entries themselves are shared with the cache),
+        each with its whole leaf's stored reduction. A caller that filters or counts
+        rows does it per list, not per generator step, and can skip a leaf's
+        entries when the reduction says none of them would pass its filter.
         """
         if self._root is None:
             return iter(())
@@ -441,30 +443,32 @@ class BTree:
 
     def _chunks_fwd(
         self, start: Key | None, end: Key | None, incl: bool
-    ) -> Iterator[Sequence[Entry]]:
+    ) -> Iterator[tuple[Sequence[Entry], Any]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
-        for keys, entries, i in self._leaves_fwd(self._root[0], start, end):
+        for keys, entries, i, red in self._leaves_fwd(self._root, start, end):
             if end is None:
-                yield entries[i:]
+                yield entries[i:], red
                 continue
             stop = bisect_right(keys, end) if incl else bisect_left(keys, end)
-            yield entries[i:stop]
+            yield entries[i:stop], red
             if stop < len(keys):
                 return
 
-    def _leaves_fwd(self, pos: int, start: Key | None, end: Key | None) -> Iterator[_Leaf]:
+    def _leaves_fwd(self, root: Any, start: Key | None, end: Key | None) -> Iterator[_Leaf]:
         """The leaves from the one ``start`` falls in onwards, each with the index of
-        its first entry at or after ``start``; walked with an explicit path rather
-        than nested generators, whose every step cost a frame per level."""
+        its first entry at or after ``start`` and its stored reduction; walked with
+        an explicit path rather than nested generators, whose every step cost a
+        frame per level."""
         path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
+        pos, red = root
         while True:
             is_kp, keys, entries = self.node(pos)
             i = 0 if start is None else bisect_left(keys, start)
             if not is_kp:
-                yield keys, entries, i
+                yield keys, entries, i, red
             elif i < len(entries):
                 path.append([keys, entries, i])
-                pos = entries[i][1]
+                _, pos, red = entries[i]
                 continue
             start = None  # later subtrees only hold keys above it
             while path:
@@ -474,7 +478,7 @@ class BTree:
                     return  # the child just walked reached `end`
                 if c + 1 < len(entries):
                     step[2] = c + 1
-                    pos = entries[c + 1][1]
+                    _, pos, red = entries[c + 1]
                     break
                 path.pop()
             else:
@@ -482,33 +486,35 @@ class BTree:
 
     def _chunks_rev(
         self, start: Key | None, end: Key | None, incl: bool
-    ) -> Iterator[Sequence[Entry]]:
+    ) -> Iterator[tuple[Sequence[Entry], Any]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
-        for keys, entries, hi in self._leaves_rev(self._root[0], start, end, incl):
+        for keys, entries, hi, red in self._leaves_rev(self._root, start, end, incl):
             lo = 0
             if end is not None:
                 lo = bisect_left(keys, end) if incl else bisect_right(keys, end)
-            yield entries[lo:hi][::-1]
+            yield entries[lo:hi][::-1], red
             if lo > 0:
                 return
 
     def _leaves_rev(
-        self, pos: int, start: Key | None, end: Key | None, incl: bool
+        self, root: Any, start: Key | None, end: Key | None, incl: bool
     ) -> Iterator[_Leaf]:
         """``_leaves_fwd`` backwards: each leaf with the index just past its last
-        entry at or before ``start``."""
+        entry at or before ``start``, and its stored reduction."""
         path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
+        pos, red = root
         while True:
             is_kp, keys, entries = self.node(pos)
             if not is_kp:
-                yield keys, entries, len(keys) if start is None else bisect_right(keys, start)
+                hi = len(keys) if start is None else bisect_right(keys, start)
+                yield keys, entries, hi, red
             else:
                 top = len(keys) - 1
                 if start is not None:
                     top = min(bisect_left(keys, start), top)
                 if top >= 0:
                     path.append([keys, entries, top])
-                    pos = entries[top][1]
+                    _, pos, red = entries[top]
                     continue
             start = None  # later (lower) subtrees only hold keys below it
             while path:
@@ -523,7 +529,7 @@ class BTree:
                     return
                 if c > 0:
                     step[2] = c - 1
-                    pos = entries[c - 1][1]
+                    _, pos, red = entries[c - 1]
                     break
                 path.pop()
             else:

@@ -23,11 +23,11 @@ from settee.spec.docs import render_doc
 from settee.spec.errors import CorruptionError
 from settee.spec.format import ShardHeader
 
-__all__ = ["Snapshot", "by_id_tree", "by_seq_tree"]
+__all__ = ["DELETED_DOCS", "LIVE_DOCS", "Snapshot", "by_id_tree", "by_seq_tree"]
 
 # by_id reduction: [live docs, deleted docs, active body bytes] (FORMAT.md "Reductions").
-_LIVE = 0
-_DELETED_DOCS = 1
+LIVE_DOCS = 0
+DELETED_DOCS = 1
 
 
 def _reduce_by_id(kvs: Sequence[Sequence[Any]]) -> tuple[int, int, int]:
@@ -44,11 +44,11 @@ def _rereduce_by_id(reds: Sequence[Sequence[int]]) -> tuple[int, int, int]:
 
 
 def _live_docs(reduction: Sequence[int]) -> int:
-    return reduction[_LIVE]
+    return reduction[LIVE_DOCS]
 
 
 def _live_in_leaf(entries: Sequence[Sequence[Any]], before: int, reduction: Sequence[int]) -> int:
-    if reduction[_DELETED_DOCS] == 0:  # the stored reduction says: no tombstones here
+    if reduction[DELETED_DOCS] == 0:  # the stored reduction says: no tombstones here
         return before
     return sum([1 for _, v in entries[:before] if not v[DELETED]])
 
@@ -243,7 +243,7 @@ class Snapshot:
         live = self.by_id.count_before(
             key, inclusive=descending, count=_live_docs, count_leaf=_live_in_leaf
         )
-        return self.counts()[_LIVE] - live if descending else live
+        return self.counts()[LIVE_DOCS] - live if descending else live
 
     def counts(self) -> list[int]:
         """[live docs, deleted docs, active body bytes]."""

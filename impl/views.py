@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from settee.docinfo import DELETED, WINNER, Summary, summary
-from settee.snapshot import Snapshot
+from settee.snapshot import DELETED_DOCS, Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
@@ -109,11 +109,15 @@ def _first_live(
         for index in sorted(open_shards):
             got = read[index]
             while quota is None or len(got) < quota:
-                chunk = next(chunks[index], None)
-                if chunk is None:
+                leaf = next(chunks[index], None)
+                if leaf is None:
                     open_shards.discard(index)
                     break
-                got += [e for e in chunk if not e[1][DELETED]]
+                chunk, reduction = leaf
+                if reduction[DELETED_DOCS]:
+                    got += [e for e in chunk if not e[1][DELETED]]
+                else:  # the leaf's stored reduction counts no tombstone: no value to touch
+                    got += chunk
         merged = sorted(itertools.chain(*read), key=_by_id, reverse=query.descending)
         if _certain(merged, stop, [read[index][-1][0] for index in open_shards], query):
             shard_index = {}
