@@ -11,7 +11,7 @@ rest on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,34 +150,38 @@ class Snapshot:
             raise CorruptionError(self.file.path, pos, "document body is not a map")
         return term
 
-    def winner_docs(self, summaries: Iterable[Summary]) -> list[dict[str, Any]]:
-        """The winning revision of each document as ``_all_docs`` rows and a plain
-        ``Database.get`` render it: its body (empty when not stored) and attachment
-        stubs. Everything comes from the by_id value's clear fields, trusted as
+    def winner_docs(self, summaries: Sequence[Summary]) -> list[dict[str, Any]]:
+        """``fill_docs``' documents, as a list."""
+        rows: list[dict[str, Any]] = [{} for _ in summaries]
+        self.fill_docs(rows, summaries)
+        return [row["doc"] for row in rows]
+
+    def fill_docs(self, rows: Sequence[dict[str, Any]], summaries: Sequence[Summary]) -> None:
+        """Set each row's ``doc`` to the winning revision its summary names, as
+        ``_all_docs`` rows and a plain ``Database.get`` render it: its body (empty
+        when not stored) and attachment stubs. Everything comes from the by_id
+        value's clear fields (``docinfo.summaries`` checked their shape), trusted as
         FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
-        plan = list(summaries)
-        # The entries' shape was checked where the summaries were read
-        # (``docinfo.summary``); read_sized checks that positions and sizes are ints.
-        pointers = [(e[0], e[1]) for *_, e in plan if e is not None]
+        pointers = [(e[0], e[1]) for *_, e in summaries if e is not None]
         bodies = iter(self.file.read_sized(pointers))
-        docs = []
-        for doc_id, winner, deleted, entry in plan:
+        for row, (doc_id, winner, deleted, entry) in zip(rows, summaries, strict=True):
             if entry is None:
-                docs.append(render_doc(doc_id, winner, deleted, {}))
+                row["doc"] = render_doc(doc_id, winner, deleted, {})
                 continue
-            body = self._as_body(entry[0], next(bodies))
+            body = next(bodies)
+            if type(body) is not dict:
+                raise CorruptionError(self.file.path, entry[0], "document body is not a map")
             if not deleted and len(entry) == 2:
                 # render_doc's answer for a live document without attachments, inline:
                 # the call was a tenth of this loop.
-                docs.append({"_id": doc_id, "_rev": winner, **body})
+                row["doc"] = {"_id": doc_id, "_rev": winner, **body}
                 continue
             stubs = None
             if len(entry) > 2:  # FORMAT.md "by_id": a third field lists attachments
                 stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
-            docs.append(render_doc(doc_id, winner, deleted, body, attachments=stubs))
-        return docs
+            row["doc"] = render_doc(doc_id, winner, deleted, body, attachments=stubs)
 
     def read_chunk(self, att: Stored, index: int) -> bytes:
         """Chunk ``index`` of a stored attachment, its crc checked."""

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from settee.docinfo import DELETED, WINNER, Summary, summary
+from settee.docinfo import DELETED, WINNER, Summary, summaries
 from settee.snapshot import DELETED_DOCS, Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
@@ -52,20 +52,18 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     entries = entries[first:stop]
     rows = [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
     if query.include_docs:
-        by_shard: dict[int, list[int]] = {}
-        for at, (doc_id, _) in enumerate(entries):
-            by_shard.setdefault(shard_index[doc_id], []).append(at)
-        for index, wanted in by_shard.items():
-            summaries = [summary(*entries[at]) for at in wanted]
-            _fill_docs(snaps[index], [rows[at] for at in wanted], summaries)
+        # Each shard's rows and entries, to read its bodies in one call.
+        by_shard: dict[int, tuple[list[dict[str, Any]], list[_Entry]]] = {}
+        for row, entry in zip(rows, entries, strict=True):
+            index = shard_index[entry[0]]
+            group = by_shard.get(index)
+            if group is None:
+                group = by_shard[index] = ([], [])
+            group[0].append(row)
+            group[1].append(entry)
+        for index, (shard_rows, shard_entries) in by_shard.items():
+            snaps[index].fill_docs(shard_rows, summaries(shard_entries))
     return rows
-
-
-def _fill_docs(snap: Snapshot, rows: list[dict[str, Any]], summaries: list[Summary]) -> None:
-    """Set each row's ``doc`` to its winning document, the shard's bodies read in one
-    ``Snapshot.winner_docs`` call."""
-    for row, doc in zip(rows, snap.winner_docs(summaries), strict=True):
-        row["doc"] = doc
 
 
 # A by_id entry as a leaf holds it: (id, by_id value).
@@ -153,10 +151,9 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
     found: dict[str, tuple[int, Summary]] = {}
     for index, ids in wanted.items():
         get = snaps[index].by_id.get
-        for doc_id in ids:
-            stored = get(doc_id)
-            if stored is not None:
-                found[doc_id] = (index, summary(doc_id, stored))
+        stored = [(doc_id, got) for doc_id in ids if (got := get(doc_id)) is not None]
+        for known in summaries(stored):
+            found[known[0]] = (index, known)
     rows = []
     # The rows of live documents, per shard, to read their bodies in one call each
     # (a key asked for twice gets two rows, both filled).
@@ -177,7 +174,7 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
             live.setdefault(index, []).append((row, known))
         rows.append(row)
     for index, pairs in live.items():
-        _fill_docs(snaps[index], [row for row, _ in pairs], [known for _, known in pairs])
+        snaps[index].fill_docs([row for row, _ in pairs], [known for _, known in pairs])
     return rows
 
 
