@@ -61,10 +61,13 @@ def summaries(entries: Iterable[tuple[str, Sequence[Any]]]) -> list[Summary]:
             or len(value) != 6
             or type(value[WINNER]) is not str
             or type(value[DELETED]) is not bool
-            or not _is_body_entry(value[WINNER_BODY])
         ):
             raise malformed_value(doc_id, value)
-        found.append((doc_id, value[WINNER], value[DELETED], value[WINNER_BODY]))
+        entry = value[WINNER_BODY]
+        # None (no body stored), or [pos, size(, attachments)].
+        if entry is not None and (type(entry) is not tuple or not 2 <= len(entry) <= 3):
+            raise malformed_value(doc_id, value)
+        found.append((doc_id, value[WINNER], value[DELETED], entry))
     return found
 
 
@@ -76,10 +79,6 @@ def summary_fields(doc_id: str, value: Sequence[Any]) -> tuple[Any, ...]:
     if type(value[_REVS]) is not bytes:
         raise malformed_value(doc_id, value)
     return tuple(value)
-
-
-def _is_body_entry(entry: Any) -> bool:
-    return entry is None or (type(entry) is tuple and 2 <= len(entry) <= 3)
 
 
 def malformed_value(doc_id: str, value: Any) -> CorruptionError:
