@@ -369,11 +369,19 @@ def performance_section(doc: dict[str, Any]) -> str:
             f"reads/s (×{p['ratio']:.2f}) on {p['params']['cpus']} CPUs."
         )
     scale = [p for k, p in pairs.items() if k.startswith("scaling.")]
-    if scale:
-        p0 = scale[0]["params"]
+    ours = [p for p in scale if p["params"].get("store", "settee") == "settee"]
+    if ours:
+        p0 = ours[0]["params"]
+        peers: dict[str, list[str]] = {}
+        for p in scale:
+            store = p["params"].get("store", "settee")
+            if store != "settee":
+                peers.setdefault(store, []).append(f"{p['params']['op']} ×{p['ratio']:.2f}")
+        compared = "; ".join(f"{store} {', '.join(grew)}" for store, grew in peers.items())
         bullets.append(
             f"From {p0['small']:,} to {p0['large']:,} documents the per-op cost grows "
-            + ", ".join(f"{p['params']['op']} ×{p['ratio']:.2f}" for p in scale)
+            + ", ".join(f"{p['params']['op']} ×{p['ratio']:.2f}" for p in ours)
+            + (f" (on the same sizes in the same run: {compared})" if compared else "")
             + "."
         )
     lines += [f"- {b}" for b in bullets]

@@ -15,6 +15,12 @@ then. The operations, each in µs:
 Each pair is the largest size against the smallest: 1 is flat. Issue 16 asks
 get and multiget to grow by at most ×1.3. The database of ``reopen_docs``
 documents is also the one the reopen pair (``bench.disk.reopen_pair``) times.
+
+The peers (sqlite3, and LMDB when installed) are loaded at the smallest and the
+largest size too, and their get and multiget are measured in the same
+round-robin as settee's sizes: ``scaling.get.sqlite3`` and so on say how much a
+store in C grows on the same data and machine (the memory hierarchy's share of
+the growth), without a target of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +37,15 @@ from typing import Any
 import settee
 from bench.disk import reopen_pair
 from bench.harness import Outcome, Side, run_for
-from bench.stores import doc_id, load_settee, make_doc
+from bench.stores import (
+    DocStore,
+    LmdbStore,
+    SqliteStore,
+    doc_id,
+    lmdb_available,
+    load_settee,
+    make_doc,
+)
 from bench.suite import Config, Run, Target
 
 __all__ = ["LOAD_BUDGET_S", "OPS", "run_scaling", "scaling_ticks"]
@@ -46,22 +60,28 @@ OPS: dict[str, tuple[str, float | None]] = {
     "range_docs": ("100-row range get with include_docs, µs per row", None),
     "insert": ("insert in 1000-doc batches (fsync on), µs per doc", None),
 }
+#: The ops whose growth the peers are measured for too (those issue 16 bounds).
+PEER_OPS = ("get", "multiget")
 _MULTIGET_KEYS = 100
 _RANGE_ROWS = 100
 
 
 def scaling_ticks(cfg: Config) -> int:
     """Samples this group takes, for the progress bar (reopen included)."""
-    return len(OPS) * len(cfg.scaling) * cfg.repeats + 2 * cfg.repeats
+    samples = len(OPS) * len(cfg.scaling) + len(PEER_OPS) * 2 * len(_peer_kinds())
+    return samples * cfg.repeats + 2 * cfg.repeats
 
 
 def run_scaling(run: Run) -> None:
     cfg = run.config
     dbs = _load_all(run)
+    peers: dict[tuple[str, int], DocStore] = {}
     try:
         if len(dbs) < 2:
             run.skip("scaling.*", "fewer than two sizes were loaded")
             return
+        small, large = min(dbs), max(dbs)
+        peers = _load_peers(run, (small, large))
         for n, db in dbs.items():  # warm every node cache to its steady state
             rng = random.Random(n)
             run_for(lambda db=db, n=n, rng=rng: _get(db, n, rng), cfg.seconds)
@@ -69,10 +89,19 @@ def run_scaling(run: Run) -> None:
         for op, (title, limit) in OPS.items():
             run.progress.stage(f"scaling: {op} at {len(dbs)} sizes, interleaved")
             sides = [Side(_label(n), _measure(op, db, n, cfg)) for n, db in dbs.items()]
+            if op in PEER_OPS:
+                sides += [
+                    Side(_label(n, name), _measure_peer(op, store, n, cfg))
+                    for (name, n), store in peers.items()
+                ]
             result = run.measure(sides)
             for n in dbs:
                 medians[n][f"{op}_us"] = statistics.median(result.samples[_label(n)])
-            small, large = min(dbs), max(dbs)
+            meaning = (
+                f"cost at {large:,} ÷ cost at {small:,} docs: 1 is flat, 2 is twice "
+                "as slow (sizes measured round-robin in one run)"
+            )
+            params = {"op": op, "small": small, "large": large, "sizes": list(dbs)}
             run.record(
                 f"scaling.{op}",
                 result,
@@ -82,23 +111,71 @@ def run_scaling(run: Run) -> None:
                 title=title,
                 unit="µs/op",
                 higher_is_better=False,
-                meaning=f"cost at {large:,} ÷ cost at {small:,} docs: 1 is flat, 2 is twice "
-                "as slow (sizes measured round-robin in one run)",
-                params={"op": op, "small": small, "large": large, "sizes": list(dbs)},
+                meaning=meaning,
+                params={**params, "store": "settee"},
                 target=None
                 if limit is None
                 else Target("max_ratio", limit, f"issue 16: {op} grows at most ×{limit}"),
             )
+            for name in sorted({name for name, _ in peers}) if op in PEER_OPS else ():
+                run.record(
+                    f"scaling.{op}.{name}",
+                    result,
+                    _label(large, name),
+                    _label(small, name),
+                    group="scaling",
+                    title=f"{title}, {name} (the same sizes, for comparison)",
+                    unit="µs/op",
+                    higher_is_better=False,
+                    meaning=meaning,
+                    params={**params, "store": name},
+                )
         run.curves["scaling"] = [medians[n] for n in sorted(dbs)]
     finally:
         for db in dbs.values():
             db.close()
+        for store in peers.values():
+            store.close()
         for n in dbs:
             shutil.rmtree(os.path.join(run.workdir, f"scaling-{n}"), ignore_errors=True)
+        for name, n in peers:
+            shutil.rmtree(os.path.join(run.workdir, f"scaling-{name}-{n}"), ignore_errors=True)
 
 
-def _label(n: int) -> str:
-    return f"{n:,} docs"
+def _peer_kinds() -> list[type[SqliteStore] | type[LmdbStore]]:
+    return [SqliteStore] if lmdb_available() else [SqliteStore, LmdbStore]
+
+
+def _load_peers(run: Run, sizes: tuple[int, int]) -> dict[tuple[str, int], DocStore]:
+    """Each peer store filled with the same documents at each of ``sizes``."""
+    peers: dict[tuple[str, int], DocStore] = {}
+    for kind in _peer_kinds():
+        for n in sizes:
+            run.progress.stage(f"scaling: loading {n:,} documents into {kind.name}")
+            base = run.path(f"scaling-{kind.name}-{n}")
+            os.makedirs(base)
+            store = kind(os.path.join(base, "db"))
+            for lo in range(0, n, 10_000):
+                store.insert([make_doc(doc_id(i), i) for i in range(lo, min(n, lo + 10_000))])
+            peers[(kind.name, n)] = store
+    return peers
+
+
+def _measure_peer(op: str, store: DocStore, n: int, cfg: Config) -> Callable[[], Outcome]:
+    """``_measure`` for a peer: the same random ids, through the seed workloads' calls."""
+    rng = random.Random(n)
+
+    def step() -> int:
+        if op == "get":
+            return store.get(doc_id(rng.randrange(n)))
+        store.multiget([doc_id(rng.randrange(n)) for _ in range(_MULTIGET_KEYS)], False)
+        return 1
+
+    return lambda: Outcome(1e6 / run_for(step, cfg.seconds))
+
+
+def _label(n: int, store: str = "settee") -> str:
+    return f"{n:,} docs" if store == "settee" else f"{store} {n:,} docs"
 
 
 def _load_all(run: Run) -> dict[int, Any]:

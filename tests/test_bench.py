@@ -217,3 +217,20 @@ def test_issue_16_targets_are_judged_from_the_samples(
         target=Target(*target),
     )
     assert entry["target"]["met"] is met
+
+
+def test_scaling_measures_the_peers_growth_in_the_same_run(smoke_run: tuple[Path, dict]) -> None:
+    """Issue 16's growth bound means more beside what sqlite3 (and LMDB) do on the
+    same sizes: their get and multiget pairs come from settee's own round-robin."""
+    out, doc = smoke_run
+    pairs = {p["id"]: p for p in doc["pairs"]}
+    for op in ("get", "multiget"):
+        ours, theirs = pairs[f"scaling.{op}"], pairs[f"scaling.{op}.sqlite3"]
+        assert theirs["params"]["store"] == "sqlite3"
+        assert (theirs["params"]["small"], theirs["params"]["large"]) == (
+            ours["params"]["small"],
+            ours["params"]["large"],
+        )
+        assert "target" not in theirs or not theirs["target"]
+    summary = (out / "performance.md").read_text(encoding="utf-8")
+    assert "on the same sizes in the same run:" in summary and "sqlite3 get ×" in summary
