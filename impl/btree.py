@@ -117,7 +117,7 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
 
 
 class NodeCache:
-    """LRU of decoded nodes keyed by position, bounded in bytes, shared by readers.
+    """Decoded nodes keyed by position, bounded in bytes, shared by readers.
 
     A node costs what it occupies in the file (its encoded size); decoded, as
     tuples of atoms, it takes about three times that in memory. One cache
@@ -125,6 +125,12 @@ class NodeCache:
     serialises inserts and evictions alone, and reads from the store happen
     outside it, so a slow disk never blocks other readers' hits. Two readers
     missing the same node both read it; the second insert is harmless.
+
+    Eviction is CLOCK (second chance), an approximation of least recently used:
+    a hit only marks the node referenced (one set probe), and eviction passes
+    over the oldest nodes, giving each marked one another lap. Moving a hit to
+    the end of an LRU list rewrote its neighbours' links, scattered in memory:
+    at a million documents that was a quarter of a point read's B+tree descent.
     """
 
     def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
@@ -135,22 +141,21 @@ class NodeCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._totals: dict[tuple[int, Callable[[Any], int]], list[int]] = {}
+        self._indexes: dict[int, dict[Key, int]] = {}
+        # Positions hit since eviction last passed them (CLOCK's reference bits).
+        self._referenced: set[int] = set()
 
     def get(self, pos: int) -> Node | None:
         """The cached node at ``pos``, or None.
 
-        Lock-free: a hit is the hottest path of every read, and each OrderedDict
-        call below is one C call, atomic under the GIL. A node evicted between
-        the two calls is still returned (it stays valid: positions never change).
+        Lock-free: a hit is the hottest path of every read, and each call below is
+        one C call, atomic under the GIL. A node evicted between the two calls is
+        still returned (it stays valid: positions never change).
         """
-        nodes = self._nodes
-        entry = nodes.get(pos)
+        entry = self._nodes.get(pos)
         if entry is None:
             return None
-        try:  # noqa: SIM105 - contextlib.suppress costs more than the whole hit
-            nodes.move_to_end(pos)
-        except KeyError:  # evicted by another thread's put meanwhile
-            pass
+        self._referenced.add(pos)
         return entry[0]
 
     def put(self, pos: int, node: Node, size: int) -> None:
@@ -174,9 +179,40 @@ class NodeCache:
         self._bytes += size
 
     def _evict(self) -> None:
-        while self._bytes > self.capacity_bytes and self._nodes:
-            _, (_, size) = self._nodes.popitem(last=False)
-            self._bytes -= size
+        nodes, referenced = self._nodes, self._referenced
+        chances = len(nodes)  # at most one lap of second chances per call
+        while self._bytes > self.capacity_bytes and nodes:
+            pos, entry = nodes.popitem(last=False)
+            if chances and pos in referenced:
+                referenced.discard(pos)
+                nodes[pos] = entry  # referenced since the last lap: back of the queue
+                chances -= 1
+                continue
+            referenced.discard(pos)
+            self._bytes -= entry[1]
+            self._indexes.pop(pos, None)
+        if len(referenced) > len(nodes):
+            # A reader marked a node evicted meanwhile (hits take no lock).
+            referenced.intersection_update(nodes)
+
+    def leaf_index(self, pos: int, keys: Sequence[Key]) -> dict[Key, int]:
+        """``{key: its index}`` of the cached leaf at ``pos`` whose keys are ``keys``,
+        built on its first point read and kept while the leaf stays cached.
+
+        Why: a bisect over a leaf touches a scattered key object per comparison;
+        one hash probe touches one. At 1M documents, whose decoded nodes no CPU
+        cache holds, that cut a by_id descent from 4.5 to 3.4 µs (at 10k, 0.68 to
+        0.55). A map of keys to ints is never tracked by the collector. An index
+        built for a leaf evicted meanwhile (no lock is taken here) stays behind
+        until the table outgrows the cache and starts afresh.
+        """
+        index = self._indexes.get(pos)
+        if index is None:
+            index = dict(zip(keys, range(len(keys)), strict=True))
+            if len(self._indexes) > len(self._nodes):
+                self._indexes.clear()
+            self._indexes[pos] = index
+        return index
 
     def running_totals(
         self, pos: int, entries: Sequence[Entry], count: Callable[[Any], int]
@@ -203,6 +239,8 @@ class NodeCache:
             self._nodes.clear()
             self._bytes = 0
             self._totals.clear()
+            self._indexes.clear()
+            self._referenced.clear()
 
     @property
     def bytes(self) -> int:
@@ -341,31 +379,35 @@ class BTree:
     def get(self, key: Key) -> Any:
         """The value stored under ``key``, or None. Reads at most depth nodes.
 
-        The cache hit is inlined (``NodeCache.get``'s two dict calls): a point read
+        The cache hit is inlined (``NodeCache.get``'s two C calls): a point read
         visits depth nodes, nearly always cached, and the two Python calls per
-        level cost more than the bisect and the dict lookups together."""
+        level cost more than the bisect and the dict lookups together. The leaf
+        is searched through its ``NodeCache.leaf_index``."""
         if self._root is None:
             return None
         if self._pending is not None:
             self.node(self._root[0])  # admits the written batch to the cache
-        nodes = self._cache._nodes
-        touch = nodes.move_to_end
+        cache = self._cache
+        nodes = cache._nodes
+        indexes = cache._indexes
+        refer = cache._referenced.add
         pos = self._root[0]
         while True:
             cached = nodes.get(pos)
             if cached is None:
                 is_kp, keys, entries = self.node(pos)
             else:
-                try:  # noqa: SIM105 - as NodeCache.get: the entry may be evicted meanwhile
-                    touch(pos)
-                except KeyError:
-                    pass
+                refer(pos)
                 is_kp, keys, entries = cached[0]
+            if not is_kp:
+                index = indexes.get(pos)
+                if index is None:
+                    index = cache.leaf_index(pos, keys)
+                i = index.get(key)
+                return None if i is None else entries[i][1]
             i = bisect_left(keys, key)
             if i == len(keys):
                 return None
-            if not is_kp:
-                return entries[i][1] if keys[i] == key else None
             pos = entries[i][1]
 
     def lookup(self, keys: Iterable[Key]) -> list[Any]:

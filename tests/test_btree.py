@@ -675,3 +675,20 @@ def _first(reduction: Any) -> int:
 
 def _leaf_count(entries: Any, before: int, reduction: Any) -> int:
     return before
+
+
+def test_cache_gives_a_node_hit_since_the_last_lap_a_second_chance() -> None:
+    """Eviction is CLOCK: a node read while others stream through the cache stays,
+    as under LRU; a node never read again leaves first. (Plain FIFO would evict the
+    hot node as soon as its turn came.)"""
+    cache = NodeCache(4 * 100)
+    node: Any = (False, (), ())
+    for pos in range(4):
+        cache.put(pos, node, 100)
+    for pos in range(4, 40):
+        assert cache.get(0) is node, pos  # hot: read before every insert
+        cache.put(pos, node, 100)
+        assert cache.bytes <= 400
+    assert cache.get(0) is node
+    assert cache.get(4) is None  # cold: streamed through and gone
+    assert len(cache._referenced) <= len(cache)
