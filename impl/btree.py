@@ -64,8 +64,6 @@ KP_NODE = "kp"
 MAX_NODE_BYTES = 4096
 #: Default node cache of one store, in encoded bytes (see ``NodeCache``).
 DEFAULT_CACHE_BYTES = 4 << 20
-#: Inner nodes whose running totals one NodeCache keeps (NodeCache.running_totals).
-_MAX_TOTALS = 4096
 # fixarray(2) + fixstr "kv"/"kp" + the largest (array32) header of the entry list.
 _NODE_OVERHEAD = 1 + 3 + 5
 
@@ -140,7 +138,7 @@ class NodeCache:
         self._nodes: OrderedDict[int, tuple[Node, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._totals: dict[tuple[int, Callable[[Any], int]], list[int]] = {}
+        self._totals: dict[int, tuple[Callable[[Any], int], list[int]]] = {}
         self._indexes: dict[int, dict[Key, int]] = {}
         # Positions hit since eviction last passed them (CLOCK's reference bits).
         self._referenced: set[int] = set()
@@ -191,6 +189,7 @@ class NodeCache:
             referenced.discard(pos)
             self._bytes -= entry[1]
             self._indexes.pop(pos, None)
+            self._totals.pop(pos, None)
         if len(referenced) > len(nodes):
             # A reader marked a node evicted meanwhile (hits take no lock).
             referenced.intersection_update(nodes)
@@ -218,19 +217,18 @@ class NodeCache:
         self, pos: int, entries: Sequence[Entry], count: Callable[[Any], int]
     ) -> list[int]:
         """``[0, c0, c0 + c1, ...]`` where ``ci`` is ``count`` of the reduction of the
-        inner node at ``pos``'s entry ``i``; computed once per node and ``count``.
-
-        A node at a position never changes, so the totals stay right for as long as
-        the file does (``clear`` forgets them with the nodes). Only inner nodes are
-        summed, a few hundredths of the tree; past ``_MAX_TOTALS`` of them the table
-        starts afresh rather than tracking recency.
+        inner node at ``pos``'s entry ``i``; computed once per node, kept while the
+        node stays cached (like ``leaf_index``; a node at a position never changes).
+        Only inner nodes are summed, a few hundredths of the tree. A count other
+        than the one kept (another caller's measure) is computed afresh.
         """
-        totals = self._totals.get((pos, count))
-        if totals is None:
-            totals = list(accumulate([count(e[2]) for e in entries], initial=0))
-            if len(self._totals) >= _MAX_TOTALS:
-                self._totals.clear()
-            self._totals[(pos, count)] = totals
+        kept = self._totals.get(pos)
+        if kept is not None and kept[0] is count:
+            return kept[1]
+        totals = list(accumulate([count(e[2]) for e in entries], initial=0))
+        if len(self._totals) > len(self._nodes):
+            self._totals.clear()  # kept for nodes evicted meanwhile (no lock here)
+        self._totals[pos] = (count, totals)
         return totals
 
     def clear(self) -> None:

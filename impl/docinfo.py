@@ -283,18 +283,23 @@ def attachments_of(entry: Sequence[Any]) -> list[Stored]:
     if len(entry) < 3:
         return []
     found = []
-    for att in entry[2]:
-        if isinstance(att, Stored):
-            found.append(att)
-        elif isinstance(att, Inline):
-            assert att.revpos is not None  # resolve() gave it one
-            length = length_of(att.data)
-            found.append(
-                Stored(att.name, att.content_type, length, digest_of(att.data), att.revpos, att)
-            )
-        else:
-            name, content_type, length, digest, revpos, chunks = att
-            found.append(Stored(name, content_type, length, digest, revpos, chunks))
+    try:
+        for att in entry[2]:
+            if isinstance(att, Stored):
+                found.append(att)
+            elif isinstance(att, Inline):
+                assert att.revpos is not None  # resolve() gave it one
+                length = length_of(att.data)
+                found.append(
+                    Stored(att.name, att.content_type, length, digest_of(att.data), att.revpos, att)
+                )
+            else:
+                name, content_type, length, digest, revpos, chunks = att
+                found.append(Stored(name, content_type, length, digest, revpos, chunks))
+    except (TypeError, ValueError):  # crc held: a writer bug
+        shown = repr(entry)[:200]
+        what = f"attachment records are malformed: {shown}"
+        raise CorruptionError("<by_id value>", 0, what) from None
     return found
 
 

@@ -244,23 +244,36 @@ class Snapshot:
         """Live documents that sort before ``key`` in fold order: the offset
         contribution of this shard, in O(log n) from stored reductions
         (``BTree.count_before``); every range read pays this."""
-        live = self.by_id.count_before(
-            key, inclusive=descending, count=_live_docs, count_leaf=_live_in_leaf
-        )
+        try:
+            live = self.by_id.count_before(
+                key, inclusive=descending, count=_live_docs, count_leaf=_live_in_leaf
+            )
+        except (TypeError, IndexError, KeyError):  # crc held: a writer bug
+            raise self._malformed_reduction("by_id") from None
         return self.counts()[LIVE_DOCS] - live if descending else live
 
     def counts(self) -> list[int]:
         """[live docs, deleted docs, active body bytes]."""
         red = self.by_id.full_reduce()
-        return [0, 0, 0] if red is None else list(red)
+        if red is None:
+            return [0, 0, 0]
+        if not isinstance(red, tuple | list) or len(red) != 3:
+            raise self._malformed_reduction("by_id")
+        return list(red)
+
+    def _malformed_reduction(self, tree: str) -> CorruptionError:
+        return CorruptionError(self.file.path, 0, f"a {tree} reduction is malformed")
 
     def changes_after(self, since: int) -> int:
         """How many documents changed after ``since`` (by_seq rows past it), in
         O(log n) from stored reductions: ``_changes``'s ``pending``."""
-        before = self.by_seq.count_before(
-            since, inclusive=True, count=_rows, count_leaf=_rows_in_leaf
-        )
-        return (self.by_seq.full_reduce() or 0) - before
+        try:
+            before = self.by_seq.count_before(
+                since, inclusive=True, count=_rows, count_leaf=_rows_in_leaf
+            )
+            return (self.by_seq.full_reduce() or 0) - before  # type: ignore[no-any-return]
+        except TypeError:  # crc held: a writer bug
+            raise self._malformed_reduction("by_seq") from None
 
     def changes(self, since: int) -> Iterator[tuple[int, str, str, bool]]:
         """``(seq, id, winning rev, deleted)`` for every doc changed after ``since``."""

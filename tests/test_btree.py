@@ -643,16 +643,18 @@ def test_concurrent_readers_see_their_snapshot(tmp_path: Any) -> None:
     assert errors == []
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 3 * 96, 1 << 20])
 def test_count_before_matches_a_plain_count_through_commits_and_evicted_totals(
-    monkeypatch: pytest.MonkeyPatch,
+    cache_bytes: int,
 ) -> None:
-    """``count_before`` sums per-node running totals kept in the cache: the totals of
-    a node must never be reused for another node (every commit writes new inner
-    nodes), and a table that starts afresh (here after two nodes) must still count
-    right. Compared with a plain count for every key and both inclusivities."""
-    monkeypatch.setattr("settee.btree._MAX_TOTALS", 2)
+    """``count_before`` sums per-node running totals kept with the cached nodes: the
+    totals of a node must never serve another node (every commit writes new inner
+    nodes), and totals dropped with their evicted node (a cache of three nodes, or
+    none) must still count right. Compared with a plain count for every key and
+    both inclusivities."""
     store = MemoryStore()
-    tree = new_tree(store, node_bytes=96)
+    cache = NodeCache(cache_bytes)
+    tree = new_tree(store, node_bytes=96, cache=cache)
     rng = random.Random(7)
     present: set[str] = set()
     for _ in range(12):
@@ -667,6 +669,7 @@ def test_count_before_matches_a_plain_count_through_commits_and_evicted_totals(
                     probe, inclusive=inclusive, count=_first, count_leaf=_leaf_count
                 )
                 assert got == want, (probe, inclusive)
+        assert len(cache._totals) <= len(cache) + 1
 
 
 def _first(reduction: Any) -> int:

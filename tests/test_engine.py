@@ -807,6 +807,9 @@ _MALFORMED_VALUES: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
     "winner is an int": lambda v: (v[0], v[1], 12, *v[3:]),
     "five fields": lambda v: v[:5],
     "seven fields": lambda v: (*v, None),
+    # A map passes the writer's reduce (it indexes fields 1 and 3), not the readers.
+    "a map, not an array": lambda v: {1: v[1], 3: v[3]},
+    "attachment records are a str": lambda v: (*v[:5], (v[5][0], v[5][1], "junk")),
 }
 
 
@@ -831,6 +834,8 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
         "get": lambda db: db.get("doc"),
         "get with revs and conflicts": lambda db: db.get("doc", revs=True, conflicts=True),
         "multiget with docs": lambda db: db.all_docs(keys=["doc"], include_docs=True),
+        "range": lambda db: db.all_docs(),
+        "range from a key": lambda db: db.all_docs(startkey="d", descending=True),
         "range with docs": lambda db: db.all_docs(include_docs=True),
         "changes with docs": lambda db: db.changes(include_docs=True),
         "revs_diff": lambda db: db.revs_diff({"doc": ["1-" + "a" * 32]}),
@@ -843,3 +848,42 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
                 continue
             except Exception as exc:  # what this test is about: a raw error
                 pytest.fail(f"{name} of a value with {forgery}: {exc!r}")
+
+
+@pytest.mark.parametrize("reduction", [None, "xy", (1,), {0: 1}])
+def test_a_malformed_stored_reduction_is_never_a_raw_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, reduction: Any
+) -> None:
+    """Readers trust stored by_id reductions (FORMAT.md "by_id": offsets, leaves
+    without tombstones); one of the wrong shape, written by a broken writer, gives a
+    right answer or CorruptionError, and ``settee check`` reports it. Found by
+    review: a leaf whose reduction was None made ``all_docs()`` a raw TypeError."""
+    path = str(tmp_path / "db")
+    honest = settee.snapshot._rereduce_by_id
+    with monkeypatch.context() as patched:
+        # Leaves reduce to the malformed value; inner nodes sum what they can.
+        patched.setattr(settee.snapshot, "_reduce_by_id", lambda kvs: reduction)
+        patched.setattr(
+            settee.snapshot,
+            "_rereduce_by_id",
+            lambda reds: honest([r for r in reds if isinstance(r, tuple) and len(r) == 3]),
+        )
+        with settee.open(path, shards=1, node_size=256) as db:
+            for n in range(0, 40, 10):
+                db.bulk_docs([{"_id": f"d{i:02d}", "x": "y" * 20} for i in range(n, n + 10)])
+            db.delete("d05", db.get("d05")["_rev"])
+    assert any("reduction" in p for p in check_database(path))
+    with settee.open(path) as db:
+        for call in (
+            lambda: db.all_docs(),
+            lambda: db.all_docs(startkey="d10", limit=5),
+            lambda: db.all_docs(startkey="d30", descending=True, include_docs=True),
+            lambda: db.changes(since=0),
+        ):
+            try:
+                rows = call()
+            except settee.CorruptionError:
+                continue
+            except Exception as exc:  # what this test is about: a raw error
+                pytest.fail(f"{reduction!r}: {exc!r}")
+            assert "d05" not in [r.get("id") for r in rows.get("rows", [])]
