@@ -100,7 +100,11 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     """Turn a stored node term into ``(is_kp, keys, entries)``.
 
     Raises CorruptionError when the term is not a node: a checksummed frame can
-    still hold the wrong thing if a pointer is wrong.
+    still hold the wrong thing if a pointer is wrong. The entries' shapes are
+    checked here, once per node read, so that no walk meets a short entry (a raw
+    IndexError) or a child at or after its parent: children are appended before
+    their parent (FORMAT.md), and a pointer that is not below its node is a loop
+    a descent would never leave.
     """
     try:
         kind, entries = raw
@@ -108,8 +112,14 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     except (TypeError, ValueError, IndexError, KeyError):
         raise CorruptionError(path, pos, "term is not a btree node") from None
     if kind == KV_NODE:
+        if any(len(e) != 2 for e in entries):
+            raise CorruptionError(path, pos, "a leaf entry is not [key, value]")
         return False, keys, entries
     if kind == KP_NODE:
+        for e in entries:
+            if len(e) != 3 or type(e[1]) is not int or not 0 < e[1] < pos:
+                what = f"inner entry {e!r} is not [last_key, child position below {pos}, reduction]"
+                raise CorruptionError(path, pos, what)
         return True, keys, entries
     raise CorruptionError(path, pos, f"unknown btree node kind {kind!r}")
 

@@ -446,6 +446,37 @@ def test_garbage_node_raises_corruption_error() -> None:
         new_tree(store, [pos, [0, 0]]).get(1)
 
 
+@pytest.mark.parametrize(
+    "node",
+    [
+        ["kv", [[1]]],  # an entry without its value
+        ["kv", [[1, "v", "extra"]]],
+        ["kp", [[5, 0]]],  # an inner entry without its reduction
+        ["kp", [[5, "not a position", [1, 0]]]],
+        ["kp", [[5]]],
+    ],
+)
+def test_a_node_of_malformed_entries_is_corruption_on_every_walk(node: list[Any]) -> None:
+    """A node whose crc holds but whose entries are not ``[key, value]`` (leaf) or
+    ``[last_key, child_pos, reduction]`` (inner) is a writer bug: every read path
+    answers CorruptionError, never a raw IndexError or ValueError."""
+    store = MemoryStore()
+    batch = store.new_batch()
+    pos = batch.add(node)
+    store.write_batch(batch)
+    reads: list[Callable[[BTree], Any]] = [
+        lambda t: t.get(1),
+        lambda t: list(t.fold()),
+        lambda t: list(t.fold(descending=True)),
+        lambda t: t.reduce_lt(3),
+        lambda t: t.count_before(3, inclusive=False, count=len, count_leaf=lambda e, i, r: i),
+        lambda t: t.lookup([1, 2]),
+    ]
+    for read in reads:
+        with pytest.raises(CorruptionError):
+            read(new_tree(store, [pos, [1, 0]]))
+
+
 # -- the checker catches what it claims --------------------------------------------------------
 
 
