@@ -306,7 +306,7 @@ class Database:
         plain = rev is None and since is None and not (revs or conflicts or attachments)
         if plain and info.winner_body is not None:
             # The winner as its by_id value summarises it: no revision blob decoded.
-            return snap.winner_docs([(doc_id, wanted, info.deleted, info.winner_body)])[0]
+            return snap.winner_doc((doc_id, wanted, info.deleted, info.winner_body))
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")

@@ -150,11 +150,11 @@ class Snapshot:
             raise CorruptionError(self.file.path, pos, "document body is not a map")
         return term
 
-    def winner_docs(self, summaries: Sequence[Summary]) -> list[dict[str, Any]]:
-        """``fill_docs``' documents, as a list."""
-        rows: list[dict[str, Any]] = [{} for _ in summaries]
-        self.fill_docs(rows, summaries)
-        return [row["doc"] for row in rows]
+    def winner_doc(self, summary: Summary) -> dict[str, Any]:
+        """``fill_docs`` for one document (a plain ``Database.get``)."""
+        row: dict[str, Any] = {}
+        self.fill_docs((row,), (summary,))
+        return row["doc"]  # type: ignore[no-any-return]
 
     def fill_docs(self, rows: Sequence[dict[str, Any]], summaries: Sequence[Summary]) -> None:
         """Set each row's ``doc`` to the winning revision its summary names, as
