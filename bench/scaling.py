@@ -181,7 +181,7 @@ def _measure_peer(op: str, store: DocStore, n: int, cfg: Config) -> Callable[[],
         store.multiget([doc_id(rng.randrange(n)) for _ in range(_MULTIGET_KEYS)], False)
         return 1
 
-    return lambda: Outcome(1e6 / run_for(step, cfg.seconds))
+    return _per_unit(step, cfg)
 
 
 def _label(n: int, store: str = "settee") -> str:
@@ -227,7 +227,11 @@ def _get(db: Any, n: int, rng: random.Random) -> int:
 
 def _measure(op: str, db: Any, n: int, cfg: Config) -> Callable[[], Outcome]:
     """One sample of ``op``: µs per unit its step returns, over ``cfg.seconds``."""
-    step = _step(op, db, n, cfg)
+    return _per_unit(_step(op, db, n, cfg), cfg)
+
+
+def _per_unit(step: Callable[[], int], cfg: Config) -> Callable[[], Outcome]:
+    """A sample of ``step``: µs per unit it returns, over ``cfg.seconds``."""
     return lambda: Outcome(1e6 / run_for(step, cfg.seconds))
 
 
