@@ -17,6 +17,7 @@ from typing import Any
 
 from settee import views
 from settee.compaction import compact_shard
+from settee.cut import FollowerCut, WriterCut
 from settee.docinfo import DocInfo
 from settee.follower import FollowerShard, readonly_error
 from settee.heads import HeadsFile
@@ -81,6 +82,8 @@ class Database:
 
     def _open(self, path: str, options: dict[str, Any]) -> None:
         self._heads: HeadsFile | None = None
+        #: Pins every shard at one instant for reads over several (settee.cut).
+        self.cut: WriterCut | FollowerCut = WriterCut()
         if self.config["readonly"]:
             self._open_readonly(path)
             return
@@ -147,6 +150,7 @@ class Database:
                 self._heads.close()
             raise
         self.shards = shards
+        self.cut = FollowerCut(self._heads)
 
     def _open_shards(self, db_uuid: str, count: int) -> list[Shard]:
         shards: list[Shard] = []
@@ -165,6 +169,7 @@ class Database:
                         cache_bytes=self.config["cache_bytes"] // count,
                         strict=self.config["strict"],
                         node_size=self.config["node_size"],
+                        cut=self.cut,
                     )
                 )
         except BaseException:
@@ -205,9 +210,13 @@ class Database:
         if self.config["readonly"]:
             raise readonly_error(self.path)
 
-    def _snapshots(self) -> list[Any]:
-        """Every shard's current snapshot (raises SetteeError once closed)."""
-        return [shard.current() for shard in self.shards]
+    def _snapshots(self) -> list[Snapshot]:
+        """Every shard's current snapshot, all as of one instant (settee.cut); raises
+        SetteeError once closed. What every read over several shards reads."""
+        shards = self.shards
+        if len(shards) == 1:
+            return [shards[0].current()]
+        return self.cut.snapshots(shards)  # type: ignore[arg-type]  # the cut's own kind
 
     def _shard(self, doc_id: str) -> Shard:
         return self.shards[shard_of(doc_id, len(self.shards))]
@@ -398,9 +407,9 @@ class Database:
         self._check_open()
         checked = check_revs_diff(request)
         out: dict[str, Any] = {}
+        snaps = self._snapshots() if checked else []
         for doc_id, revs in checked.items():
-            snap = self._shard(doc_id).current()
-            info = snap.doc_info(doc_id)
+            info = snaps[shard_of(doc_id, len(snaps))].doc_info(doc_id)
             entry = views.revs_diff_entry(info.tree if info else None, revs)
             if entry is not None:
                 out[doc_id] = entry

@@ -423,24 +423,28 @@ class ShardFile:
             )
         return 0
 
-    def adopt_header(self, offset: int) -> bool:
-        """Make the valid header at ``offset`` this file's header, for a reader
-        following a writer in another process; False (and no change) when there is
-        none there. The writer's own ``ShardFile`` never calls it."""
-        size = self._handle.size()
+    def adopt(self, header: ShardHeader, offset: int) -> None:
+        """Make ``header`` (read by ``header_at(offset)``) this file's header, for a
+        reader following a writer in another process. The writer's own
+        ``ShardFile`` never calls it."""
+        self.header, self.header_offset, self._end = header, offset, self._handle.size()
+
+    def header_at(self, offset: int, size: int | None = None) -> ShardHeader | None:
+        """The valid header of this format at ``offset`` (of a file ``size`` bytes long,
+        by default its size now), or None; changes nothing."""
         self._reads.enter(self.path)
         try:
-            found = read_header_at(self._handle, offset, size)
+            found = read_header_at(
+                self._handle, offset, self._handle.size() if size is None else size
+            )
         finally:
             self._reads.leave()
         if found is None or found.version != FORMAT_VERSION:
-            return False
+            return None
         try:
-            header = ShardHeader.parse(found.payload, path=self.path, offset=offset)
+            return ShardHeader.parse(found.payload, path=self.path, offset=offset)
         except CorruptionError:
-            return False
-        self.header, self.header_offset, self._end = header, offset, size
-        return True
+            return None
 
     def _check_version(self, offset: int, version: int) -> None:
         if version != FORMAT_VERSION:

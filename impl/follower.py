@@ -17,7 +17,9 @@ whether the writer has published a newer durable commit (``settee.heads``):
   scanning the file, when the file's size or identity changed.
 
 Snapshots are the same immutable ``Snapshot`` the writer's readers use, so
-every read call of a follower sees one commit per shard, as in the writer.
+every read call of a follower sees one commit per shard, as in the writer; a
+call over several shards reads their HEADS slots at one instant
+(``settee.cut.FollowerCut``).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import weakref
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
+from settee.cut import RETRIES
 from settee.file import ShardFile
-from settee.heads import HeadsFile
+from settee.heads import HeadsFile, Slot
 from settee.io import FileHandle, FileSystem, OsFileSystem
 from settee.shard import ShardIdentity, check_identity
 from settee.snapshot import Snapshot
 from settee.spec.errors import CorruptionError, SetteeError
+from settee.spec.format import ShardHeader
 
 __all__ = ["FollowerShard", "readonly_error"]
 
@@ -61,58 +65,140 @@ class FollowerShard:
         self._cache_bytes = cache_bytes
         self._refresh_lock = threading.Lock()
         self._closed = False
-        self._token: Any = None
         # One node cache per open file (positions are per file), dropped with the file.
         self._caches: weakref.WeakKeyDictionary[ShardFile, NodeCache] = weakref.WeakKeyDictionary()
-        self.snapshot = self._load(self._token_now(), None)
+        # The generation a slot showed each open file to be (see _files_for).
+        self._generations: weakref.WeakKeyDictionary[ShardFile, int] = weakref.WeakKeyDictionary()
+        # What the snapshot followed now was loaded for (a Slot, or a file token
+        # without one) and the snapshot, replaced together.
+        self._state: tuple[Any, Snapshot] = self._first_state()
+        # A slot that named no readable commit: scanning until HEADS says otherwise.
+        self._unusable: Slot | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The snapshot followed now (the newest this handle has loaded)."""
+        return self._state[1]
 
     # -- reading ------------------------------------------------------------------------------
 
     def current(self) -> Snapshot:
         """The newest snapshot the writer has made durable, as of this call."""
-        if self._closed:
-            raise SetteeError("database is closed; open it again with settee.open(path)")
-        token = self._token_now()
-        if token != self._token:
-            with self._refresh_lock:
-                if token != self._token and not self._closed:
-                    self.snapshot = self._load(token, self.snapshot)
-        return self.snapshot
+        self._check_open()
+        for _ in range(RETRIES):
+            slot = None if self._heads is None else self._heads.read(self.identity.index)
+            if slot is None or slot == self._unusable:
+                return self._scanned()
+            snap = self._at(slot)
+            if snap is not None:
+                return snap
+        # The slot names no commit of the file followed or at the path: stale (a
+        # writer stopped before publishing a swap), or the file keeps being swapped.
+        self._unusable = slot
+        return self._scanned()
 
-    def _token_now(self) -> Any:
-        """What changes when the writer publishes: the HEADS slot, or else the file's
-        identity and size."""
-        if self._heads is not None:
-            slot = self._heads.read(self.identity.index)
-            if slot is not None:
-                return ("slot", *slot)
+    def current_at(self, slot: Slot | None) -> Snapshot | None:
+        """The snapshot of exactly the commit ``slot`` names (this shard's HEADS slot,
+        read together with the other shards', ``settee.cut.FollowerCut``), or None
+        when it can no longer be read (a compaction swapped the file since); without
+        a slot, the newest the file shows."""
+        self._check_open()
+        if slot is None or slot == self._unusable:
+            return self._scanned()
+        return self._at(slot)
+
+    def _at(self, slot: Slot) -> Snapshot | None:
+        token, snap = self._state
+        if token == slot:
+            return snap
+        with self._refresh_lock:
+            self._check_open()
+            token, snap = self._state
+            if token == slot:
+                return snap
+            found = self._load_slot(slot, snap.file)
+            if found is None:
+                return None
+            file, header = found
+            if _behind(slot, token):
+                # Another thread read HEADS later and moved on: this read gets the
+                # earlier commit, the shard goes on following the later one.
+                return self._snapshot(file, header, snap)
+            file.adopt(header, slot.offset)
+            self._state = (slot, self._snapshot(file, header, snap))
+            return self._state[1]
+
+    def _load_slot(self, slot: Slot, followed: ShardFile) -> tuple[ShardFile, ShardHeader] | None:
+        """The file and header of the commit ``slot`` names, or None."""
+        file = self._file_for(slot.generation, followed)
+        header = file.header_at(slot.offset)
+        if header is None or header.seq != slot.seq:
+            return None
+        check_identity(file, self.identity, header)
+        self._generations[file] = slot.generation
+        return file, header
+
+    def _file_for(self, generation: int, followed: ShardFile) -> ShardFile:
+        """The file that may hold a commit of file ``generation``: the one followed
+        now when a slot showed it to be that generation (even if the path has been
+        swapped since: it is still open) or when nothing showed its generation and
+        it is still at the path, else the file now at the path. A header found
+        there counts only with the slot's seq (``_load_slot``): a compacted copy may
+        have a header, of another commit, where the old file had one."""
+        known = self._generations.get(followed)
+        if known == generation or (known is None and not self._replaced(followed)):
+            return followed
+        return self._open_file()
+
+    def _scanned(self) -> Snapshot:
+        """Without a slot: the newest valid header of the file at the path, when the
+        file's identity or size changed since it was last scanned."""
+        token = self._file_token()
+        state_token, snap = self._state
+        if token == state_token:
+            return snap
+        with self._refresh_lock:
+            self._check_open()
+            state_token, snap = self._state
+            if token != state_token:
+                # A fresh open scans for the newest header, wherever the file is now.
+                self._state = (token, self._newest(self._open_file(), snap))
+            return self._state[1]
+
+    def _first_state(self) -> tuple[Any, Snapshot]:
+        slot = None if self._heads is None else self._heads.read(self.identity.index)
+        file = self._open_file()
+        if slot is not None:
+            found = self._load_slot(slot, file)
+            if found is not None:
+                file, header = found
+                file.adopt(header, slot.offset)
+                return slot, self._snapshot(file, header, None)
+        return self._file_token(), self._newest(file, None)
+
+    def _newest(self, file: ShardFile, old: Snapshot | None) -> Snapshot:
+        header = file.header
+        if header is None:
+            raise CorruptionError(file.path, 0, "no valid shard header")
+        check_identity(file, self.identity)
+        return self._snapshot(file, header, old)
+
+    def _snapshot(self, file: ShardFile, header: ShardHeader, old: Snapshot | None) -> Snapshot:
+        if old is not None and old.file is file and old.seq == header.seq:
+            return old
+        return Snapshot.of_header(file, header, self._caches[file], self.node_size)
+
+    def _file_token(self) -> Any:
+        """What changes when the writer commits, without HEADS: the file's identity
+        and size."""
         if isinstance(self.fs, OsFileSystem):
             try:
                 st = os.stat(self.path)
             except OSError as exc:
                 raise SetteeError(f"{self.path}: cannot stat the shard file: {exc}") from exc
             return ("stat", st.st_ino, st.st_size)
-        return ("size", None if self._token is None else self.snapshot.file.handle.size())
-
-    def _load(self, token: Any, old: Snapshot | None) -> Snapshot:
-        """The snapshot ``token`` describes, reusing the open file when it is the same."""
-        file = None if old is None else old.file
-        offset = token[2] if token[0] == "slot" else None
-        if file is None or offset is None or self._replaced(file):
-            # No slot: the newest header a scan finds is all there is to go by.
-            file = self._open_file()
-        if offset is not None and offset != file.header_offset and not file.adopt_header(offset):
-            # The slot names no valid header of this file: maybe it was swapped just
-            # now, else the slot is stale or torn. Trust what a scan of the path finds.
-            file = self._open_file()
-        header = file.header
-        if header is None:
-            raise CorruptionError(file.path, 0, "no valid shard header")
-        check_identity(file, self.identity)
-        self._token = token
-        if old is not None and old.file is file and old.seq == header.seq:
-            return old
-        return Snapshot.of_header(file, header, self._caches[file], self.node_size)
+        state = getattr(self, "_state", None)
+        return ("size", None if state is None else state[1].file.handle.size())
 
     def _replaced(self, file: ShardFile) -> bool:
         if not isinstance(self.fs, OsFileSystem):
@@ -130,6 +216,10 @@ class FollowerShard:
         self._caches[file] = NodeCache(self._cache_bytes)
         return file
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SetteeError("database is closed; open it again with settee.open(path)")
+
     def close(self) -> None:
         """Stop reading; later calls raise SetteeError. Idempotent."""
         with self._refresh_lock:
@@ -138,6 +228,11 @@ class FollowerShard:
             self._closed = True
         self.snapshot.file.refuse_reads()
         _close_handle(self.snapshot.file.handle)
+
+
+def _behind(slot: Slot, token: Any) -> bool:
+    """Whether ``slot`` names an earlier commit of the same file than ``token`` does."""
+    return isinstance(token, Slot) and token.generation == slot.generation and slot.seq < token.seq
 
 
 def readonly_error(path: str) -> SetteeError:

@@ -2,9 +2,10 @@
 
 ``<path>/HEADS`` holds one slot per shard at offset ``SLOT_SIZE * index``
 (FORMAT.md "HEADS"): the file offset of the shard file's newest header whose
-fsync has returned, the generation of the file (a number the writer changes
-whenever a compaction puts a new file at the path: the copy's header may sit
-at an offset the old file's header once had), and a crc32c of both. The
+fsync has returned, that header's seq, the generation of the file (a number
+the writer changes whenever a compaction puts a new file at the path: the
+copy's header may sit at an offset the old file's header once had, so a reader
+checks the seq of what it finds there), and a crc32c of them. The
 writer process rewrites a shard's slot after every commit's header fsync,
 before the commit is published or acknowledged, and after opening and after a
 compaction swap. A process that
@@ -35,19 +36,36 @@ import os
 import struct
 import threading
 import time
+from typing import NamedTuple
 
 import crc32c
 
 from settee.spec.errors import SetteeError
 
-__all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile"]
+__all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile", "Slot"]
 
 HEADS_NAME = "HEADS"
 #: How often a reader checks that its open HEADS is still the one at the path.
 RECHECK_SECONDS = 0.2
-# u64 LE header offset, u32 LE file generation, u32 LE crc32c of those 12 bytes.
-_SLOT = struct.Struct("<QII")
+# u64 LE header offset, u64 LE the header's seq, u32 LE file generation, u32 LE
+# crc32c of the 20 bytes before it.
+_SLOT = struct.Struct("<QQII")
 SLOT_SIZE = _SLOT.size
+
+
+class Slot(NamedTuple):
+    """One shard's newest durable commit, as its writer published it."""
+
+    #: The file at the shard's path: random when the writer opens, +1 per compaction swap.
+    generation: int
+    #: Where the commit's header starts in that file.
+    offset: int
+    #: The commit's update seq: a header at ``offset`` with another seq is not this commit.
+    seq: int
+
+
+#: Reads of every slot ``read_all`` makes at most, looking for two that agree.
+READ_ALL_TRIES = 8
 
 
 class HeadsFile:
@@ -65,18 +83,40 @@ class HeadsFile:
             except OSError as exc:
                 raise SetteeError(f"{self.path}: cannot open for writing: {exc}") from exc
 
-    def publish(self, index: int, generation: int, header_offset: int) -> None:
-        """Name ``header_offset`` of file ``generation`` as shard ``index``'s newest
-        durable commit (writer only)."""
+    def publish(self, index: int, slot: Slot) -> None:
+        """Name ``slot`` shard ``index``'s newest durable commit (writer only)."""
         assert self._writer and self._fd is not None  # invariant: only the writer publishes
-        fields = header_offset.to_bytes(8, "little") + generation.to_bytes(4, "little")
-        slot = fields + crc32c.crc32c(fields).to_bytes(4, "little")
+        fields = _SLOT.pack(slot.offset, slot.seq, slot.generation, 0)[:-4]
+        raw = fields + crc32c.crc32c(fields).to_bytes(4, "little")
         with contextlib.suppress(OSError):  # a hint: see the module docstring
-            os.pwrite(self._fd, slot, SLOT_SIZE * index)
+            os.pwrite(self._fd, raw, SLOT_SIZE * index)
 
-    def read(self, index: int) -> tuple[int, int] | None:
-        """``(generation, header offset)`` of shard ``index``'s slot, or None when there
-        is no valid slot (no HEADS file, a short or torn slot, a crc mismatch)."""
+    def read(self, index: int) -> Slot | None:
+        """Shard ``index``'s slot, or None when there is no valid slot (no HEADS file,
+        a short or torn slot, a crc mismatch)."""
+        raw = self._pread(SLOT_SIZE, SLOT_SIZE * index)
+        return None if raw is None else _slot(raw, 0)
+
+    def read_all(self, count: int) -> list[Slot | None]:
+        """The slots of shards ``0 .. count-1`` as of one instant (``read`` of each).
+
+        One ``pread`` is not atomic against the writer's ``pwrite`` s, so the
+        slots are read until two reads agree: a slot only ever moves forward
+        (offsets grow, a swap changes the generation), so each slot held its
+        value from the first read to the second, and all of them at the
+        instant between. A writer committing faster than two preads take is
+        not waited for: after ``READ_ALL_TRIES`` the last read is used."""
+        raw = self._pread(SLOT_SIZE * count, 0)
+        for _ in range(READ_ALL_TRIES):
+            again = self._pread(SLOT_SIZE * count, 0)
+            if again == raw:
+                break
+            raw = again
+        if raw is None:
+            return [None] * count
+        return [_slot(raw, SLOT_SIZE * index) for index in range(count)]
+
+    def _pread(self, size: int, offset: int) -> bytes | None:
         fd = self._fd
         if fd is not None and time.monotonic() - self._checked > RECHECK_SECONDS:
             fd = self._reopen_if_replaced(fd)
@@ -85,15 +125,9 @@ class HeadsFile:
             if fd is None:
                 return None  # no writer has published yet: readers scan the file
         try:
-            raw = os.pread(fd, SLOT_SIZE, SLOT_SIZE * index)
+            return os.pread(fd, size, offset)
         except OSError:  # not a readable file (a directory, an I/O error): no slot
             return None
-        if len(raw) != SLOT_SIZE:
-            return None
-        offset, generation, crc = _SLOT.unpack(raw)
-        if crc32c.crc32c(raw[:12]) != crc:
-            return None
-        return generation, offset
 
     def _reopen_if_replaced(self, fd: int) -> int | None:
         """The open HEADS, or None when the path now holds another file (deleted and
@@ -122,3 +156,14 @@ class HeadsFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _slot(raw: bytes, at: int) -> Slot | None:
+    """The slot at ``raw[at:]``, or None when it is short or fails its crc."""
+    fields = raw[at : at + SLOT_SIZE]
+    if len(fields) != SLOT_SIZE:
+        return None
+    offset, seq, generation, crc = _SLOT.unpack(fields)
+    if crc32c.crc32c(fields[:-4]) != crc:
+        return None
+    return Slot(generation, offset, seq)

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
+from settee.cut import WriterCut
 from settee.docinfo import DocInfo, apply_edit, attachments_of, stored_size
 from settee.file import ShardFile
-from settee.heads import HeadsFile
+from settee.heads import HeadsFile, Slot
 from settee.io import FileSystem, FileSystemWrapper
 from settee.snapshot import Snapshot
 from settee.spec import revtree
@@ -79,9 +80,12 @@ class ShardIdentity:
     shards: int
 
 
-def check_identity(file: ShardFile, expected: ShardIdentity) -> None:
-    """SetteeError unless ``file``'s header belongs to the shard ``expected`` names."""
-    header = file.header
+def check_identity(
+    file: ShardFile, expected: ShardIdentity, header: ShardHeader | None = None
+) -> None:
+    """SetteeError unless ``header`` (by default ``file``'s) belongs to the shard
+    ``expected`` names."""
+    header = file.header if header is None else header
     assert header is not None  # invariant: only called for a file that has a header
     found = (header.db, header.shard, header.shards)
     if found != (expected.db_uuid, expected.index, expected.shards):
@@ -184,8 +188,11 @@ class Shard:
         cache_bytes: int,
         strict: bool = False,
         node_size: int = MAX_NODE_BYTES,
+        cut: WriterCut | None = None,
     ) -> None:
         self.path = path
+        #: Orders this shard's publications with the other shards' (settee.cut).
+        self._cut = WriterCut() if cut is None else cut
         self.identity = identity
         #: Where readers in other processes learn of durable commits (settee.heads;
         #: see attach_heads), and the generation of the file at the path: random per
@@ -416,7 +423,7 @@ class Shard:
                 if self.strict:
                     require_consistent_commit(before, after, group.pending, start)
                 self._publish(after)
-                self.snapshot = after
+                self._cut.publish(self, after)
                 self._step("publish")
             except _NothingWritten as exc:
                 self._retry_alone(writes, exc.cause)
@@ -500,7 +507,7 @@ class Shard:
         after its header fsync, before this process's readers or writers see it."""
         offset = snap.file.header_offset
         if self._heads is not None and offset is not None:
-            self._heads.publish(self.identity.index, self._generation, offset)
+            self._heads.publish(self.identity.index, Slot(self._generation, offset, snap.seq))
 
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
@@ -515,7 +522,7 @@ class Shard:
     def swap_file(self, file: ShardFile) -> None:
         """Make ``file`` (a finished compaction target already renamed over this
         shard's path) the shard's file. Runs on the writer thread."""
-        self.snapshot = self._snapshot_of(file)
+        self._cut.publish(self, self._snapshot_of(file))
         self._generation = (self._generation + 1) % (1 << 32)
         self._publish(self.snapshot)
 

@@ -34,7 +34,11 @@ from hypothesis.stateful import run_state_machine_as_test
 from settee.proof.stateful import equivalence
 from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
 from settee.proof.stateful.history import Scenario, random_scenario, scenarios
-from settee.proof.stateful.interleavings import run_scheduled, run_threads
+from settee.proof.stateful.interleavings import (
+    follower_read_across_writes,
+    run_scheduled,
+    run_threads,
+)
 
 __all__ = [
     "MutantResult",
@@ -171,6 +175,17 @@ def run_stress(
     summary = Summary("stress", engine)
     rng = random.Random(seed)
     started = time.monotonic()
+    # First the fixed schedules real threads seldom hit: writes inside a readonly
+    # read over two shards, with and without a compaction swap between them.
+    for compact in (False, True):
+        problems = follower_read_across_writes(engine, compact=compact)
+        summary.examples += 1
+        if problems:
+            summary.failures += 1
+            summary.reproducer = "\n".join(problems)
+            summary.replay = f"stress|{engine}|{seed}|-1"
+            summary.seconds = time.monotonic() - started
+            return summary
     for n in range(runs):
         scenario = random_scenario(rng, read_mode=read_modes[n % len(read_modes)])
         result = run_threads(engine, scenario)

@@ -40,8 +40,11 @@ __all__ = [
     "ADMIT_THEN_CLOSE",
     "READ_THEN_CLOSE",
     "STRESS_TIMEOUT",
+    "WRITES_ACROSS_A_READ",
     "RunResult",
+    "follower_read_across_writes",
     "hold_admitted_write",
+    "hold_read_at_pin",
     "hold_read_at_pread",
     "run_scheduled",
     "run_threads",
@@ -106,6 +109,27 @@ def hold_read_at_pread(labels: list[str]) -> int:
     if reading and "@pread" not in labels[reading[0]]:
         return reading[0]
     return next((i for i, label in enumerate(labels) if not label.startswith("client-0@")), 0)
+
+
+#: Client 0 writes "b" (shard 0 of 2), then "a" (shard 1), each after the other
+#: was acknowledged; client 1 lists every document. With ``hold_read_at_pin`` the
+#: listing has pinned shard 0 when both writes run: it must not show the second
+#: write without the first (``settee.cut``).
+WRITES_ACROSS_A_READ = Scenario(
+    {"shards": 2, "read_mode": "parallel"},
+    ((("put", "b", {"v": 1}, True), ("put", "a", {"v": 1}, True)), (("all_docs",),)),
+    0,
+)
+
+
+def hold_read_at_pin(labels: list[str]) -> int:
+    """A ``choose``: run client 1 until it is parked between two shards' snapshots
+    ("pin"), then anything else before it (never deferring), so every write runs
+    while the read has pinned its first shard."""
+    reading = [i for i, label in enumerate(labels) if label.startswith("client-1@")]
+    if reading and not labels[reading[0]].endswith("@pin"):
+        return reading[0]
+    return next((i for i, label in enumerate(labels) if not label.startswith("client-1@")), 0)
 
 
 def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) -> Any:
@@ -184,6 +208,10 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
                 # Reads take microseconds and commits milliseconds: spaced out, the
                 # reader's calls fall between the writers' acknowledgements.
                 clients[-1].before_call = _pause
+                _dawdle_between_shards(follower)
+        # A read over several shards lingers between them, so commits land inside
+        # it as they would on a loaded machine (a cut that is not one shows).
+        _dawdle_between_shards(db)
         barrier = threading.Barrier(len(clients))
 
         def body(client: Any) -> None:
@@ -221,6 +249,14 @@ def _pause(_step: str) -> None:
 READER_PAUSE = 0.002
 
 
+def _dawdle_between_shards(db: Any) -> None:
+    """Make ``db``'s reads over several shards wait ``READER_PAUSE`` between two
+    shards' snapshots (engines with a ``cut``, settee's "pin" step)."""
+    cut = getattr(db, "cut", None)
+    if hasattr(cut, "step_hook"):
+        cut.step_hook = _pause
+
+
 def _follower(spec: str, db: Any, path: str, other_process: bool) -> Any:
     """A readonly handle on ``db``'s directory, here or in another process
     (``ReaderProcess``): the engine's own ``open_follower`` (a mutant's), else
@@ -234,6 +270,56 @@ def _follower(spec: str, db: Any, path: str, other_process: bool) -> Any:
     if other_process:
         return ReaderProcess(spec, path)
     return settee.open(path, readonly=True) if opener is None else opener(path)
+
+
+def follower_read_across_writes(spec: str, *, compact: bool = False) -> list[str]:
+    """The problems of one readonly read over two shards with two writes inside it.
+
+    The writer's client writes "b" (shard 0 of 2), then "a" (shard 1), each after
+    the other was acknowledged (with ``compact``, compacting the database in
+    between, so shard 1's file is swapped under the read), while the readonly
+    handle's listing sits between its two shards (its ``cut.step_hook``, as the
+    scheduler's "pin"). A listing that shows "a" written but not "b" saw no
+    single instant: the stress run's readonly reader found this only now and
+    then (``mutants:fractured_follower``). Empty for engines without a readonly
+    handle with a cut.
+    """
+    tmp = scratch_dir("settee-pin-")
+    db = load_factory(spec)(f"{tmp}/db", shards=2)
+    follower = None
+    try:
+        revs = {doc_id: db.put({"_id": doc_id, "v": 0})["rev"] for doc_id in ("b", "a")}
+        follower = _follower(spec, db, f"{tmp}/db", False)
+        cut = getattr(follower, "cut", None)
+        if cut is None or not hasattr(cut, "step_hook"):
+            return []
+        # A commit the handle has not loaded yet: the read must load shard 1's.
+        revs["a"] = db.put({"_id": "a", "_rev": revs["a"], "v": 1})["rev"]
+        written: list[str] = []
+
+        def write_both(_step: str) -> None:
+            if not written:
+                for doc_id in ("b", "a"):
+                    written.append(db.put({"_id": doc_id, "_rev": revs[doc_id], "v": 2})["rev"])
+                    if compact and doc_id == "b":
+                        db.compact()
+
+        cut.step_hook = write_both
+        rows = follower.all_docs()["rows"]
+        seen = {row["id"]: row["value"]["rev"] for row in rows}
+        if not written:
+            return ["the readonly listing never paused between its shards"]
+        if seen.get("a") == written[1] and seen.get("b") != written[0]:
+            return [
+                "not linearizable: the readonly listing shows the write of 'a' but not the "
+                f"write of 'b' acknowledged before it: {rows}"
+            ]
+        return []
+    finally:
+        if follower is not None:
+            follower.close()
+        db.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _check(result: RunResult) -> None:

@@ -10,6 +10,8 @@ engine starts while the database opens (its shard writers). Each of them
 * every named step (``settee.shard.STEPS``: "admit" and "enqueue" on the
   caller, "dequeue" ... "publish" on the writer, "compact_*" on the
   compacting caller) through each shard's ``step_hook``;
+* between two shards' snapshots of a read over several shards ("pin", the
+  database's ``cut.step_hook``, ``settee.cut``);
 * the start of each client call (``close`` and ``compact`` are calls too).
 
 The scheduler waits until the system is *settled* — every controlled thread
@@ -246,10 +248,14 @@ class Scheduler:
         )
 
     def watch(self, db: Any) -> None:
-        """Make every shard's write steps scheduling points (engines with ``shards``)."""
+        """Make every shard's write steps scheduling points (engines with ``shards``),
+        and the gaps between the shards a read pins (engines with a ``cut``)."""
         for shard in getattr(db, "shards", ()) or ():
             if hasattr(shard, "step_hook"):
                 shard.step_hook = self.point
+        cut = getattr(db, "cut", None)
+        if hasattr(cut, "step_hook"):
+            cut.step_hook = self.point
 
 
 _BLOCKING = frozenset({"acquire", "__enter__", "get", "wait", "join", "acquire_lock"})

@@ -22,7 +22,9 @@ from settee.proof.stateful.history import Scenario, random_scenario
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     READ_THEN_CLOSE,
+    WRITES_ACROSS_A_READ,
     hold_admitted_write,
+    hold_read_at_pin,
     hold_read_at_pread,
     run_scheduled,
     run_threads,
@@ -105,6 +107,26 @@ def test_read_in_flight_during_close_completes(engine_spec: str) -> None:
         assert get.output[0] == "ok", result.report()
         close_started = result.schedule.index("client-1@call close")
         assert result.schedule.index("client-0@pread shard-000.settee") > close_started
+
+
+@pytest.mark.timeout(60)
+def test_a_read_over_shards_is_one_instant(engine_spec: str) -> None:
+    """Regression (found by ``settee verify``'s stress run, on a readonly handle): a
+    listing pins shard 0, then two writes, one per shard, each after the other was
+    acknowledged, then the listing pins shard 1. Taken one after the other, the
+    snapshots showed the second write without the first
+    (``mutants:fractured_read``); the cut notices the commits and pins again."""
+    result = run_scheduled(engine_spec, WRITES_ACROSS_A_READ, hold_read_at_pin, stall=5.0)
+    assert not result.problems, result.report()
+    [listing] = [r for r in result.recorder.records if r.input[0] == "all_docs"]
+    revs = {row["id"]: row["value"]["rev"][0] for row in listing.output[1]["rows"]}
+    assert revs["a"] <= revs["b"], result.report()  # never "a" written without "b"
+    if "client-1@pin" in result.schedule:  # an engine with settee's cut
+        # The schedule lists releases: the listing started first, both writes were
+        # published, and only then was the listing released from its first pin.
+        pinned = result.schedule.index("client-1@pin")
+        assert result.schedule[0] == "client-1@call all_docs", result.schedule
+        assert result.schedule.index("settee-writer-1@publish") < pinned, result.schedule
 
 
 def test_compaction_drops_non_leaf_bodies_in_the_history() -> None:

@@ -12,12 +12,23 @@ from __future__ import annotations
 import pytest
 
 from settee.proof.stateful.campaigns import run_interleavings, run_mutants, run_stress
-from settee.proof.stateful.interleavings import ADMIT_THEN_CLOSE, hold_admitted_write, run_scheduled
+from settee.proof.stateful.interleavings import (
+    ADMIT_THEN_CLOSE,
+    WRITES_ACROSS_A_READ,
+    hold_admitted_write,
+    hold_read_at_pin,
+    run_scheduled,
+)
 from settee.proof.stateful.mutants import MUTANTS
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
 #: so running it first here would only cost time; each has its own test below.
-CONCURRENT_ONLY = {"enqueue_outside_lock", "stale_follower"}
+CONCURRENT_ONLY = {
+    "enqueue_outside_lock",
+    "stale_follower",
+    "fractured_read",
+    "fractured_follower",
+}
 
 ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
 
@@ -87,3 +98,26 @@ def test_stale_follower_in_another_process_is_caught(monkeypatch: pytest.MonkeyP
     assert not engine.problems, engine.report()[:3000]
     readers = [r for r in engine.recorder.records if r.client == 1]
     assert len(readers) == len(reads) and all(r.output[0] == "ok" for r in readers)
+
+
+def test_fractured_read_is_caught_by_the_pinned_schedule() -> None:
+    """A listing parked between its two shards while two ordered writes run: the
+    mutant's snapshots, taken one by one, show the second write without the first."""
+    spec = "settee.proof.stateful.mutants:fractured_read"
+    result = run_scheduled(spec, WRITES_ACROSS_A_READ, hold_read_at_pin, stall=5.0)
+    assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
+
+
+def test_fractured_read_is_caught_by_the_stress_campaign() -> None:
+    """Real threads: the stress run's reads linger between shards (``_dawdle``)."""
+    summary = run_stress("settee.proof.stateful.mutants:fractured_read", runs=40, seed=0)
+    assert summary.failures, summary.text()[:3000]
+    assert "not linearizable" in summary.reproducer
+
+
+def test_fractured_follower_is_caught_by_the_stress_campaign() -> None:
+    """The stress campaign starts with the readonly read that writes land inside
+    (``interleavings.follower_read_across_writes``)."""
+    summary = run_stress("settee.proof.stateful.mutants:fractured_follower", runs=0, seed=0)
+    assert summary.failures, summary.text()[:3000]
+    assert "not linearizable" in summary.reproducer

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import settee
+import settee.heads
 import settee.reference
 from settee.heads import HEADS_NAME, SLOT_SIZE
 
@@ -124,6 +125,48 @@ def test_reader_follows_a_compaction_and_keeps_reading(tmp_path: Path) -> None:
         db.put({"_id": "after", "v": 2})
         assert ro.get("after")["v"] == 2
         assert _state(ro) == _state(db)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_read_over_shards_shows_heads_at_one_instant(tmp_path: Path, compact: bool) -> None:
+    """The listing reads HEADS once for both shards; the writes (and a compaction
+    swapping both files) that land while it sits between its shards are not in
+    it, the next listing has all of them."""
+    with _writer(tmp_path / "db") as db, settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        revs = {i: db.put({"_id": i, "v": 0})["rev"] for i in ("b", "a")}  # shards 0 and 1
+        revs["a"] = db.put({"_id": "a", "_rev": revs["a"], "v": 1})["rev"]  # not loaded yet
+        before = _state(db)
+
+        def write_inside(_step: str) -> None:
+            ro.cut.step_hook = None
+            revs["b"] = db.put({"_id": "b", "_rev": revs["b"], "v": 2})["rev"]
+            if compact:
+                db.compact()
+            revs["a"] = db.put({"_id": "a", "_rev": revs["a"], "v": 2})["rev"]
+
+        ro.cut.step_hook = write_inside
+        assert _state(ro) == before
+        assert _state(ro) == _state(db) != before
+
+
+def test_a_slot_naming_another_commits_header_is_not_followed(tmp_path: Path) -> None:
+    """A header at the offset a slot names counts only with the slot's seq: a
+    compacted copy may hold another commit's header where the old file had one."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        first = db.shards[0].snapshot.file.header_offset
+        db.put({"_id": "a"})
+        db.close()
+        heads = tmp_path / "db" / HEADS_NAME
+        slot = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False).read(0)
+        assert slot is not None and slot.offset != first
+        forged = settee.heads.Slot(slot.generation, first, slot.seq)
+        writer = settee.heads.HeadsFile(str(tmp_path / "db"), writer=True)
+        writer.publish(0, forged)
+        writer.close()
+        assert heads.stat().st_size == SLOT_SIZE
+        with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+            assert ro.get("a")["_id"] == "a"  # the first header (no "a") is not that commit
+            assert [r["id"] for r in ro.all_docs()["rows"]] == ["a"]
 
 
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "short"])

@@ -43,7 +43,7 @@ def doc_info(db: settee.Database, doc_id: str) -> DocInfo | None:
 def changes_pending(db: settee.Database, last_seq: Any) -> int:
     """``_changes``'s ``pending``: changes after ``last_seq`` (a token this database
     returned), counted from each shard's current snapshot."""
-    snaps = [shard.current() for shard in db.shards]
+    snaps = db._snapshots()
     position = decode_token(last_seq, len(snaps), [snap.seq for snap in snaps])
     return sum(snap.changes_after(seq) for snap, seq in zip(snaps, position, strict=True))
 
@@ -53,9 +53,11 @@ def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
     by_shard: dict[int, list[str]] = defaultdict(list)
     for doc_id in doc_ids:
         by_shard[shard_of(doc_id, len(db.shards))].append(doc_id)
+    snaps = db._snapshots() if len(by_shard) > 1 else None
     found: dict[str, DocInfo] = {}
     for index, ids in by_shard.items():
-        found.update(db.shards[index].current().doc_infos(ids))
+        snap = db.shards[index].current() if snaps is None else snaps[index]
+        found.update(snap.doc_infos(ids))
     return found
 
 

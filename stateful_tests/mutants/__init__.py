@@ -13,7 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import settee
-from settee.proof.stateful.mutants.lifecycle import EnqueueOutsideLockShard, plant
+from settee.proof.stateful.mutants.lifecycle import (
+    EnqueueOutsideLockShard,
+    FracturedCut,
+    FracturedFollowerCut,
+    plant,
+)
 from settee.spec.errors import Conflict, NotFound
 from settee.spec.revs import new_rev
 from settee.spec.routing import shard_of
@@ -219,6 +224,27 @@ class EnqueueOutsideLock(Wrapper):
         plant(self.inner, EnqueueOutsideLockShard)
 
 
+class FracturedRead(Wrapper):
+    """A read over several shards pins them one after another and never checks that
+    no commit landed in between: it can show a write without an earlier one that
+    its writer saw acknowledged (see ``lifecycle.FracturedCut``)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        self.inner.cut = FracturedCut()
+
+
+class FracturedFollower(Wrapper):
+    """A readonly handle's read over several shards reads each shard's HEADS slot
+    on its own, at a different instant (``lifecycle.FracturedFollowerCut``)."""
+
+    @staticmethod
+    def open_follower(path: str) -> Any:
+        follower = settee.open(path, readonly=True)
+        follower.cut = FracturedFollowerCut()
+        return follower
+
+
 class StaleFollower(Wrapper):
     """A readonly handle (``readonly=True``) keeps the commit it opened at: it never
     follows the writer, so a read after an acknowledged write misses it."""
@@ -247,6 +273,11 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "revs_limit_ignored": (RevsLimitIgnored, "stemming never happens"),
     "enqueue_outside_lock": (EnqueueOutsideLock, "a write admitted before close() hangs"),
     "stale_follower": (StaleFollower, "a readonly handle never sees new commits"),
+    "fractured_read": (FracturedRead, "a read pins its shards at different instants"),
+    "fractured_follower": (
+        FracturedFollower,
+        "a readonly handle pins its shards at different instants",
+    ),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

@@ -5,12 +5,15 @@ cannot express, planted by swapping the class of each shard a database opens
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from settee.cut import PIN_STEP, FollowerCut, WriterCut
 from settee.shard import Shard
+from settee.snapshot import Snapshot
 from settee.spec.errors import SetteeError
 
-__all__ = ["EnqueueOutsideLockShard", "plant"]
+__all__ = ["EnqueueOutsideLockShard", "FracturedCut", "FracturedFollowerCut", "plant"]
 
 
 class EnqueueOutsideLockShard(Shard):
@@ -36,3 +39,31 @@ def plant(db: Any, shard_class: type[Shard]) -> Any:
     for shard in db.shards:
         shard.__class__ = shard_class
     return db
+
+
+class FracturedCut(WriterCut):
+    """Takes each shard's snapshot in turn, as ``settee`` did before ``settee.cut``: a
+    commit landing between two of them goes unnoticed."""
+
+    def snapshots(self, shards: Sequence[Any]) -> list[Snapshot]:
+        return _one_by_one(shards, self.step_hook)
+
+
+class FracturedFollowerCut(FollowerCut):
+    """Reads each shard's HEADS slot when it comes to that shard (``current()``), not
+    all of them at one instant."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def snapshots(self, shards: Sequence[Any]) -> list[Snapshot]:
+        return _one_by_one(shards, self.step_hook)
+
+
+def _one_by_one(shards: Sequence[Any], hook: Any) -> list[Snapshot]:
+    snaps = []
+    for i, shard in enumerate(shards):
+        if i and hook is not None:
+            hook(PIN_STEP)
+        snaps.append(shard.current())
+    return snaps
