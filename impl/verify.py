@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from settee.engines import load_factory
+from settee.spec.errors import SetteeError
 
 __all__ = ["CAMPAIGNS", "CampaignResult", "add_parser", "run_verify"]
 
@@ -282,10 +283,30 @@ def _print_summary(results: list[CampaignResult], out: TextIO) -> None:
     out.write(f"\nsettee verify {verdict}\n")
 
 
+def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The failure file ``path`` and its replay, or SetteeError saying why it cannot
+    be replayed."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SetteeError(f"{path}: not a settee verify failure file: {exc}") from exc
+    replay = saved.get("replay") if isinstance(saved, dict) else None
+    kind = replay.get("kind") if isinstance(replay, dict) else None
+    needs = {"stateful": "token", "crash": "seed", "corruption": "seed"}.get(str(kind))
+    value = replay.get(needs) if needs and isinstance(replay, dict) else None
+    named = all(isinstance(saved.get(key), str) for key in ("name", "engine"))
+    if value in (None, "") or not named:
+        raise SetteeError(
+            f"{path}: this failure cannot be replayed (no {needs or 'replay'} saved); "
+            "its reproducer is in the file. An interleavings failure saved without a "
+            "token is one Hypothesis could not run again with the same choices"
+        )
+    return saved, replay  # type: ignore[return-value]  # checked above
+
+
 def _replay(path: str, out: TextIO) -> int:
-    with open(path) as f:
-        saved = json.load(f)
-    replay = saved["replay"]
+    saved, replay = _saved_failure(path)
     out.write(f"replaying {saved['name']} against {saved['engine']}: {replay}\n")
     if replay["kind"] == "stateful":
         from settee.proof.stateful import campaigns

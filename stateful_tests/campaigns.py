@@ -129,8 +129,11 @@ def run_equivalence(
     return summary
 
 
-def interleaving_test(engine: str, stats: Counter[str]) -> Callable[..., None]:
-    """The Hypothesis test body of the scheduled interleavings (not yet decorated)."""
+def interleaving_test(
+    engine: str, stats: Counter[str], failed: list[str] | None = None
+) -> Callable[..., None]:
+    """The Hypothesis test body of the scheduled interleavings (not yet decorated);
+    the report of the first run that fails is appended to ``failed``."""
 
     def run(scenario: Scenario, data: Any) -> None:
         def choose(labels: list[str]) -> int:
@@ -141,6 +144,8 @@ def interleaving_test(engine: str, stats: Counter[str]) -> Callable[..., None]:
         stats["histories"] += 1
         stats["steps"] += result.operations
         stats["interleaving_steps"] += len(result.schedule)
+        if result.problems and failed is not None and not failed:
+            failed.append(result.report())
         assert not result.problems, result.report()
 
     return run
@@ -156,11 +161,16 @@ def run_interleavings(
     """Scheduled interleavings of concurrent clients, each history checked."""
     summary = Summary("interleavings", engine)
     stats: Counter[str] = Counter()
-    test = given(scenario=scenarios(), data=st.data())(interleaving_test(engine, stats))
+    failed: list[str] = []
+    test = given(scenario=scenarios(), data=st.data())(interleaving_test(engine, stats, failed))
     test = _base(max_examples, shrink, interleaving_settings)(test)
     if seed is not None:
         test = use_seed(seed)(test)
     _capture(summary, test)
+    if summary.failures and failed and not summary.replay:
+        # Hypothesis could not run the failing example again (its schedule drew
+        # other choices): the first failing run's report is all there is.
+        summary.reproducer += f"\nthe first failing run, as it happened:\n{failed[0]}"
     _fill(summary, stats)
     return summary
 

@@ -58,3 +58,34 @@ def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> N
     assert "acked" in json.loads(saved.read_text())["reproducer"]
     again = _verify(tmp_path, "--replay", str(saved))
     assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        None,  # no such file
+        "not json",
+        json.dumps({"name": "interleavings"}),  # no replay
+        json.dumps(
+            {
+                "name": "interleavings",
+                "engine": "settee:open",
+                "replay": {"kind": "stateful", "token": ""},
+            }
+        ),
+        json.dumps({"name": "crash", "engine": "settee:open", "replay": {"kind": "crash"}}),
+    ],
+    ids=["missing", "garbage", "no-replay", "empty-token", "no-seed"],
+)
+def test_a_replay_file_that_cannot_be_replayed_is_a_clear_error(
+    tmp_path: Path, saved: str | None
+) -> None:
+    """A failure Hypothesis could not replay is saved without a token (verify found
+    one such flaky interleaving); replaying it, or a damaged file, says so."""
+    path = tmp_path / "failure.json"
+    if saved is not None:
+        path.write_text(saved)
+    run = _verify(tmp_path, "--replay", str(path))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "settee verify: SetteeError:" in run.stderr and str(path) in run.stderr, run.stderr
