@@ -23,9 +23,9 @@ shard at one instant instead, without ever waiting for a writer's I/O:
   follows a later one. When a compaction swapped a shard's file after HEADS
   was read, and that commit is gone with the old file, the cut starts over;
   after ``RETRIES`` starts it takes each shard's newest. A shard without a
-  usable slot falls back to scanning its file, as a single-shard read does,
-  and is then not part of the cut (only without a working HEADS file,
-  FORMAT.md "HEADS").
+  usable slot (no HEADS file, a garbage slot; a torn one is read again)
+  falls back to scanning its file, as a single-shard read does, and is then
+  not part of the cut (SEMANTICS.md §1 lists these limits).
 
 ``step_hook``, when set, is called between two shards' snapshots: the proof's
 interleaving scheduler parks the reader there, so a cut that is not one

@@ -171,7 +171,9 @@ class ShardFile:
                 raise SetteeError(
                     f"{path}: no such shard file; pass create=True to make one"
                 ) from None
-            handle, created = fs.open(path, create=True), True
+            handle, created = _open(fs, path, create=True), True
+        except OSError as exc:  # out of descriptors, permissions, ...
+            raise SetteeError(f"{path}: cannot open the shard file: {exc}") from exc
         shard = cls(handle, created=created)
         try:
             tail_start = shard._load_newest_header()
@@ -498,3 +500,10 @@ class _ReadsInFlight:
         self._stopped = True
         if self._inflight:
             self._drained.wait()
+
+
+def _open(fs: FileSystem, path: str, *, create: bool) -> FileHandle:
+    try:
+        return fs.open(path, create=create)
+    except OSError as exc:
+        raise SetteeError(f"{path}: cannot open the shard file: {exc}") from exc

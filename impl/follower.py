@@ -167,6 +167,9 @@ class FollowerShard:
 
     def _first_state(self) -> tuple[Any, Snapshot]:
         slot = None if self._heads is None else self._heads.read(self.identity.index)
+        # The file's token before the scan: a commit landing in between must change
+        # the token the next read compares, or that read would keep this scan's view.
+        token = self._file_token()
         file = self._open_file()
         if slot is not None:
             found = self._load_slot(slot, file)
@@ -174,7 +177,7 @@ class FollowerShard:
                 file, header = found
                 file.adopt(header, slot.offset)
                 return slot, self._snapshot(file, header, None)
-        return self._file_token(), self._newest(file, None)
+        return token, self._newest(file, None)
 
     def _newest(self, file: ShardFile, old: Snapshot | None) -> Snapshot:
         header = file.header

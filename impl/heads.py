@@ -47,10 +47,13 @@ __all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile", "Slot"]
 HEADS_NAME = "HEADS"
 #: How often a reader checks that its open HEADS is still the one at the path.
 RECHECK_SECONDS = 0.2
-# u64 LE header offset, u64 LE the header's seq, u32 LE file generation, u32 LE
-# crc32c of the 20 bytes before it.
-_SLOT = struct.Struct("<QQII")
+# u64 LE header offset, u64 LE the header's seq, u32 LE file generation, 8 zero
+# bytes, u32 LE crc32c of the 28 bytes before it: 32 bytes, so no slot straddles
+# a page (a read racing a write tears less often; a torn slot fails its crc).
+_SLOT = struct.Struct("<QQI8xI")
 SLOT_SIZE = _SLOT.size
+# Offsets a pread can take.
+_MAX_OFFSET = 2**63 - 1
 
 
 class Slot(NamedTuple):
@@ -64,8 +67,9 @@ class Slot(NamedTuple):
     seq: int
 
 
-#: Reads of every slot ``read_all`` makes at most, looking for two that agree.
-READ_ALL_TRIES = 8
+#: Reads of the slots ``read`` and ``read_all`` make at most, looking for two that
+#: agree (a slot read while the writer rewrites it can come out torn).
+READ_TRIES = 8
 
 
 class HeadsFile:
@@ -76,6 +80,7 @@ class HeadsFile:
         self._writer = writer
         self._fd: int | None = None
         self._open_lock = threading.Lock()  # readers open the file lazily, once
+        self._closed = False
         self._checked = time.monotonic()
         if writer:
             try:
@@ -86,16 +91,20 @@ class HeadsFile:
     def publish(self, index: int, slot: Slot) -> None:
         """Name ``slot`` shard ``index``'s newest durable commit (writer only)."""
         assert self._writer and self._fd is not None  # invariant: only the writer publishes
-        fields = _SLOT.pack(slot.offset, slot.seq, slot.generation, 0)[:-4]
+        fields = _SLOT.pack(slot.offset, slot.seq, slot.generation, 0)[:-4]  # crc last
         raw = fields + crc32c.crc32c(fields).to_bytes(4, "little")
         with contextlib.suppress(OSError):  # a hint: see the module docstring
             os.pwrite(self._fd, raw, SLOT_SIZE * index)
 
     def read(self, index: int) -> Slot | None:
         """Shard ``index``'s slot, or None when there is no valid slot (no HEADS file,
-        a short or torn slot, a crc mismatch)."""
+        a short slot, a crc mismatch that two reads agree on)."""
         raw = self._pread(SLOT_SIZE, SLOT_SIZE * index)
-        return None if raw is None else _slot(raw, 0)
+        slot = None if raw is None else _slot(raw, 0)
+        if slot is None and raw:
+            # Torn by a write in flight, or garbage: garbage reads the same twice.
+            [slot], _ = self._agreed(SLOT_SIZE, SLOT_SIZE * index, raw)
+        return slot
 
     def read_all(self, count: int) -> list[Slot | None]:
         """The slots of shards ``0 .. count-1`` as of one instant (``read`` of each).
@@ -104,17 +113,29 @@ class HeadsFile:
         slots are read until two reads agree: a slot only ever moves forward
         (offsets grow, a swap changes the generation), so each slot held its
         value from the first read to the second, and all of them at the
-        instant between. A writer committing faster than two preads take is
-        not waited for: after ``READ_ALL_TRIES`` the last read is used."""
-        raw = self._pread(SLOT_SIZE * count, 0)
-        for _ in range(READ_ALL_TRIES):
-            again = self._pread(SLOT_SIZE * count, 0)
-            if again == raw:
-                break
-            raw = again
-        if raw is None:
+        instant between. A writer publishing again within every two preads
+        for ``READ_TRIES`` reads is not waited for: the last read is used, its
+        torn slots read again one by one, and the cut may then not be one instant."""
+        first = self._pread(SLOT_SIZE * count, 0)
+        if first is None:
             return [None] * count
-        return [_slot(raw, SLOT_SIZE * index) for index in range(count)]
+        slots, agreed = self._agreed(SLOT_SIZE * count, 0, first)
+        if agreed:
+            return slots
+        return [self.read(i) if slot is None else slot for i, slot in enumerate(slots)]
+
+    def _agreed(self, size: int, offset: int, raw: bytes) -> tuple[list[Slot | None], bool]:
+        """The slots in ``size`` bytes at ``offset``, read (after ``raw``) until two
+        reads agree, and whether two did."""
+        agreed = False
+        for _ in range(READ_TRIES):
+            again = self._pread(size, offset)
+            if again is None:
+                break
+            agreed, raw = again == raw, again
+            if agreed:
+                break
+        return [_slot(raw, at) for at in range(0, size, SLOT_SIZE)], agreed
 
     def _pread(self, size: int, offset: int) -> bytes | None:
         fd = self._fd
@@ -139,12 +160,15 @@ class HeadsFile:
             same = False
         if same:
             return fd
-        self.close()
+        with self._open_lock:
+            if self._fd == fd:  # not already replaced by another reader's reopen
+                os.close(fd)
+                self._fd = None
         return None
 
     def _open_for_reading(self) -> int | None:
         with self._open_lock:
-            if self._fd is None:
+            if self._fd is None and not self._closed:  # never reopened after close()
                 try:
                     self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
@@ -153,6 +177,7 @@ class HeadsFile:
 
     def close(self) -> None:
         with self._open_lock:
+            self._closed = True
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -164,6 +189,6 @@ def _slot(raw: bytes, at: int) -> Slot | None:
     if len(fields) != SLOT_SIZE:
         return None
     offset, seq, generation, crc = _SLOT.unpack(fields)
-    if crc32c.crc32c(fields[:-4]) != crc:
+    if crc32c.crc32c(fields[:-4]) != crc or offset > _MAX_OFFSET:
         return None
     return Slot(generation, offset, seq)

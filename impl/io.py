@@ -145,7 +145,11 @@ class OsFileHandle(FileHandle):
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self._fd = fd
-        self.read_fd = os.dup(fd)
+        try:
+            self.read_fd = os.dup(fd)
+        except OSError:
+            os.close(fd)  # the caller never sees this handle: nobody else would close it
+            raise
         self._open_fds: tuple[int, ...] = (self.read_fd, fd)
         # Only the writer thread appends, so tracking the end here needs no lock.
         self._end = os.fstat(fd).st_size

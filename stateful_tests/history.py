@@ -86,13 +86,17 @@ class Scenario:
     #: opened in this process or, with ``reader_process``, in another one.
     reader: tuple[Any, ...] = ()
     reader_process: bool = False
+    #: The writer's HEADS file is deleted before the reader opens (deleting it loses
+    #: nothing, FORMAT.md "HEADS"): the reader finds commits by scanning the files.
+    reader_scans: bool = False
 
     def describe(self) -> str:
         lines = [f"options {self.options}, group batches {self.batches}"]
         lines += [f"client {i}: {list(p)}" for i, p in enumerate(self.programs)]
         if self.reader:
             where = "another process" if self.reader_process else "this process"
-            lines.append(f"readonly reader ({where}): {list(self.reader)}")
+            how = ", HEADS deleted: it scans" if self.reader_scans else ""
+            lines.append(f"readonly reader ({where}{how}): {list(self.reader)}")
         return "\n".join(lines)
 
 
@@ -191,7 +195,9 @@ def random_scenario(
         reads = ["get", "get_rev", "all_docs", "group", "changes", "info"]
         reader = tuple(_read_spec(rng.choice(reads), rng.choice(IDS)) for _ in range(ops + 2))
     other_process = bool(reader) and rng.random() < 0.5
-    return Scenario(options, programs, rng.randint(1, 3), reader, other_process)
+    batches = rng.randint(1, 3)
+    scans = bool(reader) and rng.random() < 0.25
+    return Scenario(options, programs, batches, reader, other_process, scans)
 
 
 def _read_spec(kind: str, doc_id: str) -> tuple[Any, ...]:

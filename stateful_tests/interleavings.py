@@ -13,6 +13,8 @@ same with free-running OS threads on real files.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import threading
 import time
@@ -201,6 +203,9 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
         if scenario.reader:
             # The last client reads through a readonly handle (settee.follower): it
             # must see what the writer's own readers see, on the same clock.
+            if scenario.reader_scans:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{tmp}/db/HEADS")
             follower = _follower(spec, db, f"{tmp}/db", scenario.reader_process)
             if follower is None:
                 clients.pop()

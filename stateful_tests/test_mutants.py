@@ -108,13 +108,6 @@ def test_fractured_read_is_caught_by_the_pinned_schedule() -> None:
     assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
 
 
-def test_fractured_read_is_caught_by_the_stress_campaign() -> None:
-    """Real threads: the stress run's reads linger between shards (``_dawdle``)."""
-    summary = run_stress("settee.proof.stateful.mutants:fractured_read", runs=40, seed=0)
-    assert summary.failures, summary.text()[:3000]
-    assert "not linearizable" in summary.reproducer
-
-
 def test_fractured_follower_is_caught_by_the_stress_campaign() -> None:
     """The stress campaign starts with the readonly read that writes land inside
     (``interleavings.follower_read_across_writes``)."""

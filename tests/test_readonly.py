@@ -320,3 +320,101 @@ def test_a_reader_follows_a_heads_file_recreated_by_a_new_writer(tmp_path: Path)
             db.put({"_id": "b"})
             time.sleep(RECHECK_SECONDS * 1.5)
             assert ro.get("b")["_id"] == "b"
+
+
+def test_a_reader_opened_while_a_commit_lands_sees_it_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without HEADS a handle scans. A commit landing between its first scan and
+    the file token it keeps must change that token, or every later read keeps
+    the scan's older view (found by review: the token was taken after the scan)."""
+    from settee.follower import FollowerShard
+
+    with _writer(tmp_path / "db", shards=1) as db:
+        rev = db.put({"_id": "a", "v": 1})["rev"]
+        (tmp_path / "db" / HEADS_NAME).unlink()  # the writer goes on writing its old inode
+        scan = FollowerShard._open_file
+        landed: list[str] = []
+
+        def scan_then_commit(self: Any) -> Any:
+            file = scan(self)
+            if not landed:
+                landed.append(db.put({"_id": "a", "_rev": rev, "v": 2})["rev"])
+            return file
+
+        monkeypatch.setattr(FollowerShard, "_open_file", scan_then_commit)
+        with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+            assert ro.get("a")["_rev"] == landed[0]
+
+
+def test_an_earlier_slot_is_read_without_moving_the_shard_back(tmp_path: Path) -> None:
+    """A cut whose HEADS read is older than what another read of the handle already
+    loaded gets that older commit, and the handle goes on following the newer."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        db.put({"_id": "a", "v": 1})
+        heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
+        earlier = heads.read(0)
+        db.put({"_id": "b", "v": 1})
+        with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+            shard = ro.shards[0]
+            newest = shard.current()
+            assert earlier is not None and newest.seq > earlier.seq
+            old = shard.current_at(earlier)
+            assert old is not None and old.seq == earlier.seq
+            assert old.doc_info("b") is None and old.doc_info("a") is not None
+            assert shard.snapshot is newest and shard.current() is newest
+        heads.close()
+
+
+class _ScriptedHeads(settee.heads.HeadsFile):
+    """A reader whose preads return the given bytes in turn (then the last)."""
+
+    def __init__(self, path: Path, reads: list[bytes]) -> None:
+        super().__init__(str(path), writer=False)
+        self.reads = reads
+        self.calls = 0
+
+    def _pread(self, size: int, offset: int) -> bytes | None:
+        raw = self.reads[min(self.calls, len(self.reads) - 1)]
+        self.calls += 1
+        return raw[offset : offset + size]
+
+
+def _slots(*slots: tuple[int, int, int]) -> bytes:
+    import crc32c
+
+    out = b""
+    for generation, offset, seq in slots:
+        fields = offset.to_bytes(8, "little") + seq.to_bytes(8, "little")
+        fields += generation.to_bytes(4, "little") + bytes(8)
+        out += fields + crc32c.crc32c(fields).to_bytes(4, "little")
+    return out
+
+
+def test_heads_are_read_until_two_reads_agree(tmp_path: Path) -> None:
+    """read_all returns a pair of equal reads (one instant), never a read whose
+    slots come from different moments; read retries a torn slot."""
+    old, new = _slots((1, 100, 1), (1, 200, 2)), _slots((1, 300, 3), (1, 400, 4))
+    torn = new[:SLOT_SIZE] + old[SLOT_SIZE:]  # slot 0 written, slot 1 not yet
+    heads = _ScriptedHeads(tmp_path, [torn, new, new])
+    assert heads.read_all(2) == [(1, 300, 3), (1, 400, 4)]
+    assert heads.calls == 3
+    half = new[:5] + old[5:SLOT_SIZE]  # one slot torn mid-write: fails its crc
+    heads = _ScriptedHeads(tmp_path, [half, new[:SLOT_SIZE], new[:SLOT_SIZE]])
+    assert heads.read(0) == (1, 300, 3)
+    garbage = bytes(range(SLOT_SIZE))
+    heads = _ScriptedHeads(tmp_path, [garbage])
+    assert heads.read(0) is None and heads.calls == 2  # garbage reads the same twice
+    huge = _slots((1, 2**63, 5))
+    assert _ScriptedHeads(tmp_path, [huge]).read(0) is None  # no pread could take it
+
+
+def test_a_closed_heads_file_is_never_reopened(tmp_path: Path) -> None:
+    """close() racing a read: the read finds no HEADS, and no descriptor is left open."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        db.put({"_id": "a"})
+        heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
+        assert heads.read(0) is not None
+        heads.close()
+        assert heads.read(0) is None and heads.read_all(1) == [None]
+        assert heads._fd is None
