@@ -255,11 +255,24 @@ READER_PAUSE = 0.002
 
 
 def _dawdle_between_shards(db: Any) -> None:
-    """Make ``db``'s reads over several shards wait ``READER_PAUSE`` between two
-    shards' snapshots (engines with a ``cut``, settee's "pin" step)."""
-    cut = getattr(db, "cut", None)
-    if hasattr(cut, "step_hook"):
-        cut.step_hook = _pause
+    """Make each shard of ``db`` wait ``READER_PAUSE`` before handing out a snapshot
+    (engines with ``shards`` whose snapshots come from ``current``/``current_at``,
+    whatever reads them): a read over several shards then lingers between them,
+    and commits land inside it, as on a loaded machine. A read that pins its
+    shards one after another, not at one instant, shows."""
+    for shard in getattr(db, "shards", None) or ():
+        for name in ("current", "current_at"):
+            take = getattr(shard, name, None)
+            if callable(take):
+                setattr(shard, name, _after_pause(take))
+
+
+def _after_pause(take: Callable[..., Any]) -> Callable[..., Any]:
+    def paused(*args: Any) -> Any:
+        time.sleep(READER_PAUSE)
+        return take(*args)
+
+    return paused
 
 
 def _follower(spec: str, db: Any, path: str, other_process: bool) -> Any:
