@@ -66,6 +66,10 @@ STEP_OPS = frozenset({"pread", "append", "pwrite", "fsync", "truncate"})
 #: a thread for long, and a thread delayed across a whole ``close()`` is how a
 #: request lands after the writer stopped.
 DEFER_ODDS = 3
+#: The odds for a read parked between two shards' snapshots ("pin"): even, since a
+#: read held there while whole writes run is how a read that is not one instant
+#: shows, and it has one such point per shard where a write has a dozen.
+PIN_DEFER_ODDS = 2
 
 
 class ScheduleStuck(AssertionError):
@@ -197,8 +201,9 @@ class Scheduler:
         chosen = offered[self.choose(labels)]
         label = f"{chosen.name}@{chosen.parked_at}"
         if len(offered) > 1:
-            question = [f"run {label}"] * (DEFER_ODDS - 1) + [f"defer {label}"]
-            if self.choose(question) == DEFER_ODDS - 1:
+            odds = PIN_DEFER_ODDS if label.endswith("@pin") else DEFER_ODDS
+            question = [f"run {label}"] * (odds - 1) + [f"defer {label}"]
+            if self.choose(question) == odds - 1:
                 self._deferred.add(chosen.name)
                 self.schedule.append(f"defer {label}")
                 return None

@@ -108,6 +108,14 @@ def test_fractured_read_is_caught_by_the_pinned_schedule() -> None:
     assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
 
 
+def test_fractured_read_is_caught_by_the_ci_interleavings() -> None:
+    """The CI run of the random scheduled interleavings (derandomized, no shrinking)
+    finds a read held between its shards while writes run (``PIN_DEFER_ODDS``)."""
+    summary = run_interleavings("settee.proof.stateful.mutants:fractured_read", shrink=False)
+    assert summary.failures, summary.text()[:3000]
+    assert "not linearizable" in summary.reproducer
+
+
 def test_fractured_follower_is_caught_by_the_stress_campaign() -> None:
     """The stress campaign starts with the readonly read that writes land inside
     (``interleavings.follower_read_across_writes``)."""
