@@ -67,7 +67,7 @@ class FollowerShard:
         self._closed = False
         # One node cache per open file (positions are per file), dropped with the file.
         self._caches: weakref.WeakKeyDictionary[ShardFile, NodeCache] = weakref.WeakKeyDictionary()
-        # The generation a slot showed each open file to be (see _files_for).
+        # The generation a slot showed each open file to be (see _file_for).
         self._generations: weakref.WeakKeyDictionary[ShardFile, int] = weakref.WeakKeyDictionary()
         # What the snapshot followed now was loaded for (a Slot, or a file token
         # without one) and the snapshot, replaced together.
@@ -120,9 +120,10 @@ class FollowerShard:
             if found is None:
                 return None
             file, header = found
-            if _behind(slot, token):
-                # Another thread read HEADS later and moved on: this read gets the
-                # earlier commit, the shard goes on following the later one.
+            if _behind(slot, token) or (file is snap.file and header.seq < snap.seq):
+                # Another thread read HEADS later and moved on (or, without HEADS,
+                # a scan showed a later commit): this read gets the earlier
+                # commit, the shard goes on following the later one.
                 return self._snapshot(file, header, snap)
             file.adopt(header, slot.offset)
             self._state = (slot, self._snapshot(file, header, snap))

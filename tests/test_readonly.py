@@ -418,3 +418,24 @@ def test_a_closed_heads_file_is_never_reopened(tmp_path: Path) -> None:
         heads.close()
         assert heads.read(0) is None and heads.read_all(1) == [None]
         assert heads._fd is None
+
+
+def test_a_slot_behind_what_a_scan_showed_does_not_move_the_shard_back(tmp_path: Path) -> None:
+    """Without HEADS a handle scans and may show a later commit than the slot a
+    HEADS read names once it is back: that read gets the slot's commit, and the
+    handle does not go back to it (review finding: it did, for scanned state)."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        db.put({"_id": "a"})
+        heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
+        earlier = heads.read(0)
+        heads.close()
+        db.put({"_id": "b"})
+        (tmp_path / "db" / HEADS_NAME).unlink()
+        with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+            shard = ro.shards[0]
+            scanned = shard.current()
+            assert earlier is not None and scanned.seq > earlier.seq
+            old = shard.current_at(earlier)
+            assert old is not None and old.seq == earlier.seq
+            assert shard.snapshot is scanned
+            assert [r["id"] for r in ro.all_docs()["rows"]] == ["a", "b"]
