@@ -291,7 +291,9 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
             saved = json.load(f)
     except (OSError, ValueError) as exc:
         raise SetteeError(f"{path}: not a settee verify failure file: {exc}") from exc
-    replay = saved.get("replay") if isinstance(saved, dict) else None
+    if not isinstance(saved, dict):
+        raise SetteeError(f"{path}: not a settee verify failure file (not a JSON object)")
+    replay = saved.get("replay")
     kind = replay.get("kind") if isinstance(replay, dict) else None
     needs = {"stateful": "token", "crash": "seed", "corruption": "seed"}.get(str(kind))
     value = replay.get(needs) if needs and isinstance(replay, dict) else None
@@ -302,7 +304,42 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "its reproducer is in the file. An interleavings failure saved without a "
             "token is one Hypothesis could not run again with the same choices"
         )
+    problem = _token_problem(value) if needs == "token" else _seed_problem(value)
+    if problem:
+        raise SetteeError(f"{path}: this failure cannot be replayed: {problem}")
     return saved, replay  # type: ignore[return-value]  # checked above
+
+
+#: The machines a stateful token names (campaigns.replay).
+_MACHINES = ("equivalence", "interleavings", "stress")
+
+
+def _token_problem(token: Any) -> str:
+    """Why a stateful replay token is unusable ('' if it is usable). Tokens replay
+    only on the settee and Hypothesis versions that saved them: the choices they
+    encode drive this version's generators."""
+    import hypothesis
+
+    parts = token.split("|") if isinstance(token, str) else []
+    if len(parts) != 4 or parts[0] not in _MACHINES or not all(parts):
+        return f"its token {token!r} is not MACHINE|ENGINE|VERSION|CHOICES ({', '.join(_MACHINES)})"
+    machine, _engine, version, choices = parts
+    if machine == "stress":
+        if not (version.isdigit() and choices.isdigit()):
+            return f"a stress token names a seed and a run, two numbers, not {token!r}"
+    elif version != hypothesis.__version__:
+        return (
+            f"it was saved by Hypothesis {version}, this is {hypothesis.__version__}; "
+            "replay it with the versions that saved it"
+        )
+    return ""
+
+
+def _seed_problem(seed: Any) -> str:
+    """Why a crash or corruption seed is unusable ('' if it is usable)."""
+    if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63:
+        return ""
+    return f"its seed {seed!r} is not a number from 0 to 2**63 - 1"
 
 
 def _replay(path: str, out: TextIO) -> int:

@@ -74,8 +74,46 @@ def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> N
             }
         ),
         json.dumps({"name": "crash", "engine": "settee:open", "replay": {"kind": "crash"}}),
+        json.dumps(["a", "list"]),
+        *(
+            json.dumps(
+                {
+                    "name": "interleavings",
+                    "engine": "settee:open",
+                    "replay": {"kind": "stateful", "token": token},
+                }
+            )
+            for token in (
+                "garbage",
+                5,
+                "stress|settee:open|x|1",
+                "stress|settee:open|1",
+                "equivalence|settee:open|0.0.1|AXicY2BgAAAABQAB",
+            )
+        ),
+        *(
+            json.dumps(
+                {"name": "crash", "engine": "settee:open", "replay": {"kind": kind, "seed": seed}}
+            )
+            for kind, seed in (("crash", "abc"), ("corruption", -1), ("crash", True))
+        ),
     ],
-    ids=["missing", "garbage", "no-replay", "empty-token", "no-seed"],
+    ids=[
+        "missing",
+        "garbage",
+        "no-replay",
+        "empty-token",
+        "no-seed",
+        "list",
+        "token-garbage",
+        "token-number",
+        "stress-token-not-numbers",
+        "token-three-parts",
+        "token-other-hypothesis",
+        "seed-text",
+        "seed-negative",
+        "seed-bool",
+    ],
 )
 def test_a_replay_file_that_cannot_be_replayed_is_a_clear_error(
     tmp_path: Path, saved: str | None
