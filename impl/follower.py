@@ -12,9 +12,10 @@ whether the writer has published a newer durable commit (``settee.heads``):
 * when the shard file at the path is another file than the one open (a
   compaction renamed its copy over it), the follower opens the new file;
   snapshots of the old one stay readable until nobody holds them;
-* without a valid slot (no writer since HEADS existed, a torn slot, a
-  simulated file system) it falls back to the newest valid header found by
-  scanning the file, when the file's size or identity changed.
+* without a valid slot (no writer since HEADS existed, a slot still torn
+  after ``heads.READ_TRIES`` reads, a simulated file system) it falls back
+  to the newest valid header found by scanning the file, when the file's
+  size or identity changed.
 
 Snapshots are the same immutable ``Snapshot`` the writer's readers use, so
 every read call of a follower sees one commit per shard, as in the writer; a

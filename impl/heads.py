@@ -13,10 +13,12 @@ opened the database with ``readonly=True`` reads the slots on each call and
 reads up to the commit a slot names, never past it: a commit whose fsync has
 not returned stays invisible to it, as it does to the writer's own readers.
 
-The file is a hint, never fsynced and never trusted alone: a slot that is
-missing, torn or fails its crc, or names no valid header of the shard file,
-sends the reader back to the newest valid header it finds by scanning the file
-(what ``settee.open`` does). Nothing else reads it; deleting it loses nothing.
+The file is a hint, never fsynced and never trusted alone. A slot that fails
+its crc is read again until two reads agree (a read racing the writer's
+``pwrite`` tears it about once in a hundred on ext4); a slot that is missing,
+still fails after ``READ_TRIES`` reads, or names no valid header of the shard
+file, sends the reader back to the newest valid header it finds by scanning
+the file (what ``settee.open`` does). Nothing else reads it; deleting it loses nothing.
 
 A reader whose HEADS was deleted and recreated by a writer that reopened notices
 within ``RECHECK_SECONDS`` and reopens it; until then it may lag behind.
@@ -52,6 +54,8 @@ RECHECK_SECONDS = 0.2
 # a page (a read racing a write tears less often; a torn slot fails its crc).
 _SLOT = struct.Struct("<QQI8xI")
 SLOT_SIZE = _SLOT.size
+# Replaced HEADS descriptors kept open before the oldest is closed.
+_RETIRED_KEPT = 4
 # Offsets a pread can take.
 _MAX_OFFSET = 2**63 - 1
 
@@ -81,6 +85,11 @@ class HeadsFile:
         self._fd: int | None = None
         self._open_lock = threading.Lock()  # readers open the file lazily, once
         self._closed = False
+        # Descriptors of replaced HEADS files, closed a few replacements later (at
+        # least RECHECK_SECONDS apart) or by close(): a reader may still be inside a
+        # pread on one, and a number closed under it could be reused by another
+        # open and read from the wrong file.
+        self._retired: list[int] = []
         self._checked = time.monotonic()
         if writer:
             try:
@@ -162,8 +171,10 @@ class HeadsFile:
             return fd
         with self._open_lock:
             if self._fd == fd:  # not already replaced by another reader's reopen
-                os.close(fd)
+                self._retired.append(fd)
                 self._fd = None
+                while len(self._retired) > _RETIRED_KEPT:
+                    os.close(self._retired.pop(0))
         return None
 
     def _open_for_reading(self) -> int | None:
@@ -179,8 +190,11 @@ class HeadsFile:
         with self._open_lock:
             self._closed = True
             if self._fd is not None:
-                os.close(self._fd)
+                self._retired.append(self._fd)
                 self._fd = None
+            for fd in self._retired:
+                os.close(fd)
+            self._retired.clear()
 
 
 def _slot(raw: bytes, at: int) -> Slot | None:

@@ -145,14 +145,17 @@ class OsFileHandle(FileHandle):
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self._fd = fd
+        opened = [fd]
         try:
             self.read_fd = os.dup(fd)
+            opened.append(self.read_fd)
+            # Only the writer thread appends, so tracking the end here needs no lock.
+            self._end = os.fstat(fd).st_size
         except OSError:
-            os.close(fd)  # the caller never sees this handle: nobody else would close it
+            for each in opened:  # the caller never sees this handle: nobody else would close it
+                os.close(each)
             raise
         self._open_fds: tuple[int, ...] = (self.read_fd, fd)
-        # Only the writer thread appends, so tracking the end here needs no lock.
-        self._end = os.fstat(fd).st_size
 
     def pread(self, offset: int, size: int) -> bytes:
         return os.pread(self.read_fd, size, offset)

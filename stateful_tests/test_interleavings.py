@@ -76,6 +76,19 @@ def test_real_threads_are_linearizable(
     record_property("histories", runs)
 
 
+def test_a_scanning_reader_over_several_shards_asks_only_one_shard_reads() -> None:
+    """A readonly handle without HEADS scans each shard on its own, so SEMANTICS §1
+    promises one instant only for its one-shard reads; asking more made the
+    stress checker fail correct engines (about one run in 700)."""
+    rng = random.Random("scans")
+    scanning = [s for s in (random_scenario(rng) for _ in range(400)) if s.reader_scans]
+    several = [s for s in scanning if s.options["shards"] > 1]
+    assert several and len(several) < len(scanning)  # both kinds are drawn
+    assert all(read[0] in ("get", "get_rev") for s in several for read in s.reader)
+    kinds = {read[0] for s in scanning if s.options["shards"] == 1 for read in s.reader}
+    assert {"all_docs", "changes"} <= kinds  # one shard: every read is one instant
+
+
 @pytest.mark.timeout(60)
 def test_write_admitted_just_before_close_is_resolved(engine_spec: str) -> None:
     """Regression (Proof III): a put admitted, then close() run as far as it can

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -201,3 +202,27 @@ def test_memory_file_system_set_contents_is_seen_by_open_handles() -> None:
     fs.set_contents("/f", b"xy")
     assert handle.pread(0, 10) == b"xy" and handle.size() == 2
     assert fs.contents("/f") == b"xy"
+
+
+@pytest.mark.parametrize("failing", ["dup", "fstat"])
+def test_a_file_that_fails_to_open_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """EMFILE on the readers' dup, or an error from fstat, fails the open and closes
+    whatever it opened: nobody holds the handle to close it later."""
+    opened: list[int] = []
+    real_open, real_dup = os.open, os.dup
+    monkeypatch.setattr(os, "open", lambda *a: opened.append(real_open(*a)) or opened[-1])
+    monkeypatch.setattr(os, "dup", lambda fd: opened.append(real_dup(fd)) or opened[-1])
+
+    def refuse(*_args: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, failing, refuse)
+    with pytest.raises(OSError):
+        OsFileSystem().open(str(tmp_path / "f"), create=True)
+    monkeypatch.undo()
+    assert opened
+    for fd in opened:
+        with pytest.raises(OSError):
+            os.fstat(fd)

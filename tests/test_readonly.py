@@ -409,8 +409,38 @@ def test_heads_are_read_until_two_reads_agree(tmp_path: Path) -> None:
     assert _ScriptedHeads(tmp_path, [huge]).read(0) is None  # no pread could take it
 
 
+def test_a_replaced_heads_descriptor_outlives_reads_in_flight_but_not_close(
+    tmp_path: Path,
+) -> None:
+    """A reader that finds HEADS replaced keeps the old descriptor open a while (a
+    read on another thread may still be inside a pread on it: closed, its number
+    could be reused by another open), a bounded number of them, and close()
+    closes every one."""
+    (tmp_path / HEADS_NAME).write_bytes(b"")
+    heads = settee.heads.HeadsFile(str(tmp_path), writer=False)
+    writer = settee.heads.HeadsFile(str(tmp_path), writer=True)
+    seen = []
+    for n in range(12):
+        writer.publish(0, settee.heads.Slot(1, 100 + n, n))
+        assert heads.read(0) == settee.heads.Slot(1, 100 + n, n)
+        seen.append(heads._fd)
+        writer.close()
+        (tmp_path / HEADS_NAME).unlink()
+        writer = settee.heads.HeadsFile(str(tmp_path), writer=True)
+        heads._checked = 0.0  # as if RECHECK_SECONDS had passed
+    writer.close()
+    assert heads.read(0) is None  # the new file holds no slot yet
+    os.fstat(seen[-1])  # the last replaced descriptor is still open
+    assert 0 < len(heads._retired) <= settee.heads._RETIRED_KEPT + 1
+    heads.close()
+    for fd in seen:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # every descriptor this handle opened is closed
+
+
 def test_a_closed_heads_file_is_never_reopened(tmp_path: Path) -> None:
-    """close() racing a read: the read finds no HEADS, and no descriptor is left open."""
+    """A read after close() (as one racing it would) finds no HEADS, and opens no
+    descriptor."""
     with _writer(tmp_path / "db", shards=1) as db:
         db.put({"_id": "a"})
         heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
