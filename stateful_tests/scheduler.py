@@ -21,6 +21,16 @@ waits until no other thread is parked; ``DEFER_ODDS``), and repeats. So one
 run is one schedule, reproducible from the choices alone, and shrinking
 moves towards "release the first parked thread".
 
+Almost: a released thread that wakes a blocked one (a ``put`` on a writer's
+queue, a lock released to a closer) runs on beside it until both park or
+block, and which of them gets further first is the OS's choice. Under load
+(two CPU hogs on two cores) about one seeded scenario in a hundred gives two
+schedules for the same choices; Hypothesis then reports
+``FlakyStrategyDefinition`` while shrinking a failure (``settee verify``
+keeps the first failing run's report). Parking the woken thread where its
+wait returns would close this; it needs non-blocking acquires
+(``Thread.is_alive``) told apart from waits, which a profile hook cannot see.
+
 Blocked is known exactly, not guessed from time: a profile hook on the
 controlled threads notes when one enters a C call that can block
 (``lock.acquire``, ``SimpleQueue.get``, ...) and on which object; the thread
