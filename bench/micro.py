@@ -6,7 +6,9 @@ times each workload on one thread, best of three 0.5 s loops, and prints µs per
 call and sqlite3 ÷ settee time (settee's share of sqlite3's speed, as the bench's
 peer ratios). Seconds, not minutes: for trying a change, not for the README (which
 takes its numbers from ``settee bench``). Workloads: get, multiget, multiget_docs,
-range, range_docs, insert.
+range, range_docs, insert. ``--no-fsync`` opens both without syncing (settee
+``fsync=False``, sqlite3 ``synchronous=OFF``): the insert ratio is then CPU
+against CPU, and the difference from a synced run is what the syncs cost.
 """
 
 from __future__ import annotations
@@ -55,12 +57,14 @@ def _step(
 
 
 def main(argv: list[str]) -> int:
+    sync = "--no-fsync" not in argv
+    argv = [a for a in argv if a != "--no-fsync"]
     docs = int(argv[0]) if argv and argv[0].isdigit() else 20_000
     wanted = [w for w in argv if not w.isdigit()] or list(_WORKLOADS)
     work = tempfile.mkdtemp(prefix="settee-micro-")
     try:
-        ours = SetteeStore.engine(os.path.join(work, "settee"), shards=4, fsync=True)
-        theirs = SqliteStore(os.path.join(work, "docs.sqlite3"))
+        ours = SetteeStore.engine(os.path.join(work, "settee"), shards=4, fsync=sync)
+        theirs = SqliteStore(os.path.join(work, "docs.sqlite3"), fsync=sync)
         load_settee(ours.db, 0, docs)
         for lo in range(0, docs, 5000):
             theirs.insert([make_doc(doc_id(n), n) for n in range(lo, min(docs, lo + 5000))])
