@@ -22,12 +22,14 @@ The campaigns are the installed proof (``settee.proof.stateful``,
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import io
 import json
 import multiprocessing
 import os
 import queue
+import re
 import sys
 import tempfile
 import time
@@ -305,6 +307,15 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "token is one Hypothesis could not run again with the same choices"
         )
     problem = _token_problem(value) if needs == "token" else _seed_problem(value)
+    engines = [] if problem else [saved["engine"]]
+    if engines and needs == "token":
+        engines.append(value.split("|")[1])
+    for engine in engines:
+        try:
+            load_factory(engine)
+        except LookupError as exc:
+            problem = f"its engine cannot be loaded here: {exc}"
+            break
     if problem:
         raise SetteeError(f"{path}: this failure cannot be replayed: {problem}")
     return saved, replay  # type: ignore[return-value]  # checked above
@@ -315,9 +326,10 @@ _MACHINES = ("equivalence", "interleavings", "stress")
 
 
 def _token_problem(token: Any) -> str:
-    """Why a stateful replay token is unusable ('' if it is usable). Tokens replay
-    only on the settee and Hypothesis versions that saved them: the choices they
-    encode drive this version's generators."""
+    """Why a stateful replay token is unusable ('' if it is usable). A token holds
+    the choices that drove the generators of the settee version that saved it,
+    and only the Hypothesis version that saved it can read them (checked here;
+    settee's own version is not recorded, so another one may replay another run)."""
     import hypothesis
 
     parts = token.split("|") if isinstance(token, str) else []
@@ -325,21 +337,32 @@ def _token_problem(token: Any) -> str:
         return f"its token {token!r} is not MACHINE|ENGINE|VERSION|CHOICES ({', '.join(_MACHINES)})"
     machine, _engine, version, choices = parts
     if machine == "stress":
-        if not (version.isdigit() and choices.isdigit()):
+        # The seed and the run (-1: the fixed follower check that comes first).
+        if not (_INTEGER.fullmatch(version) and _INTEGER.fullmatch(choices)):
             return f"a stress token names a seed and a run, two numbers, not {token!r}"
     elif version != hypothesis.__version__:
         return (
             f"it was saved by Hypothesis {version}, this is {hypothesis.__version__}; "
-            "replay it with the versions that saved it"
+            "replay it with the version that saved it"
         )
+    else:
+        try:
+            base64.b64decode(choices, validate=True)
+        except ValueError:
+            return f"its choices {choices[:40]!r} are not base64"
     return ""
 
 
+#: A number as a token writes it (short: ``int()`` refuses 4,300 digits).
+_INTEGER = re.compile(r"-?[0-9]{1,30}", re.ASCII)
+
+
 def _seed_problem(seed: Any) -> str:
-    """Why a crash or corruption seed is unusable ('' if it is usable)."""
-    if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63:
+    """Why a crash or corruption seed is unusable ('' if it is usable): any int
+    ``--seed`` can lead to."""
+    if isinstance(seed, int) and not isinstance(seed, bool):
         return ""
-    return f"its seed {seed!r} is not a number from 0 to 2**63 - 1"
+    return f"its seed {seed!r} is not a number"
 
 
 def _replay(path: str, out: TextIO) -> int:

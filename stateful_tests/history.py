@@ -489,13 +489,13 @@ def normalise(input: Any, answer: Any) -> Any:
 # -- checks ------------------------------------------------------------------------------------
 
 
-def operations(recorder: Recorder, shards: int) -> list[Operation]:
+def operations(records: list[Record], shards: int) -> list[Operation]:
     """The history for the checker; ``bulk_docs`` and ``compact`` split into one
     operation per shard they touch. A split call that failed may have taken
     effect in some shards and not others (``close()`` stopped it midway), so its
     parts are pending: each may or may not have happened."""
     ops = []
-    for r in sorted(recorder.records, key=lambda r: r.call):
+    for r in sorted(records, key=lambda r: r.call):
         parts = _parts(r.input, r.output, shards)
         failed = len(parts) > 1 and r.output is not None and r.output[0] != "ok"
         for part_input, output in parts:
@@ -523,13 +523,34 @@ def _parts(input: Any, output: Any, shards: int) -> list[tuple[Any, Any]]:
 
 
 def check_history(recorder: Recorder, scenario: Scenario) -> CheckResult:
-    """Linearizability of a finished run against the reference."""
+    """Linearizability of a finished run against the reference.
+
+    With a readonly reader, two histories: the writer handle's calls, and the
+    reader's reads with every write. Between two handles SEMANTICS §1 orders
+    acknowledged writes only: a write in flight may show in one handle a moment
+    before the other (HEADS and the writer's own snapshots are published one
+    after the other; a scanning reader sees a header before its fsync returns),
+    so a reader's read and a writer-side read are not ordered by each other."""
+    records = recorder.records
+    reader = len(scenario.programs) + (1 if scenario.batches else 0)
+    if not scenario.reader or not any(r.client == reader for r in records):
+        return _linearizable(records, scenario)
+    writer_side = _linearizable([r for r in records if r.client != reader], scenario)
+    if writer_side.ok is not True:
+        return writer_side
+    reader_side = [r for r in records if r.client == reader or r.input[0] in CHANGES]
+    verdict = _linearizable(reader_side, scenario)
+    verdict.explored += writer_side.explored
+    return verdict
+
+
+def _linearizable(records: list[Record], scenario: Scenario) -> CheckResult:
     shards = scenario.options["shards"]
     ids = sorted({*IDS, *group_ids(shards)})
-    compacting = any(r.input[0] == "compact" for r in recorder.records)
+    compacting = any(r.input[0] == "compact" for r in records)
     model = ReferenceModel(ids, scenario.options.get("revs_limit", 1000), shards, compacting)
     try:
-        return check(model, operations(recorder, shards))
+        return check(model, operations(records, shards))
     finally:
         model.close()
 

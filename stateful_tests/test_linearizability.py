@@ -201,3 +201,33 @@ def test_compaction_is_one_operation_per_shard() -> None:
     )
     assert check_history(history(*rows), scenario(2)).ok
     assert check_history(history(*rows), scenario(1)).ok is False
+
+
+def test_two_handles_are_ordered_by_acknowledged_writes_only() -> None:
+    """A put in flight shows in the readonly handle (client 2) before the writer's
+    own get (client 1) that starts later: SEMANTICS §1 allows it (HEADS and the
+    writer's snapshots are published one after the other). Once the put returned,
+    a readonly read that misses it is stale, and one handle's reads stay ordered."""
+    ref = settee.reference.open(None)
+    old = run_setup(ref)
+    before = ("ok", ref.get("a"))
+    doc = {"_id": "a", "_rev": old["a"], "v": 9}
+    made = ("ok", ref.put(doc))
+    after = ("ok", ref.get("a"))
+    reader = Scenario({"shards": 1, "read_mode": "parallel"}, ((), ()), 0, (("get", "a"),))
+    put = (0, ("put", doc), made, 0, 9)
+
+    def verdict(*rows: tuple[Any, ...]) -> bool | None:
+        return check_history(history(*rows), reader).ok
+
+    assert verdict(put, (2, ("get", "a", {}), after, 1, 2), (1, ("get", "a", {}), before, 3, 4))
+    # Without the reader, the same two reads on one handle are not linearizable.
+    assert (
+        verdict(put, (1, ("get", "a", {}), after, 1, 2), (1, ("get", "a", {}), before, 3, 4))
+        is False
+    )
+    assert verdict(put, (2, ("get", "a", {}), before, 10, 11)) is False  # stale after the ack
+    assert (
+        verdict(put, (2, ("get", "a", {}), after, 1, 2), (2, ("get", "a", {}), before, 3, 4))
+        is False
+    )

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 
@@ -89,13 +90,16 @@ def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> N
                 "stress|settee:open|x|1",
                 "stress|settee:open|1",
                 "equivalence|settee:open|0.0.1|AXicY2BgAAAABQAB",
+                "stress|settee:open|\u00b2|0",
+                "stress|nosuch:engine|0|1",
+                f"interleavings|settee:open|{hypothesis.__version__}|!!!notbase64",
             )
         ),
         *(
             json.dumps(
                 {"name": "crash", "engine": "settee:open", "replay": {"kind": kind, "seed": seed}}
             )
-            for kind, seed in (("crash", "abc"), ("corruption", -1), ("crash", True))
+            for kind, seed in (("crash", "abc"), ("corruption", 1.5), ("crash", True))
         ),
     ],
     ids=[
@@ -110,8 +114,11 @@ def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> N
         "stress-token-not-numbers",
         "token-three-parts",
         "token-other-hypothesis",
+        "stress-token-not-ascii-digits",
+        "token-engine-not-loadable",
+        "token-choices-not-base64",
         "seed-text",
-        "seed-negative",
+        "seed-float",
         "seed-bool",
     ],
 )
@@ -127,3 +134,23 @@ def test_a_replay_file_that_cannot_be_replayed_is_a_clear_error(
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert "settee verify: SetteeError:" in run.stderr and str(path) in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    "replay",
+    [
+        {"kind": "stateful", "token": "stress|settee:open|-1000|-1"},  # --seed -1, fixed check
+        {"kind": "stateful", "token": f"interleavings|settee:open|{hypothesis.__version__}|AA=="},
+        {"kind": "crash", "seed": -995, "step": 3},
+        {"kind": "corruption", "seed": 2**70},
+    ],
+)
+def test_every_replay_verify_can_save_is_accepted(
+    tmp_path: Path, replay: dict[str, object]
+) -> None:
+    """What the campaigns save, for any ``--seed``, passes the replay checks."""
+    from settee.verify import _saved_failure
+
+    path = tmp_path / "failure.json"
+    path.write_text(json.dumps({"name": "x", "engine": "settee:open", "replay": replay}))
+    assert _saved_failure(str(path))[1] == replay
