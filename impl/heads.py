@@ -54,8 +54,6 @@ RECHECK_SECONDS = 0.2
 # a page (a read racing a write tears less often; a torn slot fails its crc).
 _SLOT = struct.Struct("<QQI8xI")
 SLOT_SIZE = _SLOT.size
-# Replaced HEADS descriptors kept open before the oldest is closed.
-_RETIRED_KEPT = 4
 # Offsets a pread can take.
 _MAX_OFFSET = 2**63 - 1
 
@@ -85,11 +83,11 @@ class HeadsFile:
         self._fd: int | None = None
         self._open_lock = threading.Lock()  # readers open the file lazily, once
         self._closed = False
-        # Descriptors of replaced HEADS files, closed a few replacements later (at
-        # least RECHECK_SECONDS apart) or by close(): a reader may still be inside a
-        # pread on one, and a number closed under it could be reused by another
-        # open and read from the wrong file.
+        # Descriptors of replaced HEADS files (and the open one, after close()),
+        # closed once no pread is in flight (``_readers``): a number closed under a
+        # pread could be reused by another open and read from the wrong file.
         self._retired: list[int] = []
+        self._readers = 0
         self._checked = time.monotonic()
         if writer:
             try:
@@ -147,44 +145,58 @@ class HeadsFile:
         return [_slot(raw, at) for at in range(0, size, SLOT_SIZE)], agreed
 
     def _pread(self, size: int, offset: int) -> bytes | None:
-        fd = self._fd
-        if fd is not None and time.monotonic() - self._checked > RECHECK_SECONDS:
-            fd = self._reopen_if_replaced(fd)
+        fd = self._enter()
         if fd is None:
-            fd = self._open_for_reading()
-            if fd is None:
-                return None  # no writer has published yet: readers scan the file
+            return None  # no writer has published yet: readers scan the file
         try:
             return os.pread(fd, size, offset)
         except OSError:  # not a readable file (a directory, an I/O error): no slot
             return None
+        finally:
+            self._leave()
 
-    def _reopen_if_replaced(self, fd: int) -> int | None:
-        """The open HEADS, or None when the path now holds another file (deleted and
-        recreated by a writer that reopened): the old one is never written again."""
-        self._checked = time.monotonic()
-        try:
-            same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-        except OSError:
-            same = False
-        if same:
-            return fd
-        with self._open_lock:
-            if self._fd == fd:  # not already replaced by another reader's reopen
-                self._retired.append(fd)
-                self._fd = None
-                while len(self._retired) > _RETIRED_KEPT:
-                    os.close(self._retired.pop(0))
-        return None
-
-    def _open_for_reading(self) -> int | None:
+    def _enter(self) -> int | None:
+        """The descriptor to read, held open until ``_leave``; None without one."""
+        if self._fd is not None and time.monotonic() - self._checked > RECHECK_SECONDS:
+            self._retire_if_replaced()
         with self._open_lock:
             if self._fd is None and not self._closed:  # never reopened after close()
                 try:
                     self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     return None
+            if self._fd is not None:
+                self._readers += 1
             return self._fd
+
+    def _leave(self) -> None:
+        with self._open_lock:
+            self._readers -= 1
+            self._close_retired()
+
+    def _retire_if_replaced(self) -> None:
+        """Retire the open HEADS when the path now holds another file (deleted and
+        recreated by a writer that reopened): the old one is never written again."""
+        self._checked = time.monotonic()
+        with self._open_lock:
+            fd = self._fd
+            if fd is None:
+                return
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except OSError:
+                same = False
+            if not same:
+                self._retired.append(fd)
+                self._fd = None
+                self._close_retired()
+
+    def _close_retired(self) -> None:
+        """Close the retired descriptors once no pread is in flight (under the lock)."""
+        if not self._readers:
+            for fd in self._retired:
+                os.close(fd)
+            self._retired.clear()
 
     def close(self) -> None:
         with self._open_lock:
@@ -192,9 +204,7 @@ class HeadsFile:
             if self._fd is not None:
                 self._retired.append(self._fd)
                 self._fd = None
-            for fd in self._retired:
-                os.close(fd)
-            self._retired.clear()
+            self._close_retired()
 
 
 def _slot(raw: bytes, at: int) -> Slot | None:

@@ -409,33 +409,37 @@ def test_heads_are_read_until_two_reads_agree(tmp_path: Path) -> None:
     assert _ScriptedHeads(tmp_path, [huge]).read(0) is None  # no pread could take it
 
 
-def test_a_replaced_heads_descriptor_outlives_reads_in_flight_but_not_close(
+def test_a_heads_descriptor_is_closed_only_after_the_reads_in_flight_on_it(
     tmp_path: Path,
 ) -> None:
-    """A reader that finds HEADS replaced keeps the old descriptor open a while (a
-    read on another thread may still be inside a pread on it: closed, its number
-    could be reused by another open), a bounded number of them, and close()
-    closes every one."""
+    """A reader that finds HEADS replaced, or a close(), must not close the
+    descriptor a pread on another thread is still using (its number could be
+    reused by another open and read from the wrong file): it is closed when the
+    last read in flight leaves, and every descriptor is closed in the end."""
     (tmp_path / HEADS_NAME).write_bytes(b"")
     heads = settee.heads.HeadsFile(str(tmp_path), writer=False)
     writer = settee.heads.HeadsFile(str(tmp_path), writer=True)
-    seen = []
-    for n in range(12):
-        writer.publish(0, settee.heads.Slot(1, 100 + n, n))
-        assert heads.read(0) == settee.heads.Slot(1, 100 + n, n)
-        seen.append(heads._fd)
-        writer.close()
-        (tmp_path / HEADS_NAME).unlink()
-        writer = settee.heads.HeadsFile(str(tmp_path), writer=True)
-        heads._checked = 0.0  # as if RECHECK_SECONDS had passed
+    writer.publish(0, settee.heads.Slot(1, 100, 1))
+    assert heads.read(0) == settee.heads.Slot(1, 100, 1)
+    in_flight = heads._enter()  # another thread, between taking the fd and its pread
+    assert in_flight is not None
     writer.close()
-    assert heads.read(0) is None  # the new file holds no slot yet
-    os.fstat(seen[-1])  # the last replaced descriptor is still open
-    assert 0 < len(heads._retired) <= settee.heads._RETIRED_KEPT + 1
+    (tmp_path / HEADS_NAME).unlink()
+    writer = settee.heads.HeadsFile(str(tmp_path), writer=True)
+    writer.publish(0, settee.heads.Slot(1, 200, 2))
+    heads._checked = 0.0  # as if RECHECK_SECONDS had passed
+    assert heads.read(0) == settee.heads.Slot(1, 200, 2)  # follows the new file
+    os.fstat(in_flight)  # replaced, but still open under the read in flight
+    newer = heads._enter()
     heads.close()
-    for fd in seen:
+    os.fstat(newer)  # closed, but still open under its read in flight
+    heads._leave()
+    heads._leave()
+    writer.close()
+    for fd in (in_flight, newer):
         with pytest.raises(OSError):
-            os.fstat(fd)  # every descriptor this handle opened is closed
+            os.fstat(fd)  # the last read out closed both
+    assert heads.read(0) is None  # and nothing reopens after close()
 
 
 def test_a_closed_heads_file_is_never_reopened(tmp_path: Path) -> None:
