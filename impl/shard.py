@@ -339,7 +339,6 @@ class Shard:
         try:
             while not stopping:
                 writes, control = self._take_group()
-                self._step("dequeue")
                 if writes:
                     self._commit_group(writes)
                 if control is _STOP:
@@ -355,6 +354,10 @@ class Shard:
         writes: list[_Write] = []
         docs = weight = 0
         item = self._queue.get()
+        # The step right where the wait returns, before the rest of the group is
+        # taken: a scheduler then decides what else is queued by then, not the race
+        # between this thread, woken, and the thread that woke it.
+        self._step("dequeue")
         while True:
             if not isinstance(item, _Write):
                 return writes, item
