@@ -307,15 +307,9 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "token is one Hypothesis could not run again with the same choices"
         )
     problem = _token_problem(value) if needs == "token" else _seed_problem(value)
-    engines = [] if problem else [saved["engine"]]
-    if engines and needs == "token":
-        engines.append(value.split("|")[1])
-    for engine in engines:
-        try:
-            load_factory(engine)
-        except LookupError as exc:
-            problem = f"its engine cannot be loaded here: {exc}"
-            break
+    if not problem:
+        token_engine = value.split("|")[1] if needs == "token" else saved["engine"]
+        problem = _engine_problem(saved["engine"]) or _engine_problem(token_engine)
     if problem:
         raise SetteeError(f"{path}: this failure cannot be replayed: {problem}")
     return saved, replay  # type: ignore[return-value]  # checked above
@@ -355,6 +349,15 @@ def _token_problem(token: Any) -> str:
 
 #: A number as a token writes it (short: ``int()`` refuses 4,300 digits).
 _INTEGER = re.compile(r"-?[0-9]{1,30}", re.ASCII)
+
+
+def _engine_problem(spec: str) -> str:
+    """Why engine ``spec`` cannot run here ('' if it loads)."""
+    try:
+        load_factory(spec)
+    except LookupError as exc:
+        return f"its engine cannot be loaded here: {exc}"
+    return ""
 
 
 def _seed_problem(seed: Any) -> str:

@@ -90,6 +90,12 @@ class Scenario:
     #: nothing, FORMAT.md "HEADS"): the reader finds commits by scanning the files.
     reader_scans: bool = False
 
+    @property
+    def reader_client(self) -> int:
+        """The readonly reader's client index (``clients_for``: the programs, the
+        group writer when there are batches, then the reader)."""
+        return len(self.programs) + (1 if self.batches else 0)
+
     def describe(self) -> str:
         lines = [f"options {self.options}, group batches {self.batches}"]
         lines += [f"client {i}: {list(p)}" for i, p in enumerate(self.programs)]
@@ -532,7 +538,7 @@ def check_history(recorder: Recorder, scenario: Scenario) -> CheckResult:
     after the other; a scanning reader sees a header before its fsync returns),
     so a reader's read and a writer-side read are not ordered by each other."""
     records = recorder.records
-    reader = len(scenario.programs) + (1 if scenario.batches else 0)
+    reader = scenario.reader_client
     if not scenario.reader or not any(r.client == reader for r in records):
         return _linearizable(records, scenario)
     writer_side = _linearizable([r for r in records if r.client != reader], scenario)

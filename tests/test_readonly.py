@@ -351,10 +351,7 @@ def test_an_earlier_slot_is_read_without_moving_the_shard_back(tmp_path: Path) -
     """A cut whose HEADS read is older than what another read of the handle already
     loaded gets that older commit, and the handle goes on following the newer."""
     with _writer(tmp_path / "db", shards=1) as db:
-        db.put({"_id": "a", "v": 1})
-        heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
-        earlier = heads.read(0)
-        db.put({"_id": "b", "v": 1})
+        earlier = _slot_of_a_then_put_b(db, tmp_path / "db")
         with settee.open(str(tmp_path / "db"), readonly=True) as ro:
             shard = ro.shards[0]
             newest = shard.current()
@@ -363,7 +360,16 @@ def test_an_earlier_slot_is_read_without_moving_the_shard_back(tmp_path: Path) -
             assert old is not None and old.seq == earlier.seq
             assert old.doc_info("b") is None and old.doc_info("a") is not None
             assert shard.snapshot is newest and shard.current() is newest
-        heads.close()
+
+
+def _slot_of_a_then_put_b(db: settee.Database, path: Path) -> settee.heads.Slot | None:
+    """Put "a", read its HEADS slot (shard 0), then put "b": a slot one commit old."""
+    db.put({"_id": "a", "v": 1})
+    heads = settee.heads.HeadsFile(str(path), writer=False)
+    earlier = heads.read(0)
+    heads.close()
+    db.put({"_id": "b", "v": 1})
+    return earlier
 
 
 class _ScriptedHeads(settee.heads.HeadsFile):
@@ -459,11 +465,7 @@ def test_a_slot_behind_what_a_scan_showed_does_not_move_the_shard_back(tmp_path:
     HEADS read names once it is back: that read gets the slot's commit, and the
     handle does not go back to it (review finding: it did, for scanned state)."""
     with _writer(tmp_path / "db", shards=1) as db:
-        db.put({"_id": "a"})
-        heads = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False)
-        earlier = heads.read(0)
-        heads.close()
-        db.put({"_id": "b"})
+        earlier = _slot_of_a_then_put_b(db, tmp_path / "db")
         (tmp_path / "db" / HEADS_NAME).unlink()
         with settee.open(str(tmp_path / "db"), readonly=True) as ro:
             shard = ro.shards[0]
