@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import settee
-from settee.file import READ_AHEAD, SPILL_BYTES, ShardFile, TornTailWarning
+from settee.file import COALESCE_BYTES, READ_AHEAD, SPILL_BYTES, ShardFile, TornTailWarning
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError, SetteeError
@@ -207,9 +207,12 @@ def test_small_term_is_one_pread_and_batch_is_one_append() -> None:
         assert fs.counts["pread"] == 1 and fs.counts["size"] == 0
 
 
-def test_a_sized_read_is_one_pread_whether_or_not_the_term_straddles_a_block() -> None:
+def test_adjacent_sized_reads_are_one_pread_whether_or_not_terms_straddle_a_block() -> None:
+    """Bodies one after another in the file (a commit's, read in id order) come in
+    one coalesced pread, up to COALESCE_BYTES a read: a pread per body was a
+    quarter of a range read."""
     fs = CountingFileSystem(MemoryFileSystem())
-    terms = [{"n": i, "body": "b" * 300} for i in range(50)]
+    terms = [{"n": i, "body": "b" * 300} for i in range(400)]  # ~125 KiB
     with ShardFile.open(fs, PATH, create=True) as shard:
         positions, _ = commit(shard, terms, hdr(0))
         pointers = [
@@ -218,8 +221,16 @@ def test_a_sized_read_is_one_pread_whether_or_not_the_term_straddles_a_block() -
         straddling = [p for p, n in pointers if p // B != (p + fmt.FRAME_SIZE + n - 1) // B]
         assert straddling, "the batch must lay some term across a block boundary"
         fs.reset()
+        assert shard.read_sized(pointers[:50]) == terms[:50]
+        assert fs.counts["pread"] == 1
+        fs.reset()
         assert shard.read_sized(pointers) == terms
-        assert fs.counts["pread"] == len(terms)
+        span = pointers[-1][0] - pointers[0][0]
+        assert fs.counts["pread"] == -(-span // COALESCE_BYTES)
+        fs.reset()
+        # Out of file order, nothing is coalesced, and nothing is read twice either.
+        assert shard.read_sized(pointers[10::-2]) == terms[10::-2]
+        assert fs.counts["pread"] == len(terms[10::-2])
 
 
 def test_forty_megabyte_term_is_one_append_and_two_preads(tmp_path: Path) -> None:
@@ -375,6 +386,38 @@ def test_a_size_hint_never_gives_a_wrong_term(
     fs.set_contents(PATH, damaged(fs.contents(PATH), pos + bit // 8, 1 << (bit % 8)))
     with open_quietly(fs) as shard, pytest.raises(CorruptionError):
         shard.read_term(pos, size)
+
+
+@given(st.lists(st.binary(max_size=2 * B), min_size=1, max_size=24), st.data())
+def test_a_batch_of_sized_reads_gives_every_term_or_names_the_damage(
+    terms: list[bytes], data: st.DataObject
+) -> None:
+    """``read_sized`` cuts many frames from one coalesced pread: in any order, with
+    repeats, with wrong sizes among right ones, every pointer gets its own term;
+    a flipped bit in any frame of the batch, or a file cut short inside one, is a
+    CorruptionError, never another frame's term."""
+    fs = MemoryFileSystem()
+    with ShardFile.open(fs, PATH, create=True) as shard:
+        positions, _ = commit(shard, terms, hdr(0))
+    sizes = [len(fmt.encode_payload(t)) for t in terms]
+    picks = data.draw(st.lists(st.integers(0, len(terms) - 1), min_size=1, max_size=40))
+    wrong = st.integers(-(2**64), 2**64) | st.sampled_from([None, 0, 1])
+    hints = [data.draw(st.just(sizes[i]) | wrong) for i in picks]
+    with open_quietly(fs) as shard:
+        assert shard.read_sized([(positions[i], h) for i, h in zip(picks, hints, strict=True)]) == [
+            terms[i] for i in picks
+        ]
+    pointers = [(positions[i], sizes[i]) for i in picks]
+    victim = data.draw(st.sampled_from(picks))
+    span = fmt.laid_out_size(positions[victim], fmt.FRAME_SIZE + sizes[victim])
+    original = fs.contents(PATH)
+    if data.draw(st.booleans(), label="truncate"):
+        fs.set_contents(PATH, original[: positions[victim] + data.draw(st.integers(0, span - 1))])
+    else:
+        bit = data.draw(st.integers(0, span * 8 - 1))
+        fs.set_contents(PATH, damaged(original, positions[victim] + bit // 8, 1 << (bit % 8)))
+    with open_quietly(fs) as shard, pytest.raises(CorruptionError):
+        shard.read_sized(pointers)
 
 
 @pytest.mark.parametrize("hint", [-1, 0, 3, 2**32, 2**64, None, 5.0, "5", True, float("nan")])
