@@ -234,11 +234,10 @@ def new_rev_encoded(
         parent_pos, parent_hash = 0, ""
     else:
         parent_pos, parent_hash = parse_rev(parent)
-    head: list[Any] = [bool(deleted), parent_pos, parent_hash]
-    digest = hashlib.md5(
-        _ARRAY_HEADERS[bool(attachments)]
-        + b"".join(msgpack.packb(x, use_bin_type=True) for x in head)
-    )
+    # The three head fields packed as one fixarray of 3, its header byte swapped
+    # for the digested array's: one packb per revision, not one per field.
+    head = msgpack.packb([bool(deleted), parent_pos, parent_hash], use_bin_type=True)
+    digest = hashlib.md5(_ARRAY_HEADERS[bool(attachments)] + head[1:])
     digest.update(encoded_body)
     if attachments:
         digest.update(msgpack.packb([list(att) for att in attachments], use_bin_type=True))
