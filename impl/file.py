@@ -222,10 +222,12 @@ class ShardFile:
         a marker that is not a data block's, a failed check) goes to the general
         path, which reads the frame again and names the fault, so a wrong size is
         never a wrong answer."""
-        pointers = pointers if isinstance(pointers, list | tuple) else list(pointers)
+        if type(pointers) is not list:
+            pointers = list(pointers)
         pread = self._handle.pread
         unpack_prefix = FRAME.unpack_from
         terms = []
+        last = len(pointers) - 1
         buf, base, top = b"", 0, 0  # the last coalesced read: file bytes [base, top)
         pos = 0  # named by the error message
         self._reads.enter(self.path)
@@ -234,16 +236,30 @@ class ShardFile:
                 if type(pos) is not int:  # crc held: a writer bug
                     raise CorruptionError(self.path, 0, f"term position {pos!r} is not an int")
                 term = _MISSED
-                laid = _fast_laid_out(pos, size)
+                # _fast_laid_out, inline: this loop is every body read.
+                laid = 0
+                if type(size) is int and 0 <= size <= MAX_PAYLOAD and pos > 0:
+                    span, room = FRAME_SIZE + size, BLOCK_SIZE - pos % BLOCK_SIZE
+                    if room == BLOCK_SIZE:
+                        laid = 0
+                    elif span <= room:
+                        laid = span
+                    elif span - room < BLOCK_SIZE:
+                        laid = span + 1
                 if laid:
                     if pos < base or pos + laid > top:
-                        base = pos
-                        buf = pread(pos, _run_end(pointers, index, pos + laid) - pos)
+                        base, end = pos, pos + laid
+                        if index < last:
+                            # Coalesce only when the next frame follows this one.
+                            following = pointers[index + 1][0]
+                            if type(following) is int and 0 <= following - end <= _COALESCE_GAP:
+                                end = _run_end(pointers, index, end)
+                        buf = pread(pos, end - pos)
                         top = pos + len(buf)
-                    frame, at, span = buf, pos - base, FRAME_SIZE + size
+                    frame, at = buf, pos - base
                     if laid != span:
                         # One marker byte inside, where the next block begins: cut it out.
-                        frame, room = b"", BLOCK_SIZE - pos % BLOCK_SIZE
+                        frame = b""
                         if pos + laid <= top and buf[at + room] == BLOCK_DATA:
                             frame = buf[at : at + room] + buf[at + room + 1 : at + laid]
                         at = 0
