@@ -29,7 +29,8 @@ def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
     """The per-shard seqs a ``since`` value names.
 
     ``0`` (or ``"0"``) is the beginning and ``"now"`` is ``current``; anything
-    else must be a token this database returned. ``token`` is already plain
+    else must be a token this database returned, so no position may be past
+    ``current``'s (SEMANTICS.md §9). ``token`` is already plain
     (``spec.arguments.check_since``): an exact ``int`` or ``str``.
     """
     if token == 0 or token == "0":
@@ -46,6 +47,14 @@ def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
         raise _bad(token) from None
     if not _is_seq_vector(seqs, shards):
         raise _bad(token)
+    if any(seq > now for seq, now in zip(seqs, current, strict=True)):
+        # Not a token of this database: another's, or a copy's that was written to
+        # after it was copied. Resuming from it would skip this database's next writes.
+        raise BadRequest(
+            f"since value {describe(token)} names changes this database has not made: "
+            "it is a token of another database (or of a copy written to since); pass 0, "
+            "'now', or a token this database returned"
+        )
     return seqs
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import os
 import shutil
 import weakref
 from collections import Counter
@@ -665,9 +666,18 @@ class EquivalenceMachine(RuleBasedStateMachine):
 
     def _hostile_changes(self, data: Any) -> None:
         """Tokens are opaque (SEMANTICS.md §9): answers are compared without them."""
-        since = hostile.build(hostile.SINCES, data.draw(hostile.labels(hostile.SINCES)))
-        limit = self._maybe(data, "limit", None, hostile.COUNTS)
-        include_docs = self._maybe(data, "include_docs", False, hostile.FLAGS)
+        source = data.draw(st.sampled_from(_SINCE_SOURCES), label="since")
+        since = sinces = None
+        if source == _LATER_COPY:
+            sinces = self._tokens_of_later_copies()
+        if sinces is not None:  # valid other arguments, or they would be refused first
+            limit = data.draw(st.sampled_from([None, 0, 2]), label="limit")
+            include_docs = data.draw(st.booleans(), label="include_docs")
+        else:
+            limit = self._maybe(data, "limit", None, hostile.COUNTS)
+            include_docs = self._maybe(data, "include_docs", False, hostile.FLAGS)
+            since = hostile.build(hostile.SINCES, data.draw(hostile.labels(hostile.SINCES)))
+            sinces = {"engine": since, "reference": since}
         before = (self._digest(self.eng), self._digest(self.ref))
         STATS["changes"] += 1
         got, want = (
@@ -678,15 +688,41 @@ class EquivalenceMachine(RuleBasedStateMachine):
                     "",
                     "changes",
                     (),
-                    {"since": since, "limit": limit, "include_docs": include_docs},
+                    {"since": sinces[side], "limit": limit, "include_docs": include_docs},
                 )
             )
             for db, side in ((self.eng, "engine"), (self.ref, "reference"))
         )
-        text = _call_text((), {"since": since, "limit": limit, "include_docs": include_docs})
+        shown = since if source != _LATER_COPY else _LATER_COPY
+        text = _call_text((), {"since": shown, "limit": limit, "include_docs": include_docs})
         assert got == want, f"engine and reference disagree on changes{text}: {got} != {want}"
         assert before == (self._digest(self.eng), self._digest(self.ref)), "changes() wrote"
         self._probe_writers()
+
+    def _tokens_of_later_copies(self) -> dict[str, Any] | None:
+        """Each side's ``update_seq`` of a copy of its files with one more write in
+        every shard: a token of another database (this one restored from an older
+        backup, say), beyond every position this one has reached. SEMANTICS.md §9
+        makes it a BadRequest; found in review: the engine took it, and the
+        ``changes`` it answered skipped every later write. None when a side keeps
+        no files at its path (a server database), which cannot be copied."""
+        sides = (("engine", self.engine_spec), ("reference", self.reference_spec))
+        if not all(os.path.isdir(f"{self.tmp}/{side}") for side, _ in sides):
+            return None
+        STATS["later copies"] += 1
+        tokens = {}
+        for side, spec in sides:
+            copy = f"{self.tmp}/later-{side}-{STATS['later copies']}"
+            shutil.copytree(f"{self.tmp}/{side}", copy)
+            later = load_factory(spec)(copy, **self.options)
+            try:
+                later.bulk_docs(
+                    [{"_id": doc_id} for doc_id in _probe_ids(self.options["shards"], "later")]
+                )
+                tokens[side] = later.info()["update_seq"]
+            finally:
+                later.close()
+        return tokens
 
     def _hostile_revs_diff(self, data: Any) -> None:
         doc_id = data.draw(st.sampled_from(IDS), label="id")
@@ -789,12 +825,18 @@ _OPEN_OPTIONS = {
 _NO_REV = "999-probe"
 
 
-def _probe_ids(shards: int) -> list[str]:
+#: Where a hostile ``changes`` call takes its ``since`` from: one of ``hostile.SINCES``
+#: or, now and then, each side's token of a later copy (``_tokens_of_later_copies``).
+_LATER_COPY = "a later copy's token"
+_SINCE_SOURCES = ["a hostile value"] * 2 + [_LATER_COPY]
+
+
+def _probe_ids(shards: int, prefix: str = "probe") -> list[str]:
     """One id per shard, never written (they are probes, see ``_probe_writers``)."""
     found: dict[int, str] = {}
     n = 0
     while len(found) < shards:
-        doc_id = f"probe-{n}"
+        doc_id = f"{prefix}-{n}"
         found.setdefault(shard_of(doc_id, shards), doc_id)
         n += 1
     return [found[i] for i in range(shards)]

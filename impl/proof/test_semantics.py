@@ -998,6 +998,23 @@ def test_changes_limit_zero_returns_nothing(engine: Any) -> None:
     assert len(engine.changes(limit=1)["results"]) == 1
 
 
+def test_changes_refuses_a_token_of_a_database_further_along(opener: Any, engine: Any) -> None:
+    """A token is this database's (SEMANTICS.md §9): one of another database that
+    has made more changes (here: of a second database given the same writes and
+    then more) is a BadRequest. Found in review: the engine took any vector of
+    its shape, and the changes it answered then skipped this database's next writes."""
+    other = opener.open(opener.path + "-other")
+    for db in (engine, other):
+        db.bulk_docs([{"_id": f"d{n}"} for n in range(8)])
+    other.bulk_docs([{"_id": f"later{n}"} for n in range(64)])
+    foreign = other.info()["update_seq"]
+    with pytest.raises(BadRequest):
+        engine.changes(since=foreign)
+    before = engine.info()["update_seq"]
+    engine.put({"_id": "after"})
+    assert ids_of(engine.changes(since=before)) == ["after"]
+
+
 def test_changes_order_single_shard(opener: Any, engine: Any) -> None:
     """With one shard (or the reference) the feed is ordered by each doc's
     latest change (all_docs.js "docs show up in the seq view in the order they
