@@ -279,12 +279,22 @@ def _write_shards(
             file.sync()
 
 
+def meta_temp_name(db_uuid: str) -> str:
+    """The temp file ``settee.meta`` of database ``db_uuid`` is written as."""
+    return f"{META_NAME}.tmp-{db_uuid}"
+
+
 def _write_meta(fs: FileSystem, path: str, db_uuid: str, shards: int) -> None:
-    """Write ``settee.meta`` atomically: temp file, fsync, rename, fsync the directory."""
-    tmp = os.path.join(path, META_NAME + ".tmp")
+    """Write ``settee.meta`` atomically: temp file, fsync, rename, fsync the directory.
+
+    The temp file is named after the database's uuid (``meta_temp_name``), so it
+    is never a file someone else put there: a ``settee.meta.tmp`` of an older
+    settee, or anybody's, is left alone (open never deletes what it finds).
+    """
+    tmp = os.path.join(path, meta_temp_name(db_uuid))
     if fs.exists(tmp):
-        # Our own temp file, left by a crash before its rename: at most a copy of
-        # the metadata being written now, never the only copy of anything.
+        # Ours, left by a crash of this database's own creation before its rename
+        # (the uuid is in the name): at most a copy of the metadata written now.
         fs.remove(tmp)
     handle = fs.open(tmp, create=True)
     try:
