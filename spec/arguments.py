@@ -112,7 +112,7 @@ def check_revs_diff(request: Any) -> dict[str, list[str]]:
     if not isinstance(request, dict):
         raise BadRequest(f"revs_diff takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
     checked: dict[str, list[str]] = {}
-    for doc_id, revs in request.items():
+    for doc_id, revs in dict.items(request):  # a subclass's storage, not its overrides
         if not isinstance(doc_id, str):
             raise BadRequest(f"revs_diff ids must be str, found {describe(doc_id)}")
         doc_id = _unicode("revs_diff id", plain_str(doc_id))

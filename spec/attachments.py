@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.errors import BadRequest
-from settee.spec.revs import check_rev, is_valid_rev, rev_pos
+from settee.spec.revs import MAX_REV_POS, check_rev, is_valid_rev, rev_pos
 from settee.spec.spool import Spooled, spool_file
 from settee.spec.values import describe, plain_str
 
@@ -136,7 +136,7 @@ def as_bytes(data: bytes | Spooled) -> bytes:
 
 def validate_attachment_name(name: object) -> str:
     """``name`` as a plain str if CouchDB accepts it, else BadRequest."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not plain_str(name):
         raise BadRequest(f"attachment name {describe(name)} is not a non-empty str")
     text = plain_str(name)
     if text.startswith("_"):
@@ -155,18 +155,24 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
             f"_attachments must be a dict of name -> attachment, not {describe(value)}"
         )
     found: list[Inline | Stub] = []
-    for raw_name, att in value.items():
+    # A dict subclass is read as its storage (SEMANTICS.md §15.1), not through
+    # overrides that may lie about it (found in review: an items() of triples).
+    for raw_name, att in dict.items(value):
         name = validate_attachment_name(raw_name)
         if not isinstance(att, dict):
             raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")
-        found.append(_one(name, att))
+        found.append(_one(name, dict(dict.items(att))))
     return tuple(found)
 
 
 def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     revpos = att.get("revpos")
-    if revpos is not None and (type(revpos) is not int or revpos < 1):
-        raise BadRequest(f"attachment {name!r}: revpos {describe(revpos)} is not an int >= 1")
+    if revpos is not None and (type(revpos) is not int or not 1 <= revpos <= MAX_REV_POS):
+        # Positions fit a signed 64-bit integer, as revisions' do (found in review:
+        # 2**64 failed in the shard writer, a raw OverflowError in the reference).
+        raise BadRequest(
+            f"attachment {name!r}: revpos {describe(revpos)} is not an int from 1 to {MAX_REV_POS}"
+        )
     if att.get("stub") is True:
         return Stub(name, revpos)
     if att.get("follows") is True:
@@ -197,7 +203,8 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
             "file), or stub: true to keep the previous revision's"
         )
     try:
-        raw = base64.b64decode(data.encode("ascii"), validate=True)
+        # The str's own content: a subclass's encode() may say anything (found in review).
+        raw = base64.b64decode(plain_str(data).encode("ascii"), validate=True)
     except (UnicodeEncodeError, binascii.Error, ValueError):
         raise BadRequest(f"attachment {name!r}: data is not valid base64") from None
     return Inline(name, plain_str(content_type), raw, revpos)

@@ -219,7 +219,7 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
         is_map = isinstance(source, dict)
-        for key, value in source.items() if is_map else enumerate(source):
+        for key, value in dict.items(source) if is_map else enumerate(source):
             if is_map and (type(key) is not str or not key.isascii()):
                 key = _plain_key(key, path)
             # The exact builtins a JSON body is made of, checked inline: a Python
@@ -240,6 +240,9 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
                 child: Any = {}
                 stack.append((value, child, depth + 1, (*path, key)))
             elif isinstance(value, list | tuple):
+                if type(value) is not list and type(value) is not tuple:
+                    # One walk of a subclass, whose __len__ and __iter__ may disagree.
+                    value = tuple(value)
                 child = [None] * len(value)
                 stack.append((value, child, depth + 1, (*path, key)))
             else:
@@ -274,9 +277,12 @@ def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, 
 
 
 def _revisions_path(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, dict) or set(map(_key_text, value)) != {"start", "ids"}:
+    if not isinstance(value, dict):
         raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
-    fields = {_key_text(k): v for k, v in value.items()}
+    # One walk of the storage: a subclass's __iter__ and items() may disagree.
+    fields = {_key_text(k): v for k, v in dict.items(value)}
+    if set(fields) != {"start", "ids"}:
+        raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
     start, ids = fields["start"], fields["ids"]
     if not is_int(start):
         raise BadRequest(
@@ -319,7 +325,7 @@ def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     non-str key or an unknown ``_``-field."""
     special: dict[str, Any] = {}
     body: dict[str, Any] = {}
-    for key, value in doc.items():
+    for key, value in dict.items(doc):  # a subclass's storage, not its overrides
         if type(key) is not str:
             if not isinstance(key, str):
                 raise BadRequest(

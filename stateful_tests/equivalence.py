@@ -584,6 +584,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             "_revisions.start": hostile.COUNTS,
             "_revisions.ids": hostile.TEXTS,
             "_attachments": hostile.ATTACHMENT_DATA,
+            "_attachments.revpos": hostile.COUNTS,
         }.get(part)
         value = None if table is None else hostile.build(table, data.draw(hostile.labels(table)))
         if part in ("_id", "_rev", "_deleted"):
@@ -610,6 +611,11 @@ class EquivalenceMachine(RuleBasedStateMachine):
                 "revpos": {"a": {"stub": True, "revpos": value}},
                 "name": {value if _hashable(value) else "k": {"data": ""}},
             }[where]
+        elif part == "_attachments.revpos":
+            # Inline data with a revpos: stored as given when replicated (new_edits=False,
+            # which needs a _rev; found in review: 2**64 failed in the writer).
+            doc["_attachments"] = {"a": {"data": "eA==", "revpos": value}}
+            doc["_rev"] = "1-" + "f" * 32
         elif part == "ignored _local_seq":
             doc["_local_seq"] = 7
         return doc
@@ -695,6 +701,20 @@ class EquivalenceMachine(RuleBasedStateMachine):
         )
         shown = since if source != _LATER_COPY else _LATER_COPY
         text = _call_text((), {"since": shown, "limit": limit, "include_docs": include_docs})
+        if got != want and got[0] == want[0] == "ok" and self.options["shards"] > 1:
+            # Which rows a limit keeps depends on how the shards interleave (SEMANTICS.md
+            # §9 "Order"): as many rows, each one of the feed without the limit.
+            whole = _without_tokens(
+                self._call(
+                    self.ref,
+                    "reference",
+                    "",
+                    "changes",
+                    (),
+                    {"since": sinces["reference"], "include_docs": include_docs},
+                )
+            )
+            got, want = (len(got[1]), all(r in whole[1] for r in got[1])), (len(want[1]), True)
         assert got == want, f"engine and reference disagree on changes{text}: {got} != {want}"
         assert before == (self._digest(self.eng), self._digest(self.ref)), "changes() wrote"
         self._probe_writers()
@@ -810,6 +830,7 @@ _HOSTILE_DOC_PARTS = (
     "_revisions.start",
     "_revisions.ids",
     "_attachments",
+    "_attachments.revpos",
     "ignored _local_seq",
 )
 _OPEN_OPTIONS = {

@@ -84,6 +84,22 @@ class ShiftingList(list):  # type: ignore[type-arg]
         return super().__iter__() if self._walks == 1 else iter([1, "\ud800"])
 
 
+class ShortList(list):  # type: ignore[type-arg]
+    """A list whose ``__len__`` lies: a copy sized by it and filled by walking it
+    overran (a raw IndexError, found in review)."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+class TripleItems(dict):  # type: ignore[type-arg]
+    """A dict whose ``items()`` gives triples: reading a subclass through its
+    overrides instead of its storage was a raw ValueError (found in review)."""
+
+    def items(self) -> Any:
+        return [("a", 1, 2)]
+
+
 class Letters(enum.StrEnum):
     A = "a"
     REV = "1-" + "a" * 32
@@ -258,6 +274,8 @@ BODY_VALUES: dict[str, Builder] = {
     "dict with int key": lambda: {1: "x"},
     "dict with LyingStr key": lambda: {LyingStr("k"): 1},
     "dict with StrEnum key": lambda: {Letters.A: 1},
+    "list whose __len__ lies": lambda: ShortList([1, 2]),
+    "dict whose items() lies": lambda: TripleItems(k="v"),
     "lone surrogate": lambda: "x\ud800",
     "None": lambda: None,
     "True": lambda: True,

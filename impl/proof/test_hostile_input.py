@@ -233,3 +233,64 @@ def test_conflict_on_a_made_up_revision_is_decided_by_the_writer(engine: Any) ->
     """The probe the equivalence machine uses to show a shard still accepts writes."""
     with pytest.raises(Conflict):
         engine.put({"_id": "probe-0", "_rev": "999-probe"})
+
+
+class ShortList(list):  # type: ignore[type-arg]
+    """A list whose ``__len__`` lies (says it is empty)."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+class TripleItems(dict):  # type: ignore[type-arg]
+    """A dict whose ``items()`` lies (gives triples)."""
+
+    def items(self) -> Any:
+        return [("a", 1, 2)]
+
+
+class StartOnly(dict):  # type: ignore[type-arg]
+    """A dict whose ``__iter__`` names keys its storage does not have."""
+
+    def __iter__(self) -> Any:
+        return iter(["start", "ids"])
+
+
+class LyingBase64(str):
+    """A str whose ``encode`` gives other (valid) base64 than its content."""
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        return b"aGVsbG8="  # b"hello"
+
+
+def test_lying_containers_are_read_as_their_storage(engine: Any) -> None:
+    """SEMANTICS.md §15.1: a subclass is its exact base value. Found in review: a
+    list whose __len__ lied was a raw IndexError, a dict whose items() lied a raw
+    ValueError, and a _revisions dict whose __iter__ lied a raw KeyError."""
+    engine.put({"_id": "a", "x": ShortList([1, 2]), "y": TripleItems(k="v")})
+    doc = engine.get("a")
+    assert doc["x"] == [1, 2] and doc["y"] == {"k": "v"}
+    assert engine.put(TripleItems({"_id": "b", "z": 1}))["ok"]
+    assert engine.get("b")["z"] == 1
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "c", "_revisions": StartOnly(start=1)}], new_edits=False)
+    assert engine.revs_diff(TripleItems({"a": [doc["_rev"]]})) == {}
+    every_shard_accepts_writes(engine)
+
+
+def test_attachment_data_is_the_str_content_not_its_encode(engine: Any) -> None:
+    engine.put({"_id": "s", "_attachments": {"f": {"data": LyingBase64("aGk=")}}})
+    assert engine.attachment("s", "f")["data"] == b"hi"
+
+
+@pytest.mark.parametrize("revpos", [2**63, 2**64, 10**5000], ids=["2**63", "2**64", "5000 digits"])
+def test_attachment_revpos_beyond_64_bits_is_a_bad_request(engine: Any, revpos: int) -> None:
+    """Found in review: with new_edits=False the engine's writer failed on it and the
+    reference raised a raw OverflowError after keeping the document in memory."""
+    doc = {"_id": "z", "_rev": "1-" + H, "_attachments": {"f": {"data": "eA==", "revpos": revpos}}}
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([doc], new_edits=False)
+    with pytest.raises(BadRequest):
+        engine.put({k: v for k, v in doc.items() if k != "_rev"})
+    assert engine.all_docs()["rows"] == []
+    every_shard_accepts_writes(engine)
