@@ -239,6 +239,18 @@ def matches(selector: Any, doc: Any) -> bool:
     return selector is MATCH_ALL or _match(selector, doc)
 
 
+def _array_index(name: str) -> int | None:
+    """The array index a path segment names, or None if it names none. Past 18
+    significant digits it indexes no array, and ``int()`` of 5,000 digits raises
+    (found in review: a 500 from ``_find``), so it is -1: out of every range."""
+    if not _ARRAY_INDEX.fullmatch(name):
+        return None
+    digits = name.lstrip("+-").lstrip("0")
+    if len(digits) > 18:
+        return -1
+    return -int(digits or "0") if name.startswith("-") else int(digits or "0")
+
+
 def get_field(value: Any, path: tuple[str, ...]) -> Any:
     """The value at ``path``: object members by name, array elements by decimal
     index; ``_NOT_FOUND`` for a missing member, ``_BAD_PATH`` for anything else."""
@@ -247,8 +259,7 @@ def get_field(value: Any, path: tuple[str, ...]) -> Any:
             if name not in value:
                 return _NOT_FOUND
             value = value[name]
-        elif isinstance(value, list | tuple) and _ARRAY_INDEX.fullmatch(name):
-            index = int(name)
+        elif isinstance(value, list | tuple) and (index := _array_index(name)) is not None:
             if not 0 <= index < len(value):
                 return _BAD_PATH
             value = value[index]
@@ -408,8 +419,8 @@ def _set_field(target: Any, path: tuple[str, ...], value: Any) -> Any:
             for part in reversed(rest):
                 value = {part: value}
             target[name] = value
-    elif isinstance(target, list) and _ARRAY_INDEX.fullmatch(name):
-        index = int(name)
-        if 0 <= index < len(target):
+    elif isinstance(target, list):
+        index = _array_index(name)
+        if index is not None and 0 <= index < len(target):
             target[index] = value if not rest else _set_field(target[index], rest, value)
     return target

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
@@ -252,6 +252,7 @@ _MANGO_KEY = st.sampled_from(
         *("$mod", "$size", "$regex", "$type", "$exists", "$elemMatch", "$allMatch"),
         *("$keyMapMatch", "$beginsWith", "$where", "$text", "$bogus"),
         *("a", "a.b", "a\\.b", "", ".", "a..b", "b.0", "b.-1", "b.99", "_id", "v"),
+        "b." + "9" * 5000,  # int() of it raised (found in review)
     ]
 )
 _SELECTOR = st.dictionaries(
@@ -273,6 +274,7 @@ _MANGO_DOCS = [
 
 @_HOSTILE
 @given(selector=_SELECTOR, where=st.sampled_from(["changes", "find", "indexed find"]))
+@example(selector={"b." + "9" * 5000: 1}, where="find")  # the review's find, not left to luck
 def test_hostile_selectors_are_4xx(
     served: tuple[_Client, Path], selector: dict[str, Any], where: str
 ) -> None:
@@ -380,3 +382,38 @@ def test_any_accept_header_gets_an_answer(
         status, raw = client("GET", f"/target/att?{query}", None, headers)
     assert status == 200, (status, raw[:300])
     assert b"hello" in raw or b"aGVsbG8=" in raw
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/target/_local/c2", '{"_rev": "0-' + "9" * 5000 + '"}'),
+        ("PUT", "/target/_local/c2", '{"_rev": "0-\\u0661"}'),
+        ("DELETE", "/target/_local/c2?rev=0-" + "9" * 5000, None),
+        (
+            "POST",
+            "/target/_bulk_docs",
+            '{"docs": [{"_id": "_local/ok1"}, {"_id": "_local/\\ud800"}]}',
+        ),
+        ("POST", "/target/_bulk_docs", '{"docs": [{"_id": "_local/ok2", "x": 1}, {"_id": 5}]}'),
+    ],
+    ids=[
+        "5000-digit rev",
+        "Arabic-Indic digit rev",
+        "5000-digit rev to delete",
+        "lone surrogate id",
+        "refused with a bad document",
+    ],
+)
+def test_hostile_local_documents_are_4xx_and_a_refusal_stores_none(
+    served: tuple[_Client, Path], method: str, path: str, body: str | None
+) -> None:
+    """Found in review: each was a 500 (int() of 5,000 digits, a lone surrogate in a
+    JSON file name's document), or stored the ``_local/`` documents of a
+    ``_bulk_docs`` it refused; and a failed write left a ``.json.tmp`` behind."""
+    client, root = served
+    _send(client, root, method, path, None if body is None else body.encode())
+    status, _ = client(method, path, None if body is None else body.encode())
+    if status >= 400 and "ok2" in (body or ""):
+        assert client("GET", "/target/_local/ok2")[0] == 404
+    assert not list(root.glob("_local/**/*.tmp"))

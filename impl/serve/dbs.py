@@ -388,8 +388,10 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
     new_edits = payload.get("new_edits", True)
     if not isinstance(new_edits, bool):
         raise HTTPError(400, "bad_request", "`new_edits` parameter must be a boolean.")
-    local = {i: _bulk_local(entry, doc) for i, doc in enumerate(docs) if _is_local(doc)}
-    docs = [doc for i, doc in enumerate(docs) if i not in local]
+    # _local/ documents are stored last: a request refused (a 400 for another
+    # document) must have stored none of them (found in review).
+    local_docs = {i: doc for i, doc in enumerate(docs) if _is_local(doc)}
+    docs = [doc for i, doc in enumerate(docs) if i not in local_docs]
     prepared = []
     for doc in docs:
         if isinstance(doc, dict) and not doc.get("_id"):
@@ -410,6 +412,7 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
         state.notify(entry)
     if len(accepted) < len(prepared):
         results = _with_refusals(prepared, verdicts, results, new_edits)
+    local = {i: _bulk_local(entry, doc) for i, doc in local_docs.items()}
     if local:
         results = _with_local(local, results, new_edits)
     return reply(201, results)

@@ -37,10 +37,14 @@ _META = ("_id", "_rev", "_deleted", "_revisions")
 
 
 def local_rev(value: Any) -> int:
-    """The number N of a local revision ``0-N``; 400 for anything else."""
-    if isinstance(value, str) and value.startswith("0-") and value[2:].isdigit():
-        return int(value[2:])
-    raise HTTPError(400, "bad_request", f"Invalid rev format {value!r} for a _local document")
+    """The number N of a local revision ``0-N`` (ASCII digits, at most 19 of them:
+    ``int()`` of 5,000 was a 500, and ``isdigit()`` took other scripts' digits);
+    400 for anything else."""
+    digits = value[2:] if isinstance(value, str) and value.startswith("0-") else ""
+    if digits.isascii() and digits.isdigit() and len(digits) <= 19:
+        return int(digits)
+    shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
+    raise HTTPError(400, "bad_request", f"Invalid rev format {shown!r} for a _local document")
 
 
 def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
@@ -48,11 +52,16 @@ def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
     rename over, fsync the directory, so a crash leaves the old file or the new one."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(value, f, ensure_ascii=False, separators=(",", ":"))
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # our own half-written file, never the only copy of anything
+        raise
     # The rename must not reach disk before the new file's bytes do: fsync first.
     os.replace(tmp, path)
     if fsync:
@@ -121,6 +130,10 @@ class LocalDocs:
     def put(self, doc_id: str, doc: dict[str, Any], rev: str | None) -> str:
         """Store ``doc`` (a ``_deleted`` one removes it); the new rev, ``0-0`` on delete."""
         given = 0 if rev is None else local_rev(rev)
+        try:
+            doc_id.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: it could not be stored as JSON
+            raise HTTPError(400, "bad_request", "Invalid _local document id.") from None
         if not isinstance(doc.get("_deleted", False), bool):
             raise HTTPError(400, "bad_request", "_deleted must be true or false")
         # The same rules as a document's body: what is stored must encode (no lone
