@@ -142,17 +142,21 @@ class ReferenceDB:
         self._log: Any = None
         readonly = config["readonly"]
         if path is not None:
-            exists = os.path.exists(os.path.join(path, LOG_NAME))
-            if (readonly or not config["create"]) and not exists:
-                raise SetteeError(
-                    f"{path} holds no settee database (no {LOG_NAME}); check the path"
-                )
-            if not readonly:
-                os.makedirs(path, exist_ok=True)
-            self._log_path = os.path.join(path, LOG_NAME)
-            self._replay()
-            if not readonly:
-                self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
+            try:
+                self._open_log(path, readonly=readonly, create=config["create"])
+            except OSError as exc:  # a name too long, a file in the way, no permission
+                raise SetteeError(f"cannot open the database at {path}: {exc}") from exc
+
+    def _open_log(self, path: str, *, readonly: bool, create: bool) -> None:
+        exists = os.path.exists(os.path.join(path, LOG_NAME))
+        if (readonly or not create) and not exists:
+            raise SetteeError(f"{path} holds no settee database (no {LOG_NAME}); check the path")
+        if not readonly:
+            os.makedirs(path, exist_ok=True)
+        self._log_path = os.path.join(path, LOG_NAME)
+        self._replay()
+        if not readonly:
+            self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
 
     # ------------------------------------------------------------------ lifecycle
 

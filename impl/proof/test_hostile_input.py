@@ -10,11 +10,12 @@ accepts writes.
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any
 
 import pytest
 
-from settee.spec.errors import BadRequest, Conflict
+from settee.spec.errors import BadRequest, Conflict, SetteeError
 from settee.spec.revs import MAX_REV_POS
 from settee.spec.routing import shard_of
 
@@ -294,3 +295,22 @@ def test_attachment_revpos_beyond_64_bits_is_a_bad_request(engine: Any, revpos: 
         engine.put({k: v for k, v in doc.items() if k != "_rev"})
     assert engine.all_docs()["rows"] == []
     every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize("where", ["name of 300 characters", "a file", "under a file"])
+def test_an_unusable_path_is_a_settee_error(opener: Any, tmp_path: Any, where: str) -> None:
+    """Found in review: the reference raised raw OSErrors (ENAMETOOLONG,
+    FileExistsError, NotADirectoryError) where the engine named the path."""
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a database")
+    path = {
+        "name of 300 characters": str(tmp_path / ("n" * 300)),
+        "a file": str(blocker),
+        "under a file": str(blocker / "db"),
+    }[where]
+    opener.open()
+    if not os.path.exists(opener.path):
+        pytest.skip("this implementation keeps no files at its path (a server's database)")
+    with pytest.raises(SetteeError):
+        opener.open(path)
+    assert blocker.read_bytes() == b"not a database"
