@@ -15,6 +15,7 @@ import json
 import os
 import re
 import urllib.parse
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -417,3 +418,49 @@ def test_hostile_local_documents_are_4xx_and_a_refusal_stores_none(
     if status >= 400 and "ok2" in (body or ""):
         assert client("GET", "/target/_local/ok2")[0] == 404
     assert not list(root.glob("_local/**/*.tmp"))
+
+
+@_HOSTILE
+@given(
+    encoding=st.sampled_from(["gzip", "deflate", "br", "x-bogus", "identity", "gzip, gzip"]),
+    compressed=st.booleans(),
+    where=st.sampled_from(
+        [("PUT", "/target/enc"), ("POST", "/target/_bulk_docs"), ("PUT", "/target/enc2/att")]
+    ),
+)
+def test_a_body_that_is_not_in_its_content_encoding_is_4xx(
+    served: tuple[_Client, Path], encoding: str, compressed: bool, where: tuple[str, str]
+) -> None:
+    """Found in review: ``Content-Encoding: gzip`` over bytes that are not gzip was a
+    500 (aiohttp's RequestPayloadError). A body that is what it says is read."""
+    import gzip
+
+    client, _ = served
+    method, path = where
+    plain = b'{"docs": [{"v": 1}]}' if path.endswith("_bulk_docs") else b'{"v": 1}'
+    body = gzip.compress(plain) if compressed else plain
+    headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+    status, raw = client(method, path, body, headers)
+    assert status < 500, (
+        f"{method} {path} ({encoding}, compressed={compressed}) -> {status} {raw!r}"
+    )
+    assert client("GET", "/target/doc")[0] == 200
+
+
+def test_a_gzip_body_is_read_and_a_gzip_bomb_is_413(served: tuple[_Client, Path]) -> None:
+    import gzip
+
+    client, _ = served
+    gz = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    status, raw = client("PUT", "/target/zipped", gzip.compress(b'{"v": 7}'), gz)
+    assert status == 201, raw
+    assert json.loads(client("GET", "/target/zipped")[1])["v"] == 7
+    # A few hundred KB that unpack past the request limit (2 x max_document_size + 1 MiB).
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    megabyte = b"x" * 2**20
+    bomb = packer.compress(b'{"v": "') + b"".join(packer.compress(megabyte) for _ in range(140))
+    bomb += packer.flush()
+    status, raw = client("PUT", "/target/bomb", bomb, gz)
+    assert status == 413, raw
+    status, raw = client("PUT", "/target/other", b'{"v": 1}', {**gz, "Content-Encoding": "br"})
+    assert status == 415 and json.loads(raw)["error"] == "bad_content_type"

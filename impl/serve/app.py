@@ -11,6 +11,7 @@ import logging
 from urllib.parse import unquote
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 import settee
 from settee.serve import attachments, changes, dbs, docs, find, viewquery
@@ -56,6 +57,10 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
     try:
         response = await _route(state, request)
     except Exception as exc:  # every error a client can cause has a CouchDB body
+        if isinstance(exc, RequestPayloadError):
+            # A body aiohttp could not decode (Content-Encoding: gzip over bytes that
+            # are not gzip, found in review): the client's fault, a 400 not a 500.
+            exc = HTTPError(400, "bad_request", f"the request body cannot be read: {exc}")
         if isinstance(exc, ConnectionError):
             # The client went away (or was cut off for not reading): nobody to answer.
             log.info("%s %s: connection lost: %s", request.method, request.rel_url, exc)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from settee.serve.gunzip import Gunzip
 from settee.serve.protocol import HTTPError, decode_object
 from settee.spec.spool import MEMORY_LIMIT, Spooled, SpoolWriter
 
@@ -155,7 +155,7 @@ class _PartSpool:
             what = f"attachment {name!r}: unknown encoding {encoding!r}"
             raise HTTPError(400, "bad_request", what)
         self._name = name
-        self._gunzip = _Gunzip(name) if encoding == "gzip" else None
+        self._gunzip = Gunzip(f"attachment {name!r}") if encoding == "gzip" else None
         self._run = run
         self._limit = limit
         self._writer = SpoolWriter()
@@ -192,39 +192,6 @@ class _PartSpool:
 
     def abandon(self) -> None:
         self._writer.abandon()
-
-
-class _Gunzip:
-    """gzip decoding piece by piece, members one after another as ``gzip.decompress``."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._started = False
-
-    def feed(self, data: bytes, most: int) -> bytes:
-        out = bytearray()
-        try:
-            while data:
-                self._started = True
-                out += self._inflate.decompress(data, max(most - len(out), 1))
-                data = self._inflate.unconsumed_tail
-                if self._inflate.eof:
-                    data = self._inflate.unused_data + data
-                    self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    self._started = False
-                if len(out) >= most:
-                    break  # past the limit: the caller answers 413
-        except zlib.error:
-            raise self._invalid() from None
-        return bytes(out)
-
-    def finish(self) -> None:
-        if self._started and not self._inflate.eof:
-            raise self._invalid()
-
-    def _invalid(self) -> HTTPError:
-        return HTTPError(400, "bad_request", f"attachment {self._name!r}: not valid gzip")
 
 
 async def read_related(

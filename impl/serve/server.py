@@ -197,6 +197,10 @@ class ServerHandle:
                 # requests (aiohttp's default is an hour), so idle sockets cannot hold
                 # every --max-connections slot.
                 keepalive_timeout=self.options["idle_timeout"] / 1000,
+                # Content-Encoding is decoded by State.body_chunks, within the body
+                # limit; aiohttp's decoder answered 500 (or never ended the body) for
+                # bytes that were not what the header said.
+                auto_decompress=False,
             )
             sock = listening_socket(self.host, port, self.options)
             backlog = self.options["backlog"]
