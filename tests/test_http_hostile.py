@@ -464,3 +464,31 @@ def test_a_gzip_body_is_read_and_a_gzip_bomb_is_413(served: tuple[_Client, Path]
     assert status == 413, raw
     status, raw = client("PUT", "/target/other", b'{"v": 1}', {**gz, "Content-Encoding": "br"})
     assert status == 415 and json.loads(raw)["error"] == "bad_content_type"
+
+
+def test_view_output_json_cannot_hold_is_4xx(served: tuple[_Client, Path]) -> None:
+    """Found in review: a map function emitting a value nested 10,000 deep, and a _sum
+    reaching infinity (1e308 twice), were 500s on every query of their views. The
+    first is a map error now (couchjs skips the document), the second CouchDB's
+    builtin_reduce_error."""
+    client, _ = served
+    assert client("PUT", "/outputs")[0] == 201
+    for n in range(2):
+        assert client("PUT", f"/outputs/d{n}", b'{"v": 1}')[0] == 201
+    deep = "function(doc) { var x = 1; for (var i = 0; i < 10000; i++) { x = [x]; } "
+    deep += "emit(doc._id, x); }"
+    views = {
+        "deep": {"map": deep},
+        "huge": {"map": "function(doc) { emit(1, 1e308); }", "reduce": "_sum"},
+        "stats": {"map": "function(doc) { emit(1, 1e200); }", "reduce": "_stats"},
+    }
+    assert client("PUT", "/outputs/_design/o", json.dumps({"views": views}).encode())[0] == 201
+    # A map result that cannot be read is a map error: the document emits nothing.
+    status, raw = client("GET", "/outputs/_design/o/_view/deep")
+    assert (status, json.loads(raw)["rows"]) == (200, [])
+    for view in ("huge", "stats"):
+        status, raw = client("GET", f"/outputs/_design/o/_view/{view}")
+        assert 400 <= status < 500, (view, status, raw[:200])
+        assert json.loads(raw)["error"] == "builtin_reduce_error"
+    assert client("GET", "/outputs/_design/o/_view/huge?reduce=false")[0] == 200
+    client("DELETE", "/outputs")

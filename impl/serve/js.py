@@ -144,7 +144,15 @@ class JsRuntime:
         payload = json.dumps(json.dumps(args, ensure_ascii=False))
         code = f"__settee_call({json.dumps(handle)}, {payload}, {'true' if collect else 'false'})"
         with self._lock:
-            answer = json.loads(self._eval(code))
+            text = self._eval(code)
+        try:
+            answer = json.loads(text)
+        except RecursionError:
+            # A result nested past Python's recursion limit (found in review: a 500
+            # on every query of the view); a map error skips the document, as couchjs's.
+            raise HTTPError(
+                400, "os_process_error", "the function's result nests too deeply"
+            ) from None
         if "error" in answer:
             raise HTTPError(400, "os_process_error", str(answer["error"]))
         if "thrown" in answer:

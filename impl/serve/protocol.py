@@ -60,8 +60,15 @@ class Reply:
 def encode_json(value: Any) -> bytes:
     """Compact UTF-8 JSON with CouchDB's trailing newline. A str that UTF-8 cannot
     hold (a lone surrogate, say in an error message echoing a hostile key) is
-    written as JSON's ``\\ud800`` escape instead of failing the answer."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    written as JSON's ``\\ud800`` escape instead of failing the answer. A value
+    JSON cannot hold (an infinity a reduce reached, output of a view function
+    nested past Python's recursion limit) was a 500: it is a 400 naming why."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (ValueError, RecursionError) as exc:
+        what = "nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        reason = f"the answer cannot be written as JSON: {what}"
+        raise HTTPError(400, "bad_request", reason) from None
     try:
         return text.encode("utf-8") + b"\n"
     except UnicodeEncodeError:

@@ -16,6 +16,7 @@ intermediate reductions yet.
 from __future__ import annotations
 
 import asyncio
+import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -296,7 +297,7 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
 
 def _sum(values: list[Any]) -> Any:
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return sum(values)
+        return _finite_sum(values, "_sum")
     if all(isinstance(v, list) for v in values):
         width = max((len(v) for v in values), default=0)
         return [_sum([v[i] for v in values if i < len(v)]) for i in range(width)]
@@ -311,12 +312,26 @@ def _stats(values: list[Any]) -> dict[str, Any]:
             400, "builtin_reduce_error", "The _stats function requires that map values be numbers"
         )
     return {
-        "sum": sum(values),
+        "sum": _finite_sum(values, "_stats"),
         "count": len(values),
         "min": min(values) if values else 0,
         "max": max(values) if values else 0,
-        "sumsqr": sum(v * v for v in values),
+        "sumsqr": _finite_sum([v * v for v in values], "_stats"),
     }
+
+
+def _finite_sum(values: list[Any], builtin: str) -> Any:
+    """``sum(values)``, or builtin_reduce_error when floats overflow to infinity
+    (JSON has no infinity: the answer was a 500, found in review)."""
+    try:
+        total = sum(values)
+    except OverflowError:  # an int past a float's range met a float
+        total = math.inf
+    if isinstance(total, float) and not math.isfinite(total):
+        raise HTTPError(
+            400, "builtin_reduce_error", f"The {builtin} function overflowed: the sum is not finite"
+        )
+    return total
 
 
 async def handle_view(
