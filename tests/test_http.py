@@ -207,6 +207,8 @@ def test_invalid_documents_are_400_with_couchdb_error_names(client: Client, db: 
         "reason": "invalid UTF-8 JSON",
     }
     assert client("PUT", f"{db}/a", [1, 2]).status == 400
+    deep = client("PUT", f"{db}/a", raw=b'{"v": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert deep.status == 400 and deep.json["reason"] == "the JSON body nests too deeply"
     special = client("PUT", f"{db}/a", {"_foo": 1})
     assert special.status == 400 and special.json["error"] == "doc_validation"
     bad_att = client("PUT", f"{db}/a", {"_attachments": {"_x": {"data": ""}}})

@@ -97,8 +97,10 @@ def decode_json(body: bytes) -> Any:
     """Parse a request body; 400 ``bad_request`` "invalid UTF-8 JSON" as CouchDB."""
     try:
         return parse_json(body)
-    except (ValueError, RecursionError):
+    except ValueError:
         raise HTTPError(400, "bad_request", "invalid UTF-8 JSON") from None
+    except RecursionError:  # valid JSON, which the parser cannot follow that deep
+        raise HTTPError(400, "bad_request", "the JSON body nests too deeply") from None
 
 
 def decode_object(body: bytes, what: str = "Request body") -> dict[str, Any]:
