@@ -725,17 +725,20 @@ class EquivalenceMachine(RuleBasedStateMachine):
         backup, say), beyond every position this one has reached. SEMANTICS.md §9
         makes it a BadRequest; found in review: the engine took it, and the
         ``changes`` it answered skipped every later write. None when a side keeps
-        no files at its path (a server database), which cannot be copied."""
+        no database in the files at its path (a server's client), which a copy of
+        them then does not hold."""
         sides = (("engine", self.engine_spec), ("reference", self.reference_spec))
         if not all(os.path.isdir(f"{self.tmp}/{side}") for side, _ in sides):
             return None
         STATS["later copies"] += 1
         tokens = {}
-        for side, spec in sides:
+        for (side, spec), db in zip(sides, (self.eng, self.ref), strict=True):
             copy = f"{self.tmp}/later-{side}-{STATS['later copies']}"
             shutil.copytree(f"{self.tmp}/{side}", copy)
             later = load_factory(spec)(copy, **self.options)
             try:
+                if _counts(later) != _counts(db):
+                    return None  # the files at its path are not its database (a client's)
                 later.bulk_docs(
                     [{"_id": doc_id} for doc_id in _probe_ids(self.options["shards"], "later")]
                 )
@@ -850,6 +853,11 @@ _NO_REV = "999-probe"
 #: or, now and then, each side's token of a later copy (``_tokens_of_later_copies``).
 _LATER_COPY = "a later copy's token"
 _SINCE_SOURCES = ["a hostile value"] * 2 + [_LATER_COPY]
+
+
+def _counts(db: Any) -> tuple[Any, Any]:
+    info = db.info()
+    return info["doc_count"], info["doc_del_count"]
 
 
 def _probe_ids(shards: int, prefix: str = "probe") -> list[str]:
