@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import settee
+from settee.check import check_database
 from settee.file import READ_AHEAD, ShardFile
+from settee.heads import HEADS_NAME
 from settee.io import FileSystemWrapper, MemoryFileSystem, OsFileSystem
 from settee.layout import shard_path
 from settee.proof.crash.checker import (
@@ -312,6 +314,16 @@ def check_damage(clean: CleanDB, tmp: Path, shard: int, lo: int, hi: int, damage
     hit = {k for k, t in enumerate(clean.terms[shard]) if t.start < hi and lo < t.end}
     headers = [k for k, t in enumerate(clean.terms[shard]) if t.kind == "header"]
     fallback = headers[-1] in hit
+    if fallback and os.path.exists(os.path.join(dst, HEADS_NAME)):
+        # HEADS names the newest commit as durable: losing it to damage is never
+        # silent (found in review: it passed for a torn tail, and check said OK).
+        # Checked before the reads open a writer, which republishes HEADS.
+        problems = list(check_database(dst))
+        damaged = os.path.join(dst, os.path.basename(clean.files[shard]))
+        assert any(p.startswith(damaged) for p in problems), (
+            "a durable commit's damaged header went unreported",
+            problems,
+        )
     run_with_watchdog(lambda: _check_reads(clean, dst, shard, hit, fallback))
 
 

@@ -4,7 +4,9 @@ One checker, used everywhere (bbolt's ``tx.Check()``): the CLI, test
 teardown and state-machine invariants all call ``check_database``. It yields
 problems as ``path:offset: what`` and never writes. It agrees with recovery:
 a torn tail that opening kept (and later commits wrote past) is a *note*,
-handed to the ``notes`` callback when one is given, never a problem.
+handed to the ``notes`` callback when one is given, never a problem, unless
+HEADS names a commit in it as durable: then its header was damaged after its
+fsync, and the commits it ends are lost (``ShardFile.lost_commit``).
 
 What it verifies, per shard file:
 
@@ -28,6 +30,7 @@ from settee.btree import NodeCache
 from settee.btree_check import check_tree
 from settee.docinfo import DocInfo
 from settee.file import ShardFile
+from settee.heads import HeadsFile, Slot
 from settee.io import FileSystem, OsFileSystem
 from settee.layout import META_NAME, read_layout, shard_path
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
@@ -53,10 +56,22 @@ def check_database(
     except (SetteeError, OSError) as exc:
         yield f"{os.path.join(path, META_NAME)}:0: {exc}"
         return
-    for index in range(layout.shards):
-        yield from check_shard(
-            fs, shard_path(path, index), layout.uuid, index, layout.shards, notes=notes
-        )
+    heads = HeadsFile(path, writer=False) if isinstance(fs, OsFileSystem) else None
+    try:
+        for index in range(layout.shards):
+            slot = None if heads is None else heads.read(index)
+            yield from check_shard(
+                fs,
+                shard_path(path, index),
+                layout.uuid,
+                index,
+                layout.shards,
+                notes=notes,
+                slot=slot,
+            )
+    finally:
+        if heads is not None:
+            heads.close()
 
 
 def check_shard(
@@ -67,8 +82,10 @@ def check_shard(
     shards: int,
     *,
     notes: Notes | None = None,
+    slot: Slot | None = None,
 ) -> Iterator[str]:
-    """Every problem found in one shard file, as ``file:offset: what`` (see module doc)."""
+    """Every problem found in one shard file, as ``file:offset: what`` (see module doc);
+    ``slot`` is the shard's HEADS slot, if any."""
     try:
         file = ShardFile.open(fs, path, create=False)
     except (SetteeError, OSError) as exc:
@@ -79,6 +96,8 @@ def check_shard(
             yield f"{path}:0: no valid header"
             return
         yield from _check_identity(file, db_uuid, index, shards)
+        if slot is not None and (lost := file.lost_commit(slot.offset, slot.seq)) is not None:
+            yield f"{path}:{slot.offset}: {lost.partition(': ')[2]}"
         yield from _check_commits(file, notes)
         cache = NodeCache(1 << 20)
         header = file.header

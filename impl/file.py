@@ -35,6 +35,7 @@ from settee.spec.format import (
     FORMAT_VERSION,
     FRAME,
     FRAME_SIZE,
+    HEADER_SIZE,
     MAGIC,
     MAX_PAYLOAD,
     ShardHeader,
@@ -53,7 +54,7 @@ from settee.spec.format import (
 )
 from settee.walker import newest_header, read_header_at
 
-__all__ = ["READ_AHEAD", "ShardFile", "TermBatch", "TornTailWarning"]
+__all__ = ["READ_AHEAD", "LostCommitWarning", "ShardFile", "TermBatch", "TornTailWarning"]
 
 #: Bytes the first pread of ``read_term`` asks for. Tree nodes are ~4 KiB and most
 #: bodies are smaller, so nearly every term arrives in one pread; longer terms need one more.
@@ -71,6 +72,12 @@ Decode = Callable[[bytes], Any]
 
 class TornTailWarning(UserWarning):
     """Opening ignored bytes after the newest valid header (an uncommitted or torn tail)."""
+
+
+class LostCommitWarning(TornTailWarning):
+    """The newest valid header is older than a commit HEADS names as durable, whose
+    header is there but damaged: the commits after it are lost (FORMAT.md
+    ``bad_crc_in_header``), and only a backup has them."""
 
 
 #: Bytes a batch made by ``ShardFile.new_batch`` buffers before it appends them
@@ -482,6 +489,26 @@ class ShardFile:
             return ShardHeader.parse(found.payload, path=self.path, offset=offset)
         except CorruptionError:
             return None
+
+    def lost_commit(self, offset: int, seq: int) -> str | None:
+        """Why the commit at ``offset`` with ``seq`` (a HEADS slot: its header was
+        fsynced before the slot was written) is not this file's newest valid
+        header although a header block is there, or None when nothing is lost:
+        the header reads, the commit is not newer, or the file has no header block
+        at that offset (a HEADS of another file, a file cut short). A flipped bit
+        in the newest header looked like a torn tail: opening fell back a commit
+        and lost acknowledged writes with no word of it (found in review)."""
+        newest = -1 if self.header is None else self.header.seq
+        if seq <= newest or offset <= 0 or offset % BLOCK_SIZE:
+            return None
+        if offset + 1 + HEADER_SIZE > self._handle.size() or self.header_at(offset) is not None:
+            return None
+        return (
+            f"{self.path}: the header at offset {offset}, of commit {seq}, which HEADS names "
+            f"as durable, is damaged: opened at commit {newest}, so the writes of the "
+            "commits after it are lost. Restore the shard file from a backup before a "
+            "writer opens it (a writer appends its commits past the damage)"
+        )
 
     def _check_version(self, offset: int, version: int) -> None:
         if version != FORMAT_VERSION:

@@ -28,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 import weakref
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
 from settee.cut import RETRIES
-from settee.file import ShardFile
+from settee.file import LostCommitWarning, ShardFile
 from settee.heads import HeadsFile, Slot
 from settee.io import FileHandle, FileSystem, OsFileSystem
 from settee.shard import ShardIdentity, check_identity
@@ -179,6 +180,9 @@ class FollowerShard:
                 file, header = found
                 file.adopt(header, slot.offset)
                 return slot, self._snapshot(file, header, None)
+            lost = file.lost_commit(slot.offset, slot.seq)
+            if lost is not None:
+                warnings.warn(LostCommitWarning(lost), stacklevel=6)
         return token, self._newest(file, None)
 
     def _newest(self, file: ShardFile, old: Snapshot | None) -> Snapshot:
