@@ -52,6 +52,7 @@ from settee.spec.format import (
     encode_frame,
     encode_payload,
 )
+from settee.spec.values import describe
 
 __all__ = [
     "COMPACT_SUFFIX",
@@ -145,6 +146,12 @@ def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
         raise CorruptionError(meta, 0, f"undecodable metadata: {exc}") from exc
     if not isinstance(info, dict) or not {"format", "shards", "uuid"} <= info.keys():
         raise CorruptionError(meta, 0, "metadata lacks format, shards or uuid")
+    if type(info["format"]) is not int:
+        # Not a version at all (found in review: "5" read "version 5, this settee
+        # reads version 5"): damage or a writer bug, not another settee's file.
+        raise CorruptionError(
+            meta, 0, f"metadata names format {describe(info['format'])}, not an int"
+        )
     if info["format"] != FORMAT_VERSION:
         raise SetteeError(
             f"{path} uses settee format version {info.get('format')}, this settee reads "

@@ -296,3 +296,21 @@ def test_open_of_any_damaged_directory_keeps_every_byte_it_finds(
             assert kept is not None and kept.startswith(found), f"open rewrote {name}"
         else:
             assert kept == found, f"open changed {name}"
+
+
+@pytest.mark.parametrize("fmt", ["5", 5.0, None, [5], True])
+def test_metadata_whose_format_is_no_version_is_a_corruption_error(
+    tmp_path: Path, fmt: Any
+) -> None:
+    """Found in review: ``"format": "5"`` (crc intact) said "format version 5, this
+    settee reads version 5: run settee dump", contradicting itself."""
+    from settee.spec.format import encode_frame, encode_payload
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2)
+    meta = db_path / META_NAME
+    meta.write_bytes(encode_frame(encode_payload({"format": fmt, "shards": 2, "uuid": "x" * 32})))
+    before = _listing(db_path)
+    with pytest.raises(CorruptionError, match="format"):
+        settee.open(str(db_path))
+    assert _listing(db_path) == before
