@@ -231,6 +231,7 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
             f"{path} has no {META_NAME} and shard files {wrong} do not fit a database of "
             f"{count} shards; move them away"
         )
+    _refuse_foreign_files(path, found)
     complete = {f.index for f in found if f.identity is not None}
     if complete != set(range(count)) and any(f.seq > 0 for f in found):
         missing = sorted(set(range(count)) - complete)
@@ -251,6 +252,22 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
         )
     _write_meta(fs, path, db_uuid, count)
     return Layout(path, count, db_uuid, created=False)
+
+
+def _refuse_foreign_files(path: str, found: list[_Found]) -> None:
+    """SetteeError unless the shard files without a header could be a crashed
+    creation's: it writes and fsyncs each shard's first header before it creates
+    the next file, so a crash leaves at most one such file, the last it made.
+    Found in review: a text file named ``shard-000.settee`` beside an empty
+    ``shard-001.settee`` had a header appended to it (and two shards added)."""
+    headerless = [f.index for f in found if f.identity is None]
+    if len(headerless) > 1 or (headerless and headerless[0] != max(f.index for f in found)):
+        names = [os.path.basename(shard_path(path, i)) for i in headerless]
+        raise SetteeError(
+            f"{path} has no {META_NAME} and {names} hold no settee header: a creation that "
+            "crashed leaves at most one such file, the last it made, so these are not "
+            "settee's; move them away (nothing was changed)"
+        )
 
 
 def _create(fs: FileSystem, path: str, shards: int, db_uuid: str) -> Layout:

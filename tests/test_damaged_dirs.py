@@ -314,3 +314,19 @@ def test_metadata_whose_format_is_no_version_is_a_corruption_error(
     with pytest.raises(CorruptionError, match="format"):
         settee.open(str(db_path))
     assert _listing(db_path) == before
+
+
+def test_files_no_crash_could_leave_are_not_adopted(tmp_path: Path) -> None:
+    """Found in review: with no settee.meta, a text file named shard-000.settee and an
+    empty shard-001.settee were taken for a crashed creation: open appended a header
+    to the text and created two more shards. A crash leaves at most one headerless
+    shard file, the last one made."""
+    db_path = tmp_path / "db"
+    db_path.mkdir()
+    (db_path / "shard-000.settee").write_bytes(b"my notes, not a settee file\n")
+    (db_path / "shard-001.settee").write_bytes(b"")
+    before = _state(db_path)
+    for readonly in (False, True):
+        with pytest.raises(SetteeError):
+            settee.open(str(db_path), readonly=readonly)
+    assert _state(db_path) == before
