@@ -402,7 +402,8 @@ class Database:
         limit = check_count("limit", limit, optional=True)
         check_bool("include_docs", include_docs)
         snaps = self._snapshots()
-        return views.changes(snaps, since, limit, include_docs)
+        may_lag = bool(self.config["readonly"])  # behind its writer at times (§1)
+        return views.changes(snaps, since, limit, include_docs, may_lag=may_lag)
 
     def revs_diff(self, request: Any) -> dict[str, Any]:
         """Which of the given revisions this database lacks (SEMANTICS.md §10)."""

@@ -257,11 +257,15 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
 def _refuse_foreign_files(path: str, found: list[_Found]) -> None:
     """SetteeError unless the shard files without a header could be a crashed
     creation's: it writes and fsyncs each shard's first header before it creates
-    the next file, so a crash leaves at most one such file, the last it made.
+    the next file, so a crash leaves at most one such file, the last it made,
+    with every shard before it present.
     Found in review: a text file named ``shard-000.settee`` beside an empty
     ``shard-001.settee`` had a header appended to it (and two shards added)."""
     headerless = [f.index for f in found if f.identity is None]
-    if len(headerless) > 1 or (headerless and headerless[0] != max(f.index for f in found)):
+    # Directory entries become durable in the order they were made (a prefix), so
+    # every shard before a headerless one is there, with its header.
+    indexes = sorted(f.index for f in found)
+    if len(headerless) > 1 or (headerless and indexes != list(range(headerless[0] + 1))):
         names = [os.path.basename(shard_path(path, i)) for i in headerless]
         raise SetteeError(
             f"{path} has no {META_NAME} and {names} hold no settee header: a creation that "

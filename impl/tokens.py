@@ -25,13 +25,17 @@ def encode_token(seqs: list[int]) -> str:
     return f"{sum(seqs)}-{payload}"
 
 
-def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
+def decode_token(
+    token: object, shards: int, current: list[int], *, may_lag: bool = False
+) -> list[int]:
     """The per-shard seqs a ``since`` value names.
 
     ``0`` (or ``"0"``) is the beginning and ``"now"`` is ``current``; anything
     else must be a token this database returned, so no position may be past
-    ``current``'s (SEMANTICS.md §9). ``token`` is already plain
-    (``spec.arguments.check_since``): an exact ``int`` or ``str``.
+    ``current``'s (SEMANTICS.md §9), unless the handle ``may_lag`` behind the
+    database (a readonly one): then a position past it counts as ``current``'s.
+    ``token`` is already plain (``spec.arguments.check_since``): an exact ``int``
+    or ``str``.
     """
     if token == 0 or token == "0":
         return [0] * shards
@@ -47,6 +51,11 @@ def decode_token(token: object, shards: int, current: list[int]) -> list[int]:
         raise _bad(token) from None
     if not _is_seq_vector(seqs, shards):
         raise _bad(token)
+    if may_lag:
+        # A readonly handle can be behind the writer (SEMANTICS.md §1): a token of
+        # the writer's may name changes it has not seen yet. Resuming from where it
+        # is skips nothing (it may repeat a change), as skipping ahead would.
+        return [min(seq, now) for seq, now in zip(seqs, current, strict=True)]
     if any(seq > now for seq, now in zip(seqs, current, strict=True)):
         # Not a token of this database: another's, or a copy's that was written to
         # after it was copied. Resuming from it would skip this database's next writes.

@@ -193,10 +193,10 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
 
 
 def changes(
-    snaps: list[Snapshot], since: Any, limit: int | None, include_docs: bool
+    snaps: list[Snapshot], since: Any, limit: int | None, include_docs: bool, *, may_lag: bool
 ) -> dict[str, Any]:
     current = [snap.seq for snap in snaps]
-    position = decode_token(since, len(snaps), current)
+    position = decode_token(since, len(snaps), current, may_lag=may_lag)
     streams = [_shard_changes(i, snap, position[i]) for i, snap in enumerate(snaps)]
     merged = heapq.merge(*streams)
     results = []

@@ -330,3 +330,16 @@ def test_files_no_crash_could_leave_are_not_adopted(tmp_path: Path) -> None:
         with pytest.raises(SetteeError):
             settee.open(str(db_path), readonly=readonly)
     assert _state(db_path) == before
+
+
+@pytest.mark.parametrize("name", ["shard-001.settee", "shard-003.settee"])
+def test_a_lone_headerless_shard_after_the_first_is_not_adopted(tmp_path: Path, name: str) -> None:
+    """Found in review: a crash leaves a headerless shard file only as the last one
+    it made, after every shard before it; a lone shard-003 got a header appended."""
+    db_path = tmp_path / "db"
+    db_path.mkdir()
+    (db_path / name).write_bytes(b"my notes\n")
+    before = _state(db_path)
+    with pytest.raises(SetteeError):
+        settee.open(str(db_path), shards=8)
+    assert _state(db_path) == before
