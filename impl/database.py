@@ -30,6 +30,7 @@ from settee.layout import (
     read_layout,
     release_lock,
     shard_path,
+    writer_running,
 )
 from settee.shard import Shard, ShardIdentity
 from settee.snapshot import Snapshot
@@ -130,8 +131,10 @@ class Database:
         if not self.fs.exists(path):
             raise SetteeError(f"{path} does not exist: check the path (readonly=True)")
         layout = read_layout(self.fs, path)
+        no_writer = False
         if type(self.fs) is OsFileSystem:
             self._heads = HeadsFile(path, writer=False)
+            no_writer = writer_running(path) is False
         shards: list[Any] = []
         try:
             for index in range(layout.shards):
@@ -143,6 +146,7 @@ class Database:
                         heads=self._heads,
                         cache_bytes=self.config["cache_bytes"] // layout.shards,
                         node_size=self.config["node_size"],
+                        no_writer=no_writer,
                     )
                 )
         except BaseException:

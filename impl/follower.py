@@ -57,6 +57,7 @@ class FollowerShard:
         heads: HeadsFile | None,
         cache_bytes: int,
         node_size: int = MAX_NODE_BYTES,
+        no_writer: bool = False,
     ) -> None:
         self.path = path
         self.identity = identity
@@ -71,11 +72,12 @@ class FollowerShard:
         self._caches: weakref.WeakKeyDictionary[ShardFile, NodeCache] = weakref.WeakKeyDictionary()
         # The generation a slot showed each open file to be (see _file_for).
         self._generations: weakref.WeakKeyDictionary[ShardFile, int] = weakref.WeakKeyDictionary()
+        # A slot that named no readable commit, or one the files have overtaken
+        # with no writer to update it: scanning until HEADS says otherwise.
+        self._unusable: Slot | None = None
         # What the snapshot followed now was loaded for (a Slot, or a file token
         # without one) and the snapshot, replaced together.
-        self._state: tuple[Any, Snapshot] = self._first_state()
-        # A slot that named no readable commit: scanning until HEADS says otherwise.
-        self._unusable: Slot | None = None
+        self._state: tuple[Any, Snapshot] = self._first_state(no_writer)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -168,12 +170,18 @@ class FollowerShard:
                 self._state = (token, self._newest(self._open_file(), snap))
             return self._state[1]
 
-    def _first_state(self) -> tuple[Any, Snapshot]:
+    def _first_state(self, no_writer: bool) -> tuple[Any, Snapshot]:
         slot = None if self._heads is None else self._heads.read(self.identity.index)
         # The file's token before the scan: a commit landing in between must change
         # the token the next read compares, or that read would keep this scan's view.
         token = self._file_token()
         file = self._open_file()
+        if slot is not None and no_writer and file.header and file.header.seq > slot.seq:
+            # HEADS is behind the files and no writer runs to update it (a machine
+            # crash lost its unsynced slots; found in review): every header in the
+            # file is one a writer's open would take, so read the newest.
+            self._unusable = slot
+            return token, self._newest(file, None)
         if slot is not None:
             found = self._load_slot(slot, file)
             if found is not None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import time
 import uuid
 import warnings
 from collections.abc import Iterable
@@ -347,15 +348,45 @@ def acquire_lock(fs: FileSystem, path: str) -> int | None:
     if not isinstance(fs, OsFileSystem):
         return None
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    # A few tries: a readonly open holds a shared lock for an instant (writer_running).
+    for attempt in range(_LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if attempt + 1 < _LOCK_TRIES:
+                time.sleep(_LOCK_PAUSE)
+    os.close(fd)
+    raise SetteeError(
+        f"{path} is open in another process (or another settee.open in this one); "
+        "settee allows one process per database: close the other one first"
+    )
+
+
+#: How many times, ``_LOCK_PAUSE`` seconds apart, a writer's open tries the lock.
+_LOCK_TRIES = 5
+_LOCK_PAUSE = 0.01
+
+
+def writer_running(path: str) -> bool | None:
+    """Whether a writer holds the database's lock, by taking it shared for an
+    instant (a writer's open retries past that); None where it cannot be told
+    (not a directory we can open). Readonly opens ask it so that a HEADS the
+    files have overtaken (a machine crash loses its unsynced slots) is not
+    trusted when no writer will ever update it (found in review)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
-        raise SetteeError(
-            f"{path} is open in another process (or another settee.open in this one); "
-            "settee allows one process per database: close the other one first"
-        ) from None
-    return fd
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing the descriptor releases the shared lock
+    return False
 
 
 def mark_locked(fs: FileSystem, path: str) -> None:

@@ -568,3 +568,24 @@ def test_a_lagging_readonly_handle_takes_the_writers_token(tmp_path: Path) -> No
     with settee.open(str(path), shards=1) as db:
         db.put({"_id": "c"})
         assert "c" in [r["id"] for r in db.changes(since=resume)["results"]]
+
+
+def test_with_no_writer_a_readonly_handle_reads_past_a_stale_heads(tmp_path: Path) -> None:
+    """Found in review: a HEADS the files have overtaken (a machine crash loses its
+    unsynced slots, or a backup restored it) kept readonly handles at an older commit
+    for good when no writer ran. With no writer holding the lock, every header in the
+    files is one a writer's open would take: the handle reads the newest. With a
+    writer running, HEADS is followed as before."""
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=1) as db:
+        db.put({"_id": "a"})
+        stale = (path / HEADS_NAME).read_bytes()
+        db.put({"_id": "b"})
+    (path / HEADS_NAME).write_bytes(stale)
+    with settee.open(str(path), readonly=True) as reader:
+        assert reader.get("b")["_id"] == "b"
+        assert settee.layout.writer_running(str(path)) is False
+        with settee.open(str(path)) as writer:  # takes the lock past the probe, republishes
+            assert settee.layout.writer_running(str(path)) is True
+            writer.put({"_id": "c"})
+            assert reader.get("c")["_id"] == "c"
