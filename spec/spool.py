@@ -113,13 +113,16 @@ def spool_file(file: Any) -> Spooled:
                     "attachment data file has no bytes ready (non-blocking?): give a "
                     "blocking binary file"
                 )
-            if not piece:
-                break
+            # The type first: a text file at its end gives "", which is no end of
+            # bytes (the equivalence machine found a drained StringIO stored as an
+            # empty attachment, where a fresh one was refused).
             if not isinstance(piece, bytes | bytearray | memoryview):
                 raise BadRequest(
                     f"attachment data file gave {type(piece).__name__}, not bytes: "
                     "open it in binary mode"
                 )
+            if not piece:
+                break
             writer.write(bytes(piece))
     except BadRequest:
         writer.abandon()

@@ -314,3 +314,17 @@ def test_an_unusable_path_is_a_settee_error(opener: Any, tmp_path: Any, where: s
     with pytest.raises(SetteeError):
         opener.open(path)
     assert blocker.read_bytes() == b"not a database"
+
+
+def test_a_text_file_is_refused_even_at_its_end(engine: Any) -> None:
+    """Found by the equivalence machine (settee verify): the engine read a hostile
+    StringIO to its end and refused it; the same object, drained, then gave the
+    reference "" and was stored as an empty attachment."""
+    import io
+
+    drained = io.StringIO("abc")
+    drained.read()
+    for data in (io.StringIO("abc"), drained, io.StringIO("")):
+        with pytest.raises(BadRequest):
+            engine.put({"_id": "t", "_attachments": {"a": {"data": data}}})
+    assert engine.all_docs()["rows"] == []
