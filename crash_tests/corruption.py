@@ -193,10 +193,11 @@ def copy_damaged(src: str, dst: str, name: str, damage: Callable[[bytearray], No
         f.write(data)
 
 
-def open_quietly(path: str, **options: Any) -> Any:
+def open_quietly(path: str, factory: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """``factory(path, **options)`` (settee's engine by default), warnings silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return settee.open(path, **options)
+        return (factory or settee.Database)(path, **options)
 
 
 def is_corruption(piece: Any) -> bool:
@@ -229,18 +230,22 @@ class CleanDB:
     aggregates: Any
     #: doc id -> {(shard, term index)} its reads touch.
     deps: dict[str, set[tuple[int, int]]]
+    #: The engine under test, ``factory(path, fs=None, **options)``: it writes the
+    #: database and reads every damaged copy (a crc bug of its own must show).
+    factory: Callable[..., Any] = settee.Database
 
 
 def _aggregates(db: Any) -> Any:
     return (db.all_docs(include_docs=True), db.changes(include_docs=True), db.info()["doc_count"])
 
 
-def build_clean(path: str) -> CleanDB:
-    """Write the corruption suite's database at ``path`` and learn its layout."""
+def build_clean(path: str, factory: Callable[..., Any] = settee.Database) -> CleanDB:
+    """Write the corruption suite's database at ``path`` with the engine ``factory``
+    (one writing settee's format) and learn its layout."""
     workload = _with_long_terms(make_workload(99, ops=40, clients=1, shards=SHARDS, compactions=0))
 
     def on_disk(_path: str, fs: Any, **options: Any) -> Any:
-        return settee.Database(path, **options)  # the real OS file system, not the SimFS
+        return factory(path, **options)  # the real OS file system, not the SimFS
 
     rec = record(workload, factory=on_disk)
     oracle = Oracle(rec)
@@ -248,16 +253,16 @@ def build_clean(path: str) -> CleanDB:
     ids = sorted({i for shard_ids in oracle.ids for i in shard_ids})
     files = [shard_path(path, s) for s in range(SHARDS)]
     file_terms = [terms(Path(f).read_bytes()) for f in files]
-    with open_quietly(path) as db:
+    with open_quietly(path, factory) as db:
         expected = {i: read_pieces(db, i) for i in ids}
         aggregates = _aggregates(db)
     assert not any(is_corruption(p) for pieces in expected.values() for p in pieces.values())
-    deps = {i: _trace_deps(path, i, files, file_terms) for i in ids}
+    deps = {i: _trace_deps(path, i, files, file_terms, factory) for i in ids}
     kinds = {t.kind for ts in file_terms for t in ts}
     assert kinds == {"header", "node", "body", "chunk"}, kinds
     live_long = {file_terms[s][k].kind for s, k in _live_long_terms(file_terms, deps)}
     assert live_long >= {"node", "body"}, f"no live term longer than READ_AHEAD: {live_long}"
-    return CleanDB(path, rec, oracle, ids, files, file_terms, expected, aggregates, deps)
+    return CleanDB(path, rec, oracle, ids, files, file_terms, expected, aggregates, deps, factory)
 
 
 def _with_long_terms(workload: Workload) -> Workload:
@@ -295,9 +300,15 @@ def _live_long_terms(file_terms: list[list[Term]], deps: Any) -> set[tuple[int, 
     }
 
 
-def _trace_deps(path: str, doc_id: str, files: list[str], file_terms: list[list[Term]]) -> Any:
+def _trace_deps(
+    path: str,
+    doc_id: str,
+    files: list[str],
+    file_terms: list[list[Term]],
+    factory: Callable[..., Any],
+) -> Any:
     fs = TracingFileSystem()
-    with settee.Database(path, fs=fs) as db:
+    with factory(path, fs=fs) as db:
         fs.preads.clear()
         read_pieces(db, doc_id)
     deps = set()
@@ -328,7 +339,7 @@ def check_damage(clean: CleanDB, tmp: Path, shard: int, lo: int, hi: int, damage
 
 
 def _check_reads(clean: CleanDB, path: str, shard: int, hit: set[int], fallback: bool) -> None:
-    with open_quietly(path) as db:
+    with open_quietly(path, clean.factory) as db:
         for doc_id in clean.ids:
             pieces = read_pieces(db, doc_id)
             expected = clean.expected[doc_id]

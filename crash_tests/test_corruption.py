@@ -38,8 +38,9 @@ SECTOR = 512
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory: pytest.TempPathFactory) -> CleanDB:
-    return build_clean(str(tmp_path_factory.mktemp("corruption") / "db"))
+def clean(tmp_path_factory: pytest.TempPathFactory, crash_factory: Any) -> CleanDB:
+    """The database, written and read by the engine under test (``--settee-engine``)."""
+    return build_clean(str(tmp_path_factory.mktemp("corruption") / "db"), crash_factory)
 
 
 def test_single_bit_flips_in_every_term(
@@ -82,7 +83,7 @@ def test_newest_header_damaged_falls_back(clean: CleanDB, tmp_path: Path) -> Non
             data[offset] ^= 0x10
 
         check_damage(clean, tmp_path / f"h{shard}", shard, offset, offset + 1, flip)
-        with open_quietly(str(tmp_path / f"h{shard}")) as db:
+        with open_quietly(str(tmp_path / f"h{shard}"), clean.factory) as db:
             view = shard_view(db, clean.oracle.ids[shard])
         prefixes = clean.oracle.views[shard][view]
         assert max(prefixes) < len(clean.rec.queues[shard]), "the newest commit survived"
@@ -102,7 +103,7 @@ def test_truncation_in_last_blocks(clean: CleanDB, tmp_path: Path, record_proper
 
             dst = tmp_path / f"cut{shard}-{cut}"
             copy_damaged(clean.path, str(dst), os.path.basename(name), truncate)
-            with open_quietly(str(dst)) as db:
+            with open_quietly(str(dst), clean.factory) as db:
                 ids = clean.oracle.ids[shard]
                 view = run_with_watchdog(lambda db=db, ids=ids: shard_view(db, ids))
             assert view in clean.oracle.views[shard], f"cut at {cut}: no earlier commit"
@@ -121,6 +122,6 @@ def test_truncation_at_every_offset_of_last_8k(clean: CleanDB, tmp_path: Path) -
 
             dst = tmp_path / f"cut{shard}-{cut}"
             copy_damaged(clean.path, str(dst), os.path.basename(name), truncate)
-            with open_quietly(str(dst)) as db:
+            with open_quietly(str(dst), clean.factory) as db:
                 view = shard_view(db, clean.oracle.ids[shard])
             assert view in clean.oracle.views[shard], f"cut at {cut}: no earlier commit"

@@ -126,7 +126,8 @@ def _corruption_batch(result: CampaignResult, seed: int) -> None:
     from settee.proof.crash.corruption import build_clean, check_bit_flips
 
     with tempfile.TemporaryDirectory(prefix="settee-verify-") as tmp:
-        clean = build_clean(os.path.join(tmp, "clean"))
+        # The engine under test writes the database and reads every damaged copy.
+        clean = build_clean(os.path.join(tmp, "clean"), load_factory(result.engine))
         try:
             result.corruptions += check_bit_flips(clean, Path(tmp), seed=seed)
         except AssertionError as exc:
@@ -137,12 +138,12 @@ def _corruption_batch(result: CampaignResult, seed: int) -> None:
 
 def _unsupported(name: str, engine: str) -> str:
     """Why campaign ``name`` cannot run on ``engine`` ('' if it can)."""
-    if name == "corruption" and engine != "settee:open":
-        return "damages settee's own files of a database built by settee; runs for settee:open only"
-    if name == "crash":
+    if name in ("corruption", "crash"):
         from settee.proof.stateful.engines import accepts_option
 
         if not accepts_option(load_factory(engine), "fs"):
+            # The corruption campaign damages settee's own files, the crash one
+            # its simulated disk: both need an engine built on settee's io layer.
             return "needs an engine built on settee's io layer (a factory accepting fs=); skipped"
     return ""
 

@@ -154,3 +154,14 @@ def test_every_replay_verify_can_save_is_accepted(
     path = tmp_path / "failure.json"
     path.write_text(json.dumps({"name": "x", "engine": "settee:open", "replay": replay}))
     assert _saved_failure(str(path))[1] == replay
+
+
+def test_the_corruption_campaign_runs_on_any_engine_built_on_settees_io() -> None:
+    """Found by mutation testing the proof: the corruption campaign wrote and read its
+    database with settee's own engine whatever ``--engine`` named, so an engine whose
+    reads skip the crc passed ``settee verify``. It now builds and reads with the
+    engine under test, when that engine takes ``fs=`` (settee's io layer)."""
+    from settee.verify import _unsupported
+
+    assert _unsupported("corruption", "settee:Database") == ""
+    assert _unsupported("corruption", "settee.http:open") != ""  # no fs=: skipped
