@@ -101,7 +101,7 @@ def check_shard(
             return
         yield from _check_identity(file, db_uuid, index, shards)
         if slot is not None and (lost := file.lost_commit(slot.offset, slot.seq)) is not None:
-            yield f"{path}:{slot.offset}: {lost.partition(': ')[2]}"
+            yield f"{path}:{slot.offset}: {lost}"
         yield from _check_commits(file, notes)
         cache = NodeCache(1 << 20)
         header = file.header

@@ -19,9 +19,8 @@ from settee import views
 from settee.compaction import compact_shard
 from settee.cut import FollowerCut, WriterCut
 from settee.docinfo import DocInfo
-from settee.file import LostCommitWarning
-from settee.follower import FollowerShard, readonly_error
-from settee.heads import HeadsFile, Slot
+from settee.follower import FollowerShard, readonly_error, warn_if_lost
+from settee.heads import HeadsFile
 from settee.io import FileSystem, OsFileSystem
 from settee.layout import (
     acquire_lock,
@@ -119,7 +118,7 @@ class Database:
             return
         try:
             for shard in self.shards:
-                _warn_if_lost(shard.snapshot.file, self._heads.read(shard.identity.index))
+                warn_if_lost(shard.snapshot.file, self._heads.read(shard.identity.index))
                 shard.attach_heads(self._heads)
         except BaseException:
             self.close()
@@ -450,11 +449,3 @@ def _named(info: DocInfo, rev: str, name: str) -> Stored:
         if att.name == name:
             return att
     raise NotFound("missing")
-
-
-def _warn_if_lost(file: Any, slot: Slot | None) -> None:
-    """A LostCommitWarning when HEADS names a durable commit newer than the one the
-    shard file opened at, whose header is damaged (``ShardFile.lost_commit``)."""
-    lost = None if slot is None else file.lost_commit(slot.offset, slot.seq)
-    if lost is not None:
-        warnings.warn(LostCommitWarning(lost), stacklevel=5)

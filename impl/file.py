@@ -493,24 +493,25 @@ class ShardFile:
     def lost_commit(self, offset: int, seq: int) -> str | None:
         """Why the commit at ``offset`` with ``seq`` (a HEADS slot: its header was
         fsynced before the slot was written) is not this file's newest valid
-        although the file reaches past it, or None when nothing is lost: the
-        header reads, the commit is not newer, the file's newest header is not
-        before the offset (a HEADS of another file history, e.g. a shard restored
-        from a backup), or the file ends within it (cut short). A flipped bit
-        in the newest header looked like a torn tail: opening fell back a commit
-        and lost acknowledged writes with no word of it (found in review)."""
+        header although the file reaches past it (the reason, without the file's
+        path), or None when nothing is lost: the commit is not newer, the file's
+        newest header is not before the offset (a HEADS of another file history,
+        e.g. a shard restored from a backup), the file ends within it (cut
+        short), or the header reads. A flipped bit in the newest header looked
+        like a torn tail: opening fell back a commit and lost acknowledged writes
+        with no word of it (found in review)."""
         newest = -1 if self.header is None else self.header.seq
         if seq <= newest or offset <= 0 or offset % BLOCK_SIZE:
-            return None
-        if offset + 1 + HEADER_SIZE > self._handle.size() or self.header_at(offset) is not None:
             return None
         if self.header_offset is not None and self.header_offset >= offset:
             # This file's newest commit is at or past the offset: HEADS of another
             # file history (a shard restored from a backup older than a compaction,
             # found in review), not a commit this file lost.
             return None
+        if offset + 1 + HEADER_SIZE > self._handle.size() or self.header_at(offset) is not None:
+            return None
         return (
-            f"{self.path}: the header at offset {offset}, of commit {seq}, which HEADS names "
+            f"the header at offset {offset}, of commit {seq}, which HEADS names "
             f"as durable, is damaged: opened at commit {newest}, so the writes of the "
             "commits after it are lost. Restore the shard file from a backup before a "
             "writer opens it (a writer appends its commits past the damage)"

@@ -42,7 +42,7 @@ from settee.snapshot import Snapshot
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import ShardHeader
 
-__all__ = ["FollowerShard", "readonly_error"]
+__all__ = ["FollowerShard", "readonly_error", "warn_if_lost"]
 
 
 class FollowerShard:
@@ -188,9 +188,7 @@ class FollowerShard:
                 file, header = found
                 file.adopt(header, slot.offset)
                 return slot, self._snapshot(file, header, None)
-            lost = file.lost_commit(slot.offset, slot.seq)
-            if lost is not None:
-                warnings.warn(LostCommitWarning(lost), stacklevel=6)
+            warn_if_lost(file, slot)
         return token, self._newest(file, None)
 
     def _newest(self, file: ShardFile, old: Snapshot | None) -> Snapshot:
@@ -245,6 +243,15 @@ class FollowerShard:
             self._closed = True
         self.snapshot.file.refuse_reads()
         _close_handle(self.snapshot.file.handle)
+
+
+def warn_if_lost(file: ShardFile, slot: Slot | None) -> None:
+    """A LostCommitWarning when ``slot`` names a durable commit newer than the one
+    ``file`` opened at, whose header is damaged (``ShardFile.lost_commit``): how a
+    writer's open and a readonly one say so."""
+    lost = None if slot is None else file.lost_commit(slot.offset, slot.seq)
+    if lost is not None:
+        warnings.warn(LostCommitWarning(f"{file.path}: {lost}"), stacklevel=2)
 
 
 def _behind(slot: Slot, token: Any) -> bool:
