@@ -255,7 +255,7 @@ class Database:
         if not isinstance(docs, list | tuple):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
-        valid = [self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs]
+        valid = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
         results = self._write(valid, new_edits=new_edits)
         out = []
         for doc, result in zip(valid, results, strict=True):
@@ -327,7 +327,7 @@ class Database:
         # atts_since narrows attachments=True too (chttpd_db), and implies it alone.
         data_above = 0 if attachments else None
         if since is not None:
-            data_above = since_position(info.tree, since)
+            data_above = since_position(info.tree, wanted, since)
         return render_doc(
             doc_id,
             wanted,

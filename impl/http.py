@@ -274,7 +274,7 @@ class Database:
         if not isinstance(docs, list | tuple):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
-        valid = [self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs]
+        valid = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
         wire = [httpwire.wire_doc(v, new_edits=new_edits, with_id=True) for v in valid]
         body = {"docs": wire, "new_edits": new_edits}
         answer = self._call("POST", "/_bulk_docs", body)

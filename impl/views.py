@@ -22,7 +22,7 @@ from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
 from settee.spec.docs import render_doc
 from settee.spec.errors import CorruptionError
-from settee.spec.revs import rev_pos
+from settee.spec.revs import parse_rev, rev_pos
 from settee.spec.routing import shards_of
 from settee.tokens import decode_token, encode_token
 
@@ -251,6 +251,7 @@ def revs_diff_entry(tree: dict[str, list[Any]] | None, revs: list[str]) -> dict[
         return None
     entry: dict[str, Any] = {"missing": missing}
     if tree is not None:
+        missing.sort(key=parse_rev)  # couch_key_tree:find_missing sorts {pos, id}
         top = max(rev_pos(r) for r in missing)
         ancestors = [leaf for leaf in revtree.leaves(tree) if rev_pos(leaf) < top]
         if ancestors:

@@ -226,9 +226,7 @@ class ReferenceDB:
             if not isinstance(docs, (list, tuple)):
                 raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
             check_bool("new_edits", new_edits)
-            vdocs = [
-                self._validate(doc, new_edits=new_edits, generate_id=new_edits) for doc in docs
-            ]
+            vdocs = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
             if new_edits:
                 return self._update_interactive(vdocs)
             # CouchDB omits successes with new_edits=false: only missing stubs are errors.
@@ -380,7 +378,7 @@ class ReferenceDB:
             # Data for every attachment above atts_since's position (all: 0), or none.
             above = None if not attachments and since is None else 0
             if since is not None:
-                above = since_position(entry.tree, since)
+                above = since_position(entry.tree, rev, since)
             return self._render(docid, entry, rev, revs=revs, conflicts=found, data_above=above)
 
     @staticmethod
@@ -466,7 +464,8 @@ class ReferenceDB:
             limit = check_count("limit", limit, optional=True)
             skip = check_count("skip", skip, optional=False) or 0
             keys = check_keys(keys)
-            if keys and (startkey is not None or endkey is not None):
+            as_key = keys is not None and len(keys) == 1 and startkey == endkey == keys[0]
+            if keys and (startkey is not None or endkey is not None) and not as_key:
                 raise BadRequest("keys is incompatible with startkey and endkey: pass one")
             live = [i for i, e in self._docs.items() if not revtree.is_deleted(e.tree)]
             total = len(live)
@@ -546,10 +545,13 @@ class ReferenceDB:
             self._check_open()
             result: dict[str, dict[str, list[str]]] = {}
             for docid, asked in check_revs_diff(revs).items():
-                tree = self._tree_of(docid) or {}
+                known = self._tree_of(docid)
+                tree = known or {}
                 missing = list(dict.fromkeys(r for r in asked if r not in tree))
                 if not missing:
                     continue
+                if known is not None:  # a known id's are sorted by (position, hash)
+                    missing.sort(key=parse_rev)
                 result[docid] = {"missing": missing}
                 top = max(parse_rev(r)[0] for r in missing)
                 ancestors = [r for r in revtree.leaves(tree) if parse_rev(r)[0] < top]

@@ -211,6 +211,11 @@ def check_all_docs(
         descending=check_bool("descending", descending),
         inclusive_end=check_bool("inclusive_end", inclusive_end),
     )
-    if args.keys and (args.startkey is not None or args.endkey is not None):
+    bounded = args.startkey is not None or args.endkey is not None
+    # couch_mrview_util:validate_args's one exception, {[Key], Key, Key}: how key=K
+    # arrives. The keys answer it.
+    keys = args.keys or []
+    as_key = len(keys) == 1 and args.startkey == args.endkey == keys[0]
+    if args.keys and bounded and not as_key:
         raise BadRequest("keys is incompatible with startkey and endkey: pass one or the other")
     return args

@@ -22,6 +22,7 @@ from typing import Any
 
 from settee.spec.errors import BadRequest
 from settee.spec.revs import MAX_REV_POS, check_rev, is_valid_rev, rev_pos
+from settee.spec.revtree import path_to_root
 from settee.spec.spool import Spooled, spool_file
 from settee.spec.values import describe, plain_str
 
@@ -204,10 +205,18 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
         )
     try:
         # The str's own content: a subclass's encode() may say anything (found in review).
-        raw = base64.b64decode(plain_str(data).encode("ascii"), validate=True)
+        # Erlang's base64:decode skips whitespace, so CouchDB takes line-wrapped
+        # base64 (Python's base64.encodebytes, MIME tools); any other stray byte is
+        # refused.
+        text = plain_str(data).translate(_BASE64_WHITESPACE)
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (UnicodeEncodeError, binascii.Error, ValueError):
         raise BadRequest(f"attachment {name!r}: data is not valid base64") from None
     return Inline(name, plain_str(content_type), raw, revpos)
+
+
+#: What base64 data may hold between its characters: space, tab, CR, LF.
+_BASE64_WHITESPACE = dict.fromkeys(map(ord, " \t\r\n"))
 
 
 def _header_safe(text: str) -> bool:
@@ -257,10 +266,22 @@ def rev_digests(attachments: Iterable[Stored | Inline]) -> list[list[str]]:
     ]
 
 
-def since_position(tree: dict[str, Any], atts_since: Iterable[str]) -> int:
-    """``atts_since``: the highest position among the named revisions the tree
-    holds (0 when none): attachments at or below it are sent as stubs."""
-    return max((rev_pos(rev) for rev in atts_since if is_valid_rev(rev) and rev in tree), default=0)
+def since_position(tree: dict[str, Any], rev: str, atts_since: Iterable[str]) -> int:
+    """``atts_since`` for the revision ``rev`` of ``tree``: the position of the newest
+    revision on ``rev``'s own path (``rev`` itself, then its ancestors down to the
+    stemmed root) that ``atts_since`` names, 0 when it names none; attachments at or
+    below it are sent as stubs. Revisions on other branches, descendants of ``rev``
+    and ones the tree does not hold count for nothing (``couch_db``'s
+    ``find_ancestor_rev_pos``: the sender holds those attachments only if it holds
+    an ancestor of what it asks for).
+
+    pre: rev in tree
+    """
+    named = {since for since in atts_since if is_valid_rev(since)}
+    for ancestor in path_to_root(tree, rev):
+        if ancestor in named:
+            return rev_pos(ancestor)
+    return 0
 
 
 def render(stored: Stored, data: bytes | None) -> dict[str, Any]:

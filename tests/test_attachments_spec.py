@@ -69,7 +69,7 @@ class _Failing:
         ({"a": {}}, "has no data"),
         ({"a": {"data": "not base64!"}}, "base64"),
         ({"a": {"data": "aGk"}}, "base64"),  # padding missing
-        ({"a": {"data": "aGk=\n"}}, "base64"),
+        ({"a": {"data": "aGk=\x0b"}}, "base64"),  # vertical tab: not what Erlang skips
         ({"a": {"data": "é"}}, "base64"),
         ({"a": {"data": "", "content_type": 5}}, "content_type"),
         ({"a": {"data": "", "content_type": "text/plain\r\nX: y"}}, "control character"),
@@ -86,6 +86,14 @@ class _Failing:
 def test_bad_attachments_are_refused(value: object, match: str) -> None:
     with pytest.raises(BadRequest, match=match):
         atts.validate_attachments(value)
+
+
+@pytest.mark.parametrize("text", ["aGk=\n", "aG\r\nk=", " a G k = ", "\taGk="])
+def test_base64_whitespace_is_skipped_as_erlang_does(text: str) -> None:
+    """CouchDB decodes inline data with base64:decode, which skips space, tab, CR
+    and LF: line-wrapped base64 (Python's base64.encodebytes) is stored as its bytes."""
+    [att] = atts.validate_attachments({"a": {"data": text}})
+    assert isinstance(att, atts.Inline) and att.data == b"hi"
 
 
 OLD = [
@@ -143,10 +151,21 @@ def test_reads_render_stubs_or_data_in_couchdbs_key_order() -> None:
     }
 
 
-def test_atts_since_counts_only_revisions_the_tree_holds() -> None:
-    tree = {"1-a": [None, False], "2-b": ["1-a", False], "3-c": ["2-b", False]}
-    assert atts.since_position(tree, ["2-b", "9-zz", "nonsense"]) == 2
-    assert atts.since_position(tree, []) == 0
+def test_atts_since_counts_only_the_revisions_own_path() -> None:
+    """couch_db's find_ancestor_rev_pos: the newest named revision among ``rev`` and
+    its ancestors; descendants, other branches and unknown revisions count for nothing."""
+    tree = {
+        "1-a": [None, False],
+        "2-b": ["1-a", False],
+        "3-c": ["2-b", False],
+        "2-x": ["1-a", False],  # another branch
+    }
+    assert atts.since_position(tree, "3-c", ["2-b", "9-zz", "nonsense"]) == 2
+    assert atts.since_position(tree, "3-c", ["1-a", "3-c"]) == 3
+    assert atts.since_position(tree, "3-c", []) == 0
+    assert atts.since_position(tree, "2-x", ["2-b", "3-c"]) == 0
+    assert atts.since_position(tree, "2-x", ["2-b", "1-a"]) == 1
+    assert atts.since_position(tree, "1-a", ["3-c"]) == 0
 
 
 @given(st.binary(max_size=3 * atts.CHUNK_SIZE + 5))

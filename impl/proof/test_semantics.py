@@ -13,6 +13,7 @@ their documented guarantees; a total order is asserted only with one shard.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -1093,6 +1094,16 @@ def test_revs_diff_unknown_doc_all_missing(engine: Any) -> None:
     assert engine.revs_diff({"nope": revs}) == {"nope": {"missing": revs}}
 
 
+def test_revs_diff_sorts_a_known_docs_missing_revs_by_position(engine: Any) -> None:
+    """couch_key_tree:find_missing sorts {pos, id} (pos an integer: 10 after 5);
+    an unknown id keeps the given order."""
+    engine.put({"_id": "a"})
+    given = ["5-" + H["b"], "3-" + H["c"], "10-" + H["a"], "3-" + H["a"]]
+    missing = engine.revs_diff({"a": given, "nope": given})
+    assert missing["a"]["missing"] == ["3-" + H["a"], "3-" + H["c"], "5-" + H["b"], "10-" + H["a"]]
+    assert missing["nope"] == {"missing": given}
+
+
 def test_revs_diff_knows_non_leaf_and_deleted_revs(engine: Any) -> None:
     """Any node of the tree is known, leaf or not, deleted or not (couch_key_tree:find_missing)."""
     r1 = engine.put({"_id": "a"})["rev"]
@@ -1382,6 +1393,28 @@ def test_bulk_docs_generates_missing_ids(engine: Any) -> None:
     assert engine.info()["doc_count"] == 3
 
 
+def test_replicated_bulk_docs_without_id_get_new_ids(engine: Any) -> None:
+    """chttpd_db's _bulk_docs gives a document without _id a new uuid whatever
+    new_edits says; the replicated one keeps the revision it names."""
+    rev = "3-" + H["c"]
+    assert engine.bulk_docs([{"_rev": rev, "v": 1}], new_edits=False) == []
+    [row] = engine.all_docs()["rows"]
+    assert len(row["id"]) == 32 and row["value"]["rev"] == rev
+    assert engine.get(row["id"]) == {"_id": row["id"], "_rev": rev, "v": 1}
+
+
+def test_all_docs_keys_of_one_with_equal_bounds_is_key(engine: Any) -> None:
+    """couch_mrview_util:validate_args accepts {[Key], Key, Key} (how key=K arrives);
+    any other bound beside keys is refused."""
+    engine.put({"_id": "a"})
+    engine.put({"_id": "b"})
+    keyed = engine.all_docs(keys=["a"], startkey="a", endkey="a")
+    assert keyed == engine.all_docs(keys=["a"])
+    for bounds in ({"startkey": "a"}, {"startkey": "a", "endkey": "b"}):
+        with pytest.raises(BadRequest):
+            engine.all_docs(keys=["a"], **bounds)
+
+
 def test_bad_request_beats_conflict(engine: Any) -> None:
     """Validation happens before state checks (SEMANTICS §15)."""
     engine.put({"_id": "a"})
@@ -1602,6 +1635,33 @@ def test_attachment_stubs_keep_bytes_omitted_ones_are_gone(engine: Any) -> None:
     assert engine.get("a", attachments=True, atts_since=[r1])["_attachments"] == since
     r3 = engine.put({"_id": "a", "_rev": r2, "v": 3})["rev"]
     assert "_attachments" not in engine.get("a", rev=r3)
+
+
+def test_atts_since_counts_only_ancestors_of_the_revision_read(engine: Any) -> None:
+    """couch_db's find_ancestor_rev_pos walks the path of the revision it returns:
+    a named descendant or a revision of another branch does not mean the reader
+    holds that revision's attachments, so they come with their data."""
+    r1 = engine.put({"_id": "a", "_attachments": {"f": _att(b"one")}})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "_attachments": {"f": {"stub": True}}})["rev"]
+    assert "data" in engine.get("a", rev=r1, atts_since=[r2])["_attachments"]["f"]
+    assert engine.get("a", rev=r2, atts_since=[r1])["_attachments"]["f"].get("stub") is True
+    other = "2-" + "f" * 32
+    engine.bulk_docs(
+        [{"_id": "a", "_rev": other, "_revisions": {"start": 2, "ids": ["f" * 32, r1[2:]]}}],
+        new_edits=False,
+    )
+    # The branch's own revision names nothing on r2's path; its parent r1 does.
+    assert "data" in engine.get("a", rev=r2, atts_since=[other])["_attachments"]["f"]
+    assert engine.get("a", rev=r2, atts_since=[other, r1])["_attachments"]["f"].get("stub")
+
+
+def test_line_wrapped_base64_is_stored_as_its_bytes(engine: Any) -> None:
+    """CouchDB's base64:decode skips whitespace: base64.encodebytes' output is taken."""
+    data = bytes(range(256))
+    wrapped = base64.encodebytes(data).decode("ascii")
+    assert "\n" in wrapped
+    engine.put({"_id": "a", "_attachments": {"f": {"data": wrapped}}})
+    assert engine.attachment("a", "f")["data"] == data
 
 
 def test_attachment_data_may_be_bytes(engine: Any) -> None:

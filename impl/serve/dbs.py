@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
+from settee.docinfo import DocInfo
 from settee.serve import mime, revs
 from settee.serve.docs import (
     check_doc,
@@ -539,20 +540,23 @@ def _bulk_get_related(db: settee.Database, raw: bytes, query: Mapping[str, str])
     out: list[Any] = []
     for item in _bulk_get_items(raw, query):
         answer = _bulk_get_one(db, item, query, stubs=True)
-        found = any("ok" in entry for entry in answer["docs"])
-        position = _since_position(db, item) if found else 0
+        since = item.get("atts_since") if isinstance(item, dict) else None
+        found = since and any("ok" in entry for entry in answer["docs"])
+        info = revs.doc_info(db, item["id"]) if found else None
         for entry in answer["docs"]:
             if "ok" in entry:
-                out.append(mime.related(entry["ok"], position))
+                out.append(mime.related(entry["ok"], _since_position(info, entry["ok"], since)))
             else:
                 out.append(entry["error"])
     return out
 
 
-def _since_position(db: settee.Database, item: dict[str, Any]) -> int:
-    since = item.get("atts_since") if isinstance(item, dict) else None
-    info = revs.doc_info(db, item["id"]) if since else None
-    return since_position(info.tree, since) if info is not None else 0
+def _since_position(info: DocInfo | None, doc: dict[str, Any], since: Any) -> int:
+    """``atts_since``'s position for the revision ``doc`` is (0: none named, or the
+    revision is gone from the tree since it was read)."""
+    if info is None or doc["_rev"] not in info.tree:
+        return 0
+    return since_position(info.tree, doc["_rev"], since)
 
 
 async def _send_bulk_get(

@@ -168,7 +168,8 @@ def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> 
     position = 0
     if since is not None:
         info = revs.doc_info(db, doc_id)
-        position = since_position(info.tree, since) if info is not None else 0
+        if info is not None and doc["_rev"] in info.tree:
+            position = since_position(info.tree, doc["_rev"], since)
     return mime.related(doc, position)
 
 
