@@ -103,6 +103,21 @@ def test_check_fails_on_damage_and_still_prints_notes(tmp_path: Any, capsys: Any
     assert any(line.startswith(f"{shard}:") and "does not verify" in line for line in out), out
 
 
+def _flip_offsets(data: bytes, end: int) -> list[int]:
+    """Every 11th offset before ``end``, but only every 99th inside the attachment's
+    bytes (the repeating 0..255 run, half the file): a flip there is one more flip in
+    the same crc-checked chunk payload, and sampling it as densely as the frames,
+    nodes and headers around it doubled the test's time."""
+
+    def in_attachment_run(offset: int) -> bool:
+        window = data[offset - 8 : offset + 8]
+        return len(window) == 16 and all(
+            (window[0] + k) % 256 == byte for k, byte in enumerate(window)
+        )
+
+    return [o for o in range(0, end, 11) if o % 99 == 0 or not in_attachment_run(o)]
+
+
 def test_check_pinpoints_every_flipped_bit_in_committed_data() -> None:
     """Flip one bit at sampled offsets of the committed part of a shard file:
     check reports that file, at an offset at or before the flip (the damaged
@@ -115,7 +130,7 @@ def test_check_pinpoints_every_flipped_bit_in_committed_data() -> None:
     assert list(check_database("/db", fs)) == []
     header_start = len(pristine) - len(pristine) % 4096 or len(pristine) - 4096
     tried = 0
-    for offset in range(0, header_start, 11):
+    for offset in _flip_offsets(pristine, header_start):
         damaged = bytearray(pristine)
         damaged[offset] ^= 1 << (offset % 8)
         fs.set_contents(shard, bytes(damaged))
