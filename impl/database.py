@@ -436,6 +436,15 @@ class Database:
             },
         }
 
+    def _set_revs_limit(self, limit: int) -> None:
+        """settee serve's ``PUT /{db}/_revs_limit``: writes and compactions from now on
+        stem to ``limit``, while the requests using this handle go on (reopening it
+        made them fail). Not stored: the server keeps it beside the database."""
+        self._check_writable()
+        self.config = validate_options(**{**self.config, "revs_limit": limit})
+        for shard in self.shards:
+            shard.set_revs_limit(limit)
+
     def compact(self) -> None:
         """Rewrite every shard file with only live data; readers and writers go on."""
         self._check_writable()

@@ -288,6 +288,10 @@ class Shard:
         self._enqueue(_Write(docs, encoded, new_edits, future, deleting))
         return future
 
+    def set_revs_limit(self, limit: int) -> None:
+        """Stem the writes committed from now on to ``limit`` (between two commits)."""
+        self.call_in_writer(lambda: setattr(self, "_revs_limit", limit))
+
     def call_in_writer(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the writer thread, between commits, and return its result."""
         future: Future[Any] = Future()

@@ -1758,3 +1758,78 @@ def test_rows_a_view_cannot_store_are_skipped_and_local_deleted_is_checked(
     assert rows.status == 200 and [r["id"] for r in rows.json["rows"]] == ["good"]
     answer = client("PUT", f"{db}/_local/l", {"_deleted": "x"})
     assert answer.status == 400 and answer.json["error"] == "bad_request"
+
+
+# -- requests racing a database's reconfiguration ----------------------------------------------
+
+
+def _hammer(client: Client, calls: list[tuple[str, str, Any]], stop: threading.Event) -> list[Any]:
+    """Run ``calls`` round and round on a thread each until ``stop``; every answer's
+    (method, path, status, body) comes back."""
+    seen: list[Any] = []
+
+    def loop(method: str, path: str, body: Any) -> None:
+        while not stop.is_set():
+            r = client(method, path, body)
+            seen.append((method, path, r.status, r.raw[:200]))
+
+    threads = [threading.Thread(target=loop, args=call) for call in calls]
+    for t in threads:
+        t.start()
+    return [seen, threads]
+
+
+def _traffic(db: str) -> list[tuple[str, str, Any]]:
+    return [
+        ("GET", db, None),
+        ("POST", db, {"v": 1}),
+        ("GET", f"{db}/_all_docs", None),
+        ("GET", f"{db}/_changes", None),
+        ("POST", f"{db}/_bulk_docs", {"docs": [{"v": 2}]}),
+    ]
+
+
+def test_requests_go_on_while_revs_limit_changes(client: Client, db: str) -> None:
+    """PUT /{db}/_revs_limit changes the open database in place: requests running
+    meanwhile are answered as CouchDB answers them (found in review: reopening the
+    database answered them 500 "database is closed" or 503)."""
+    stop = threading.Event()
+    seen, threads = _hammer(client, _traffic(db), stop)
+    try:
+        for limit in (5, 6, 7, 8, 9, 10):
+            assert client("PUT", f"{db}/_revs_limit", limit).json == {"ok": True}
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    refused = [s for s in seen if s[2] >= 400]
+    assert seen and not refused, refused[:5]
+    assert client("GET", f"{db}/_revs_limit").json == 10
+    rev = put(client, db, "stemmed", {})
+    for _ in range(12):
+        rev = put(client, db, "stemmed", {"_rev": rev})
+    assert len(client("GET", f"{db}/stemmed?revs=true").json["_revisions"]["ids"]) == 10
+
+
+def test_requests_racing_delete_and_create_get_404_not_500(client: Client) -> None:
+    """A request on a database deleted (and created again) while it runs answers as if
+    it came after the DELETE: 404, never 500 (found in review: GET and POST /{db}
+    answered 500 "database is closed")."""
+    db = "/racing-delete"
+    assert client("PUT", db).status == 201
+    stop = threading.Event()
+    seen, threads = _hammer(client, _traffic(db), stop)
+    try:
+        for _ in range(15):
+            assert client("DELETE", db).status == 200
+            time.sleep(0.02)
+            assert client("PUT", db).status == 201
+            time.sleep(0.04)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    failed = [s for s in seen if s[2] >= 500]
+    assert seen and not failed, failed[:5]
+    assert {status for _, _, status, _ in seen} <= {200, 201, 202, 404}

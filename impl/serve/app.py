@@ -92,11 +92,13 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     if first.startswith("_"):
         raise HTTPError(400, "illegal_database_name", f"Name: '{first}'. Unknown endpoint.")
     rest = parts[1:]
-    if not rest:
+    if not rest and request.method in ("PUT", "DELETE"):
         return await dbs.handle_db(state, request, first)
     entry = await state.entry(first)
     db = entry.db
     try:
+        if not rest:  # GET, HEAD, POST /{db}: they use the open database, as below
+            return await dbs.handle_open_db(state, request, entry)
         return await _route_in_db(state, request, entry, rest)
     except settee.SetteeError as exc:
         # A plain SetteeError is what a closed database raises (the subclasses are
@@ -119,7 +121,7 @@ def _closed_under(state: State, entry: DbEntry, db: settee.Database) -> HTTPErro
         return HTTPError(
             503,
             "service_unavailable",
-            "the database was reopened (its revs_limit changed) while this request ran; retry it",
+            "the database was reopened while this request ran; retry it",
         )
     return None
 

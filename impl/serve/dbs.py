@@ -54,6 +54,7 @@ __all__ = [
     "handle_design_docs",
     "handle_ensure_full_commit",
     "handle_local_docs",
+    "handle_open_db",
     "handle_revs_diff",
     "handle_revs_limit",
     "handle_root",
@@ -157,7 +158,8 @@ def _db_info(entry: DbEntry) -> dict[str, Any]:
 
 
 async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.StreamResponse:
-    """``PUT /{db}`` (``?q=`` shards), ``GET /{db}``, ``DELETE /{db}``, ``POST /{db}``."""
+    """``PUT /{db}`` (``?q=`` shards) and ``DELETE /{db}``; the other methods are
+    ``handle_open_db``'s."""
     method = request.method
     if method == "PUT":
         shards = request.query.get("q")
@@ -179,7 +181,14 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
             )
         await state.run(state.registry.delete, name)
         return respond(reply(200, {"ok": True}))
-    entry = await state.entry(name)
+    return await handle_open_db(state, request, await state.entry(name))
+
+
+async def handle_open_db(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``GET /{db}`` and ``POST /{db}`` (a new document) on the open ``entry``."""
+    method = request.method
     if method in ("GET", "HEAD"):
         return respond(reply(200, await state.run(_db_info, entry)))
     if method == "POST":

@@ -161,8 +161,8 @@ class Registry:
 
     def set_revs_limit(self, name: str, limit: int) -> None:
         """CouchDB's ``PUT /{db}/_revs_limit``. The engine takes ``revs_limit`` per
-        session, so it is stored beside the database and the database is reopened with it
-        (requests that are using the old session at that moment fail: set it before use)."""
+        session, so it is stored beside the database (for its next open) and set on
+        the open handle, which the requests running meanwhile go on using."""
         check_db_name(name)
         with self._lock:
             entry = self._opened(name)
@@ -170,8 +170,7 @@ class Registry:
                 self._settings_path(name), {"revs_limit": limit}, fsync=self.options["fsync"]
             )
             if entry.db.config["revs_limit"] != limit:
-                entry.db.close()
-                entry.db = settee.open(self._path(name), **self._reopen_options(name))
+                entry.db._set_revs_limit(limit)
 
     def create(self, name: str, shards: int | None = None) -> None:
         """Create ``name``; 412 ``file_exists`` when it already exists."""
