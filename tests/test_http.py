@@ -1833,3 +1833,74 @@ def test_requests_racing_delete_and_create_get_404_not_500(client: Client) -> No
     failed = [s for s in seen if s[2] >= 500]
     assert seen and not failed, failed[:5]
     assert {status for _, _, status, _ in seen} <= {200, 201, 202, 404}
+
+
+# -- CouchDB conformance (an HTTP review against chttpd_db) --------------------------------------
+
+
+def test_repeated_query_parameters_take_their_last_value(client: Client, db: str) -> None:
+    """CouchDB folds over the query string: the last value wins (views.rst)."""
+    for i in range(3):
+        put(client, db, f"d{i}", {})
+    assert len(client("GET", f"{db}/_all_docs?limit=1&limit=2").json["rows"]) == 2
+    assert client("GET", f"{db}/_changes?since=0&since=now").json["results"] == []
+    assert client("GET", f"{db}/_all_docs?descending=TRUE&limit=1").json["rows"][0]["id"] == "d2"
+
+
+def test_missing_revs_is_revs_diff_without_ancestors(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {})
+    asked = {"a": [rev, "2-x"], "zz": ["1-q"]}
+    r = client("POST", f"{db}/_missing_revs", asked)
+    assert r.status == 200 and r.json == {"missing_revs": {"a": ["2-x"], "zz": ["1-q"]}}
+    assert client("GET", f"{db}/_missing_revs").status == 405
+
+
+def test_view_compaction_is_accepted_for_an_existing_design_doc(client: Client, db: str) -> None:
+    put(client, db, "_design/d", {"views": {}})
+    assert client("POST", f"{db}/_compact/d").status == 202
+    assert client("POST", f"{db}/_compact/nope").status == 404
+    assert client("POST", f"{db}/_compact/d", raw=b"", headers={"Content-Type": "x"}).status == 415
+
+
+def test_locations_of_attachment_and_local_writes(client: Client, db: str) -> None:
+    rev = put(client, db, "d", {})
+    r = client("PUT", f"{db}/d/f.txt?rev={rev}", raw=b"hi", headers={"Content-Type": "text/plain"})
+    assert r.status == 201 and r.headers["Location"].endswith(f"{db}/d/f.txt")
+    r = client("PUT", f"{db}/_local/x", {"v": 1})
+    assert r.status == 201 and r.headers["Location"].endswith(f"{db}/_local/x")
+
+
+def test_post_of_a_local_doc_stores_it(client: Client, db: str) -> None:
+    r = client("POST", db, {"_id": "_local/viapost", "v": 1})
+    assert r.status == 201 and r.json["id"] == "_local/viapost"
+    assert client("GET", f"{db}/_local/viapost").json["v"] == 1
+    assert client("GET", f"{db}/_all_docs").json["rows"] == []
+
+
+def test_reading_an_id_no_write_accepts_is_404(client: Client, db: str) -> None:
+    for path in ("_bogus", "_design", "_design/"):
+        r = client("GET", f"{db}/{path}")
+        assert (r.status, r.json) == (404, MISSING), path
+    assert client("PUT", f"{db}/_bogus", {}).status == 400
+
+
+def test_revs_info_only_without_rev_and_head_everywhere(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {})
+    assert "_revs_info" in client("GET", f"{db}/a?revs_info=true").json
+    assert "_revs_info" not in client("GET", f"{db}/a?rev={rev}&revs_info=true").json
+    assert client("HEAD", f"{db}/_index").status == 200
+    assert client("DELETE", "/").headers["Allow"] == "GET,HEAD"
+
+
+def test_changes_descending_newest_first(client: Client) -> None:
+    """One shard, so the feed has one order (over several, as in a CouchDB cluster,
+    each shard's changes keep theirs)."""
+    db = "/descending-changes"
+    assert client("PUT", f"{db}?q=1").status == 201
+    for i in range(4):
+        put(client, db, f"d{i}", {})
+    rows = client("GET", f"{db}/_changes?descending=true").json["results"]
+    assert [r["id"] for r in rows] == ["d3", "d2", "d1", "d0"]
+    page = client("GET", f"{db}/_changes?descending=true&limit=2").json
+    assert [r["id"] for r in page["results"]] == ["d3", "d2"]
+    assert page["last_seq"] == page["results"][-1]["seq"] and page["pending"] == 2

@@ -39,6 +39,7 @@ _DB_ROUTES = {
     "_bulk_docs": dbs.handle_bulk_docs,
     "_bulk_get": dbs.handle_bulk_get,
     "_revs_diff": dbs.handle_revs_diff,
+    "_missing_revs": dbs.handle_missing_revs,
     "_revs_limit": dbs.handle_revs_limit,
     "_security": dbs.handle_security,
     "_compact": dbs.handle_compact,
@@ -77,7 +78,22 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
     return response
 
 
+def _last_value_wins(request: web.BaseRequest) -> web.BaseRequest:
+    """The request with each query parameter given once, at its last value: CouchDB
+    folds over the query string, so ``?limit=1&limit=2`` means 2 (views.rst: "the
+    last argument wins"), where aiohttp's ``query.get`` gives the first."""
+    query = request.query
+    if len(query) == len(set(query)):
+        return request
+    last: dict[str, str] = {}
+    for name, value in query.items():
+        last.pop(name, None)  # keep the order of last appearance (key=, then endkey=)
+        last[name] = value
+    return request.clone(rel_url=request.rel_url.with_query(last))
+
+
 async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    request = _last_value_wins(request)
     raw = request.rel_url.raw_path
     try:
         parts = [unquote(p, errors="strict") for p in raw.split("/")[1:]]
@@ -137,11 +153,17 @@ async def _route_in_db(
         if head == "_local" and len(rest) > 2:
             raise HTTPError(400, "bad_request", "_local documents do not accept attachments.")
         return await docs.handle_local(state, request, entry, name)
+    if head == "_compact" and len(rest) == 2:
+        return await dbs.handle_compact_views(state, request, entry, rest[1])
     if head == "_index":
         return await find.handle_index(state, request, entry, rest[1:])
     if head == "_design" and len(rest) == 2:
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
     if len(rest) == 1:
+        reading = request.method in ("GET", "HEAD")
+        if reading and head.startswith("_") and not head.startswith("_design/"):
+            # chttpd_db opens any id it is asked for: one no write accepts is missing.
+            raise settee.NotFound("missing")
         return await docs.handle_doc(state, request, entry, head)
     if head == "_design" and len(rest) == 4 and rest[2] == "_view":
         return await viewquery.handle_view(state, request, entry, rest[1], rest[3])

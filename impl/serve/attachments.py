@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve.docs import validated_write
+from settee.serve.docs import MAX_LOCATION, validated_write
 from settee.serve.protocol import HTTPError, method_not_allowed, reply, respond
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
@@ -116,7 +116,12 @@ async def handle_attachment(
         content_type = request.headers.get("Content-Type", "application/octet-stream")
         result = await state.run(_put, entry, doc_id, name, data, content_type, rev)
         state.notify(entry)
-        return respond(reply(201, result, {"ETag": f'"{result["rev"]}"'}))
+        # chttpd_db:db_attachment_req sends the attachment's URL as Location.
+        headers = {"ETag": f'"{result["rev"]}"'}
+        location = str(request.url.with_query(None))
+        if len(location) <= MAX_LOCATION:  # as docs._written: clients refuse longer lines
+            headers["Location"] = location
+        return respond(reply(201, result, headers))
     if method == "DELETE":
         result = await state.run(_delete, entry, doc_id, name, rev)
         state.notify(entry)

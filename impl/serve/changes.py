@@ -65,6 +65,7 @@ class ChangesQuery:
     filter: ChangesFilter | None
     heartbeat: float | None  # seconds
     timeout: float  # seconds
+    descending: bool = False  # the normal feed only (see read_changes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -185,6 +186,7 @@ def _parse(
         filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
+        descending=query_bool(query, "descending"),
     )
 
 
@@ -196,6 +198,8 @@ _FILTER_PAGE = 500
 
 def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, Any]:
     """One page of changes after ``since``, filtered and styled as ``q`` asks."""
+    if q.descending:
+        return _descending(db, q)
     if q.filter is None:
         result = db.changes(since=since, limit=q.limit, include_docs=q.include_docs)
     else:
@@ -292,6 +296,19 @@ async def handle_changes(
     if q.feed == "longpoll":
         return await _longpoll(state, request, entry, q, since)
     return await _continuous(state, request, entry, q, since)
+
+
+def _descending(db: settee.Database, q: ChangesQuery) -> dict[str, Any]:
+    """``descending=true``: newest change first, from the database's end whatever
+    ``since`` says (couch_changes folds backwards from the update seq), ``limit``
+    rows; ``last_seq`` is the last row's (the oldest shown), ``pending`` the rows
+    older still. The continuous and longpoll feeds go forwards, as settee serves
+    them (README, "Over HTTP")."""
+    whole = read_changes(db, dataclasses.replace(q, limit=None, descending=False), "0")
+    rows = whole["results"][::-1]
+    shown = rows if q.limit is None else rows[: q.limit]
+    last_seq = shown[-1]["seq"] if shown else whole["last_seq"]
+    return {"results": shown, "last_seq": last_seq, "pending": len(rows) - len(shown)}
 
 
 def _page(db: settee.Database, q: ChangesQuery, since: Any) -> Any:

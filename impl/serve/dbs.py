@@ -50,10 +50,12 @@ __all__ = [
     "handle_bulk_docs",
     "handle_bulk_get",
     "handle_compact",
+    "handle_compact_views",
     "handle_db",
     "handle_design_docs",
     "handle_ensure_full_commit",
     "handle_local_docs",
+    "handle_missing_revs",
     "handle_open_db",
     "handle_revs_diff",
     "handle_revs_limit",
@@ -77,7 +79,7 @@ def _only(request: web.BaseRequest, allowed: str) -> None:
 
 
 async def handle_root(state: State, request: web.BaseRequest) -> web.StreamResponse:
-    _only(request, "GET")
+    _only(request, "GET,HEAD")
     return respond(
         reply(
             200,
@@ -626,6 +628,22 @@ async def handle_revs_diff(
     return respond(await state.run(_revs_diff, entry.db, raw))
 
 
+def _missing_revs(db: settee.Database, raw: bytes) -> Any:
+    missing = {doc_id: e["missing"] for doc_id, e in db.revs_diff(decode_object(raw)).items()}
+    return reply(200, {"missing_revs": missing})
+
+
+async def handle_missing_revs(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``POST /{db}/_missing_revs``: ``_revs_diff`` without ``possible_ancestors``
+    (chttpd_db), the form replicators before CouchDB 1.1 asked."""
+    _only(request, "POST")
+    require_json_content(request.headers)
+    raw = await state.read_body(request)
+    return respond(await state.run(_missing_revs, entry.db, raw))
+
+
 async def handle_revs_limit(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
@@ -712,6 +730,18 @@ async def handle_compact(
             log.error("compaction of %s failed: %r", entry.name, f.exception())
 
     future.add_done_callback(done)
+    return respond(reply(202, {"ok": True}))
+
+
+async def handle_compact_views(
+    state: State, request: web.BaseRequest, entry: DbEntry, ddoc: str
+) -> web.StreamResponse:
+    """``POST /{db}/_compact/{ddoc}``: 202, or 404 when the design document is
+    missing (chttpd_db:handle_compact_req). settee's view indexes are rebuilt
+    from the database, not appended to, so there is nothing more to do."""
+    _only(request, "POST")
+    require_json_content(request.headers)
+    await state.run(entry.db.get, "_design/" + ddoc)  # NotFound: 404 missing
     return respond(reply(202, {"ok": True}))
 
 

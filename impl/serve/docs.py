@@ -38,6 +38,7 @@ from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
 from settee.spec.spool import Spooled
 
 __all__ = [
+    "MAX_LOCATION",
     "attachment_options",
     "check_doc",
     "handle_doc",
@@ -140,7 +141,9 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         deleted = revs.deleted_conflicts(db, doc_id)
         if deleted:
             doc["_deleted_conflicts"] = deleted
-    if meta or query_bool(query, "revs_info"):
+    # With rev= the document comes from open_doc_revs, which adds no meta fields
+    # (couch_db:make_doc), as for _conflicts and _deleted_conflicts above.
+    if rev is None and (meta or query_bool(query, "revs_info")):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
     return doc
 
@@ -403,6 +406,11 @@ def _post_doc(state: State, entry: DbEntry, body: bytes) -> dict[str, Any]:
     doc = decode_object(body, "Document")
     if doc.get("_id") is None or doc.get("_id") == "":
         doc["_id"] = new_doc_id()  # an _id of another type is the engine's 400
+    local = doc["_id"]
+    if isinstance(local, str) and local.startswith("_local/") and local != "_local/":
+        # couch_doc:validate_docid takes _local/ ids: the same document as PUT makes.
+        rev = entry.local.put(local, doc, doc.get("_rev"))
+        return {"ok": True, "id": local, "rev": rev}
     check_doc(doc)
     _validated(entry, doc)
     result = entry.db.put(doc)
@@ -444,7 +452,8 @@ async def handle_local(
             rev = _explicit_rev(request.query, request.headers)
         new = await state.run(entry.local.put, doc_id, doc, rev)
         status = 200 if doc.get("_deleted") is True else 201
-        return _written(status, {"ok": True, "id": doc_id, "rev": new})
+        # chttpd_db's db_doc_req PUT sends Location for every document it writes.
+        return _written(status, {"ok": True, "id": doc_id, "rev": new}, _location(request))
     if method == "DELETE":
         rev = _explicit_rev(request.query, request.headers)
         new = await state.run(entry.local.put, doc_id, {"_deleted": True}, rev)

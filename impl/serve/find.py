@@ -428,7 +428,7 @@ def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tu
     def write(doc: dict[str, Any]) -> Any:
         return validated_write(entry, doc)
 
-    if not rest and method == "GET":
+    if not rest and method in ("GET", "HEAD"):  # chttpd answers every HEAD as its GET
         listed = [index.listed() for index in mango.list_indexes(db)]
         return 200, {"total_rows": len(listed), "indexes": listed}
     if not rest and method == "POST":

@@ -162,8 +162,8 @@ def query_bool(query: Mapping[str, str], name: str, default: bool = False) -> bo
     value = query.get(name)
     if value is None:
         return default
-    if value in ("true", "false"):
-        return value == "true"
+    if value.lower() in ("true", "false"):  # couch_httpd's parse_boolean lower-cases
+        return value.lower() == "true"
     raise HTTPError(
         400, "query_parse_error", f"Invalid boolean parameter {name}={value!r}: use true or false"
     )
