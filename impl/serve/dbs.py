@@ -36,7 +36,6 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.spec import revtree
 from settee.spec.arguments import check_all_docs
 from settee.spec.attachments import since_position
 from settee.spec.format import FORMAT_VERSION
@@ -230,7 +229,7 @@ def _all_docs_result(
         inclusive_end=_flag(query, body, "inclusive_end", True),
     )
     if include_docs and _flag(query, body, "conflicts"):
-        _add_conflicts(db, result["rows"])
+        revs.add_conflicts(db, [row["doc"] for row in result["rows"] if row.get("doc")])
     if _flag(query, body, "update_seq"):
         result["update_seq"] = db.info()["update_seq"]
     return result
@@ -244,16 +243,6 @@ def _flag(
 
 def _count(query: Mapping[str, str], body: Mapping[str, Any], name: str, default: Any) -> Any:
     return body[name] if name in body else query_int(query, name, default)
-
-
-def _add_conflicts(db: settee.Database, rows: list[dict[str, Any]]) -> None:
-    with_docs = [row for row in rows if row.get("doc")]
-    infos = revs.doc_infos(db, [row["id"] for row in with_docs])
-    for row in with_docs:
-        info = infos.get(row["id"])
-        conflicts = revtree.conflicts(info.tree) if info is not None else []
-        if conflicts:
-            row["doc"]["_conflicts"] = conflicts
 
 
 async def _all_docs_body(state: State, request: web.BaseRequest) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex
 from settee.serve.viewquery import retryable, update_index
-from settee.spec import revtree, selector
+from settee.spec import selector
 from settee.spec.collation import collate_json
 
 __all__ = ["handle_explain", "handle_find", "handle_index"]
@@ -297,7 +297,7 @@ def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict
     view, warning = found.view, found.warning
     scan = _scan_all_docs(db, q) if view is None else _scan_index(db, view, found.index, q)
     if q.conflicts:
-        _add_conflicts(db, scan.found)
+        revs.add_conflicts(db, scan.found)
     result: dict[str, Any] = {
         "docs": [selector.extract_fields(doc, q.fields) for doc in scan.found],
         "bookmark": make_bookmark(scan.last if scan.last is not None else q.after),
@@ -411,15 +411,6 @@ def _scan_all_docs(db: settee.Database, q: FindQuery) -> _Scan:
                 exhausted = True
                 break
     return scan
-
-
-def _add_conflicts(db: settee.Database, docs: list[dict[str, Any]]) -> None:
-    infos = revs.doc_infos(db, [doc["_id"] for doc in docs])
-    for doc in docs:
-        info = infos.get(doc["_id"])
-        conflicts = revtree.conflicts(info.tree) if info is not None else []
-        if conflicts:
-            doc["_conflicts"] = conflicts
 
 
 def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tuple[int, Any]:

@@ -23,6 +23,7 @@ from settee.spec.routing import shard_of
 from settee.tokens import decode_token
 
 __all__ = [
+    "add_conflicts",
     "changes_pending",
     "deleted_conflicts",
     "doc_info",
@@ -139,3 +140,14 @@ def parse_rev_list(value: Any) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(r, str) and is_valid_rev(r) for r in value):
         return value
     return None
+
+
+def add_conflicts(db: settee.Database, docs: list[dict[str, Any]]) -> None:
+    """Give each of ``docs`` (winners, as read) its ``_conflicts`` when it has any:
+    ``conflicts=true`` with ``include_docs`` (``_all_docs``, views, ``_find``)."""
+    infos = doc_infos(db, [doc["_id"] for doc in docs])
+    for doc in docs:
+        info = infos.get(doc["_id"])
+        conflicts = revtree.conflicts(info.tree) if info is not None else []
+        if conflicts:
+            doc["_conflicts"] = conflicts

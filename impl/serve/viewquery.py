@@ -4,8 +4,11 @@
 Rows come in key order (CouchDB's collation, ties by document id); ``key``,
 ``keys``, ``startkey``/``endkey`` (and ``start_key``/``end_key``),
 ``startkey_docid``/``endkey_docid``, ``inclusive_end``, ``descending``,
-``skip``, ``limit``, ``include_docs``, ``update`` (``true``, ``false``,
-``lazy``; ``stale=ok|update_after``). A view with a reduce answers reduced
+``skip``, ``limit``, ``include_docs`` (with ``conflicts``), ``update_seq``,
+``update`` (``true``, ``false``, ``lazy``; ``stale=ok|update_after``). Parameters
+apply in order (``key=1&endkey=3`` is 1..3); a POST's JSON body may hold any of
+them, the query string overriding it; CouchDB's validate_args and check_range
+refusals are its 400 query_parse_error answers. A view with a reduce answers reduced
 rows unless ``reduce=false``: the builtins ``_count``, ``_sum``, ``_stats``,
 ``_approx_count_distinct`` or a JavaScript ``reduce(keys, values, rereduce)``,
 over everything (one row) or per key (``group=true``) or per key prefix
@@ -16,16 +19,18 @@ intermediate reductions yet.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 
 import settee
-from settee.serve import mango
+from settee.serve import mango, revs
 from settee.serve.design import ViewFunctions
 from settee.serve.protocol import (
     HTTPError,
@@ -56,6 +61,9 @@ _UNSET = object()
 
 @dataclass(frozen=True)
 class ViewQuery:
+    """A view query's parameters as couch_mrview_http parses them (``validated``
+    checks them against the view, as couch_mrview_util:validate_args)."""
+
     keys: list[Any] | None
     start: Any  # _UNSET or a key
     end: Any
@@ -67,85 +75,236 @@ class ViewQuery:
     limit: int | None
     include_docs: bool
     reduce: bool | None  # None: the view's default
-    group_level: int | None  # None: no grouping; -1: group=true (exact keys)
+    group: bool | None  # None: not given
+    level: int | None  # group_level as given (None: not given)
     update: str
+    update_seq: bool = False
+    conflicts: bool | None = None  # None: not given
+    # Resolved by ``validated``: None: no grouping; -1: group=true (exact keys); N: a prefix.
+    group_level: int | None = None
 
 
-def _json(params: Mapping[str, Any], *names: str, from_body: bool = False) -> Any:
-    for name in names:
-        if name in params:
-            value = params[name]
-            if from_body or not isinstance(value, str):
-                return value
-            try:
-                return parse_json(value)  # no NaN, Infinity or 1e999: keys must collate
-            except (ValueError, RecursionError):
-                raise HTTPError(
-                    400, "query_parse_error", f"Invalid JSON in {name}={value!r}: quote strings"
-                ) from None
-    return _UNSET
+_DEFAULTS: dict[str, Any] = {
+    "keys": None,
+    "start": _UNSET,
+    "end": _UNSET,
+    "start_docid": None,
+    "end_docid": None,
+    "inclusive_end": True,
+    "descending": False,
+    "skip": 0,
+    "limit": None,
+    "include_docs": False,
+    "reduce": None,
+    "group": None,
+    "level": None,
+    "update": "true",
+    "update_seq": False,
+    "conflicts": None,
+}
+
+#: Parameters parse_boolean reads, and the ViewQuery field each sets (None: parsed, unused).
+_BOOLEANS = {
+    "reduce": "reduce",
+    "descending": "descending",
+    "group": "group",
+    "inclusive_end": "inclusive_end",
+    "include_docs": "include_docs",
+    "update_seq": "update_seq",
+    "conflicts": "conflicts",
+    "attachments": None,
+    "att_encoding_info": None,
+    "sorted": None,
+}
+_INTS = {"limit": "limit", "skip": "skip", "group_level": "level"}
+_DOCIDS = {
+    "startkey_docid": "start_docid",
+    "start_key_doc_id": "start_docid",
+    "endkey_docid": "end_docid",
+    "end_key_doc_id": "end_docid",
+}
+_KEYS = {"startkey": "start", "start_key": "start", "endkey": "end", "end_key": "end"}
 
 
-def _bool(params: Mapping[str, Any], name: str, default: bool | None) -> bool | None:
-    value = params.get(name)
-    if value is None:
-        return default
-    if value in (True, "true"):
-        return True
-    if value in (False, "false"):
-        return False
-    raise HTTPError(400, "query_parse_error", f"Invalid boolean parameter {name}={value!r}")
+def _parse_error(reason: str) -> HTTPError:
+    return HTTPError(400, "query_parse_error", reason)
 
 
-def _count(params: Mapping[str, Any], name: str) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return None
+def _shown(value: Any) -> str:
+    """A parameter's value in a message, as Erlang's ``~p`` shows it (JSON-escaped:
+    no lone surrogate reaches the answer)."""
     try:
-        number = int(value) if not isinstance(value, bool) else -1
-    except (TypeError, ValueError):
-        number = -1
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def _decoded(name: str, value: Any, decoded: bool) -> Any:
+    if decoded or not isinstance(value, str):
+        return value
+    try:
+        return parse_json(value)  # no NaN, Infinity or 1e999: keys must collate
+    except (ValueError, RecursionError):
+        raise _parse_error(f"Invalid JSON in {name}={value!r}: quote strings") from None
+
+
+def _boolean(value: Any) -> bool:
+    """couch_mrview_http:parse_boolean: true/false, or their text in any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _parse_error(f"Invalid boolean parameter: {_shown(value)}")
+
+
+def _pos_int(value: Any) -> int:
+    """couch_mrview_http:parse_pos_int: an integer (or its decimal text) >= 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
+        try:
+            number = int(value)
+        except ValueError:  # more digits than int() converts
+            raise _parse_error(f"Invalid value for integer: {_shown(value)}") from None
+    else:
+        raise _parse_error(f"Invalid value for integer: {_shown(value)}")
     if number < 0:
-        raise HTTPError(
-            400, "query_parse_error", f"Invalid value for {name}: {value!r}, expected an int >= 0"
-        )
+        raise _parse_error(f"Invalid value for positive integer: {_shown(value)}")
     return number
 
 
-def parse_view_query(query: Mapping[str, str], body: Mapping[str, Any]) -> ViewQuery:
-    params: dict[str, Any] = {**query}
-    keys = body.get("keys", _UNSET) if body else _UNSET
-    if keys is _UNSET:
-        keys = _json(params, "keys")
-    if keys is not _UNSET and not isinstance(keys, list):
-        raise HTTPError(400, "query_parse_error", "`keys` must be an array of keys")
-    key = _json(params, "key")
-    start = _json(params, "startkey", "start_key")
-    end = _json(params, "endkey", "end_key")
-    if key is not _UNSET:
-        start = end = key
-    group = _bool(params, "group", False)
-    level = _count(params, "group_level")
-    stale = params.get("stale")
-    update = {"ok": "false", "update_after": "lazy"}.get(str(stale), params.get("update", "true"))
-    if update not in ("true", "false", "lazy"):
-        raise HTTPError(400, "query_parse_error", "update must be true, false or lazy")
-    return ViewQuery(
-        keys=keys if isinstance(keys, list) else None,
-        start=start,
-        end=end,
-        start_docid=params.get("startkey_docid", params.get("start_key_doc_id")),
-        end_docid=params.get("endkey_docid", params.get("end_key_doc_id")),
-        inclusive_end=bool(_bool(params, "inclusive_end", True)),
-        descending=bool(_bool(params, "descending", False)),
-        skip=_count(params, "skip") or 0,
-        limit=_count(params, "limit"),
-        include_docs=bool(_bool(params, "include_docs", False)),
-        reduce=_bool(params, "reduce", None),
-        # group_level=0 is CouchDB's default: one reduction over everything.
-        group_level=level if level else (-1 if group else None),
-        update=str(update),
-    )
+def _docid(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # couch_util:to_binary
+    raise _parse_error(f"`{name}` must be a string.")
+
+
+def _apply(args: dict[str, Any], name: str, value: Any, decoded: bool) -> None:
+    """One parameter over ``args``, as couch_mrview_http:parse_param: in order, so
+    a later parameter overrides an earlier one (``key`` then ``endkey``)."""
+    if name == "key":
+        args["start"] = args["end"] = _decoded(name, value, decoded)
+    elif name in _KEYS:
+        args[_KEYS[name]] = _decoded(name, value, decoded)
+    elif name == "keys":
+        keys = _decoded(name, value, decoded)
+        if not isinstance(keys, list):
+            raise _parse_error("`keys` must be an array of strings.")
+        if len(keys) == 1:
+            args["start"] = args["end"] = keys[0]
+        else:
+            args["keys"] = keys
+    elif name in _DOCIDS:
+        args[_DOCIDS[name]] = _docid(name, value)
+    elif name in _INTS:
+        args[_INTS[name]] = _pos_int(value)
+    elif name in _BOOLEANS:
+        field = _BOOLEANS[name]
+        parsed = _boolean(value)
+        if field is not None:
+            args[field] = parsed
+    elif name == "stale":
+        if value not in ("ok", "update_after"):
+            raise _parse_error("Invalid value for `stale`.")
+        args["update"] = "false" if value == "ok" else "lazy"
+    elif name == "stable":
+        if value is not True and value is not False and value not in ("true", "false"):
+            raise _parse_error("Invalid value for `stable`.")
+    elif name == "update":
+        update = str(value).lower() if isinstance(value, bool) else value
+        if update not in ("true", "false", "lazy"):
+            raise _parse_error("Invalid value for `update`.")
+        args["update"] = update
+    # Anything else CouchDB keeps as an "extra" and ignores.
+
+
+def parse_view_query(query: Mapping[str, Any], body: Mapping[str, Any] | None = None) -> ViewQuery:
+    """A view query from its query string (in its order) and, for a POST, its JSON
+    body (``body`` None: a GET): couch_mrview_http:parse_body_and_query parses
+    the body's members first, then the query string over them."""
+    args = dict(_DEFAULTS)
+    if body is not None:
+        keys = body.get("keys")
+        if "keys" in body and not isinstance(keys, list):
+            raise HTTPError(400, "bad_request", "`keys` member must be an array.")
+        if body.get("queries") is not None:
+            raise HTTPError(
+                400,
+                "bad_request",
+                "The `queries` parameter is no longer supported at this endpoint",
+            )
+        args["keys"] = keys
+        for name, value in body.items():
+            _apply(args, name, value, decoded=True)
+        if isinstance(args["keys"], list) and len(args["keys"]) == 1:
+            args["keys"] = None  # treat_single_keys_as_key
+    else:
+        first = query.get("keys")
+        keys = None if first is None else _decoded("keys", first, False)
+        if not (isinstance(keys, list) and len(keys) == 1):
+            args["keys"] = keys
+    for name, value in query.items():
+        _apply(args, name, value, decoded=False)
+    return ViewQuery(**args)
+
+
+def _same_term(a: Any, b: Any) -> bool:
+    """Erlang's ``K = K`` match: the same JSON, 1 and 1.0 differ, as do member orders."""
+    return json.dumps(a) == json.dumps(b)
+
+
+def validated(functions: ViewFunctions, q: ViewQuery) -> ViewQuery:
+    """``q`` checked against its view (couch_mrview_util:validate_args, then
+    check_range), in CouchDB's order, with its grouping resolved."""
+    # determine_group_level
+    if q.group is False and q.level:
+        raise _parse_error("Can't specify group=false and group_level>0 at the same time")
+    level = -1 if q.group is True and q.level is None else (q.level or None)
+    if q.reduce is True and functions.reduce is None:
+        raise _parse_error("Reduce is invalid for map-only views.")
+    reducing = functions.reduce is not None and q.reduce is not False
+    if reducing and level != -1 and isinstance(q.keys, list):
+        raise _parse_error("Multi-key fetches for reduce views must use `group=true`")
+    if q.keys and (q.start is not _UNSET or q.end is not _UNSET):
+        single = len(q.keys) == 1 and q.start is not _UNSET and q.end is not _UNSET
+        if not (single and _same_term(q.keys[0], q.start) and _same_term(q.start, q.end)):
+            raise _parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`")
+    if not reducing and level is not None:
+        raise _parse_error("Invalid use of grouping on a map view.")
+    if reducing and q.include_docs:
+        raise _parse_error("`include_docs` is invalid for reduce")
+    if reducing and q.conflicts is not None:
+        raise _parse_error("`conflicts` is invalid for reduce views.")
+    _check_range(q)
+    return replace(q, group_level=level)
+
+
+def _id_bytes(doc_id: str | None, default: bytes) -> bytes:
+    return default if doc_id is None else doc_id.encode("utf-8", "surrogatepass")
+
+
+def _check_range(q: ViewQuery) -> None:
+    """couch_mrview_util:check_range: a start after the end (in the query's
+    direction) matches nothing, and CouchDB says so rather than answer no rows."""
+    if q.start is _UNSET or q.end is _UNSET or _same_term(q.start, q.end):
+        return
+    low, high = b"", b"\xff"  # the default doc ids: below and above every id
+    start_id = _id_bytes(q.start_docid, high if q.descending else low)
+    end_id = _id_bytes(q.end_docid, low if q.descending else high)
+    order = collate_json(q.start, q.end)
+    less = order < 0 or (order == 0 and start_id < end_id)
+    if not q.descending and not less:
+        raise _parse_error(
+            "No rows can match your key range, reverse your start_key and end_key "
+            "or set descending=true"
+        )
+    if q.descending and less:
+        raise _parse_error(
+            "No rows can match your key range, reverse your start_key and end_key "
+            "or set descending=false"
+        )
 
 
 def open_view(
@@ -180,18 +339,20 @@ def query_view(
     entry: DbEntry, functions: ViewFunctions, index: ViewIndex, q: ViewQuery
 ) -> dict[str, Any]:
     """A view query's answer from its index as it stands (``update_index`` first)."""
+    q = validated(functions, q)
     reducing = functions.reduce is not None and q.reduce is not False
-    if q.reduce is True and functions.reduce is None:
-        raise HTTPError(400, "query_parse_error", "Reduce is invalid for map-only views.")
-    if reducing and q.include_docs:
-        raise HTTPError(400, "query_parse_error", "`include_docs` is invalid for reduce")
-    if not reducing and q.group_level is not None:
-        raise HTTPError(400, "query_parse_error", "Invalid use of grouping on a map view.")
     rows = _rows(index, q)
     if reducing:
         result: dict[str, Any] = {"rows": _window(_reduce(functions, rows, q), q)}
     else:
         result = _map_result(entry.db, index, rows, q)
+    if q.update_seq:  # after total_rows and offset, before rows, as couch_mrview_http sends it
+        seq = entry.db.info()["update_seq"]
+        result = {
+            **{k: v for k, v in result.items() if k != "rows"},
+            "update_seq": seq,
+            "rows": result["rows"],
+        }
     if q.update == "lazy":
         index.update(entry.db, functions.mapper)
     return result
@@ -225,6 +386,9 @@ def _map_result(
         if q.include_docs:
             item["doc"] = _linked_doc(db, row)
         out.append(item)
+    if q.include_docs and q.conflicts:
+        # The doc's own id: a linked doc ({"_id"} in the value) is not the row's.
+        revs.add_conflicts(db, [r["doc"] for r in out if r["doc"]])
     offset = _offset(index, rows, q, total)
     return {"total_rows": total, "offset": offset, "rows": out}
 
@@ -337,16 +501,17 @@ def _finite_sum(values: list[Any], builtin: str) -> Any:
 async def handle_view(
     state: State, request: web.BaseRequest, entry: DbEntry, ddoc: str, view: str
 ) -> web.StreamResponse:
-    body: dict[str, Any] = {}
+    body: dict[str, Any] | None = None
     if request.method == "POST":
+        require_json_content(request.headers)  # chttpd:validate_ctype
         raw = await state.read_body(request)
-        if raw:
-            body = await state.run(decode_object, raw)
+        body = await state.run(decode_object, raw) if raw else {}
     elif request.method not in ("GET", "HEAD"):
         raise method_not_allowed("GET,HEAD,POST")
     q = parse_view_query(request.query, body)
     found = await state.run(retryable, open_view, entry, state.registry.view_index, ddoc, view)
     functions, index = found
+    validated(functions, q)  # before any index update, as CouchDB's get_view_index_pid
     if q.update == "true":
         await update_index(state, entry, index, functions.mapper)
     result = await state.run(retryable, query_view, entry, functions, index, q)

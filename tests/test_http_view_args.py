@@ -1,0 +1,253 @@
+"""View query parameters as CouchDB 3.x parses and checks them
+(couch_mrview_http:parse_params and parse_body_and_query,
+couch_mrview_util:validate_args and check_range, chttpd_view:handle_view_req):
+every parameter in a POST body, the query string over it, parameters applied in
+order, CouchDB's 400 query_parse_error answers, update_seq and conflicts.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from settee.serve import start_server
+
+
+@dataclass
+class Resp:
+    status: int
+    raw: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+class Client:
+    """A bare HTTP/1.1 client (stdlib), as tests/test_http.py's."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Resp:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            hdrs = {"Content-Type": "application/json", **(headers or {})}
+            data = None if body is None else json.dumps(body)
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            return Resp(resp.status, resp.read())
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    handle = start_server(str(tmp_path_factory.mktemp("serve")), "127.0.0.1", 0, fsync=False)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def client(server: Any) -> Client:
+    return Client(server.port)
+
+
+VIEWS = {
+    "m": {"map": "function(doc) { if (doc.k !== undefined) emit(doc.k, doc.k * 10); }"},
+    "r": {"map": "function(doc) { if (doc.k !== undefined) emit(doc.k, 1); }", "reduce": "_count"},
+}
+
+
+@pytest.fixture
+def db(client: Client, request: pytest.FixtureRequest) -> str:
+    """A fresh database named after the test, holding d0..d4 (k = 0..4) and _design/d."""
+    name = "t" + request.node.name.lower()[:60]
+    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in name)
+    assert client("PUT", f"/{name}").status == 201
+    docs = [{"_id": f"d{k}", "k": k} for k in range(5)]
+    docs.append({"_id": "_design/d", "views": VIEWS})
+    assert client("POST", f"/{name}/_bulk_docs", {"docs": docs}).status == 201
+    return f"/{name}"
+
+
+def view(client: Client, db: str, name: str, query: str = "", body: Any = None) -> Resp:
+    return client("GET" if body is None else "POST", f"{db}/_design/d/_view/{name}{query}", body)
+
+
+def ok(resp: Resp) -> Any:
+    assert resp.status == 200, resp.raw
+    return resp.json
+
+
+def ids(resp: Resp) -> list[str]:
+    return [row["id"] for row in ok(resp)["rows"]]
+
+
+def parse_error(resp: Resp) -> str:
+    assert resp.status == 400, resp.raw
+    assert resp.json["error"] == "query_parse_error", resp.json
+    return str(resp.json["reason"])
+
+
+def test_post_body_members_are_view_parameters(client: Client, db: str) -> None:
+    body = {"limit": 1, "descending": True, "startkey": 3, "include_docs": True}
+    rows = ok(view(client, db, "m", body=body))["rows"]
+    assert [(r["id"], r["doc"]["k"]) for r in rows] == [("d3", 3)]
+    assert ids(view(client, db, "m", body={"key": 2, "skip": 0})) == ["d2"]
+    exclusive = {"start_key": 1, "end_key": 3, "inclusive_end": False}
+    assert ids(view(client, db, "m", body=exclusive)) == ["d1", "d2"]
+    assert ok(view(client, db, "r", body={"group": True, "startkey": 3}))["rows"] == [
+        {"key": 3, "value": 1},
+        {"key": 4, "value": 1},
+    ]
+    assert ok(view(client, db, "r", body={"reduce": False, "endkey": 0}))["rows"] == [
+        {"id": "d0", "key": 0, "value": 1}
+    ]
+    bad = view(client, db, "m", body={"limit": "x"})
+    assert parse_error(bad) == 'Invalid value for integer: "x"'
+
+
+def test_the_query_string_overrides_the_body(client: Client, db: str) -> None:
+    answer = view(client, db, "m", "?limit=2", body={"limit": 1, "descending": True})
+    assert ids(answer) == ["d4", "d3"]
+    answer = view(client, db, "m", "?descending=false&startkey=1", {"descending": True, "key": 4})
+    # The body's key=4 set both ends; the query string's startkey=1 replaced the start only.
+    assert ids(answer) == ["d1", "d2", "d3", "d4"]
+
+
+def test_post_without_json_content_type_is_415(client: Client, db: str) -> None:
+    for ctype in ("text/plain", "application/x-www-form-urlencoded"):
+        r = client("POST", f"{db}/_design/d/_view/m", {"keys": [1]}, {"Content-Type": ctype})
+        assert r.status == 415, r.raw
+        assert r.json["error"] == "bad_content_type"
+    charset = {"Content-Type": "application/json; charset=utf-8"}
+    assert client("POST", f"{db}/_design/d/_view/m", {"keys": [1, 2]}, charset).status == 200
+
+
+def test_post_body_keys_and_queries_as_couchdb(client: Client, db: str) -> None:
+    null_keys = view(client, db, "m", body={"keys": None})
+    assert (null_keys.status, null_keys.json["error"]) == (400, "bad_request")
+    assert null_keys.json["reason"] == "`keys` member must be an array."
+    queries = view(client, db, "m", body={"queries": [{}]})
+    assert (queries.status, queries.json["error"]) == (400, "bad_request")
+
+
+def test_multi_key_fetches_on_a_reduce_view_need_group_true(client: Client, db: str) -> None:
+    message = "Multi-key fetches for reduce views must use `group=true`"
+    assert parse_error(view(client, db, "r", body={"keys": [1, 2]})) == message
+    assert parse_error(view(client, db, "r", "?keys=[1,2]")) == message
+    assert parse_error(view(client, db, "r", "?keys=[1,2]&group_level=1")) == message
+    assert parse_error(view(client, db, "r", "?keys=[]")) == message
+    grouped = ok(view(client, db, "r", "?group=true", body={"keys": [2, 1]}))["rows"]
+    assert grouped == [{"key": 2, "value": 1}, {"key": 1, "value": 1}]
+    assert ids(view(client, db, "r", "?reduce=false", body={"keys": [2, 1]})) == ["d2", "d1"]
+    # One key is key=K (treat_single_keys_as_key): a reduction over that key.
+    assert ok(view(client, db, "r", body={"keys": [3]}))["rows"] == [{"key": None, "value": 1}]
+
+
+def test_a_start_key_past_the_end_key_is_a_400(client: Client, db: str) -> None:
+    ascending = parse_error(view(client, db, "m", "?startkey=3&endkey=1"))
+    assert ascending == (
+        "No rows can match your key range, reverse your start_key and end_key "
+        "or set descending=true"
+    )
+    descending = parse_error(view(client, db, "m", "?startkey=1&endkey=3&descending=true"))
+    assert descending.endswith("or set descending=false")
+    assert parse_error(view(client, db, "r", body={"start_key": "b", "end_key": "a"}))
+    assert ids(view(client, db, "m", "?startkey=3&endkey=1&descending=TRUE")) == ["d3", "d2", "d1"]
+    assert ids(view(client, db, "m", "?startkey=2&endkey=2")) == ["d2"]
+    # Equal keys: the doc ids decide (check_range compares {key, docid}).
+    docids = "?startkey=2&endkey=2.0&startkey_docid=d9&endkey_docid=d0"
+    assert parse_error(view(client, db, "m", docids)).startswith("No rows can match")
+
+
+def test_keys_with_key_startkey_or_endkey_is_a_400(client: Client, db: str) -> None:
+    message = "`keys` is incompatible with `key`, `start_key` and `end_key`"
+    assert parse_error(view(client, db, "m", "?key=1", body={"keys": [1, 2]})) == message
+    assert parse_error(view(client, db, "m", "?keys=[1,2]&startkey=0")) == message
+    assert parse_error(view(client, db, "m", body={"keys": [1, 2], "end_key": 3})) == message
+    assert ok(view(client, db, "m", "?keys=[]&startkey=0"))["rows"] == []
+
+
+def test_stale_stable_and_update_values_are_checked(client: Client, db: str) -> None:
+    assert parse_error(view(client, db, "m", "?stale=bogus")) == "Invalid value for `stale`."
+    assert parse_error(view(client, db, "m", "?stable=maybe")) == "Invalid value for `stable`."
+    assert parse_error(view(client, db, "m", "?update=maybe")) == "Invalid value for `update`."
+    assert parse_error(view(client, db, "m", body={"stable": 1})) == "Invalid value for `stable`."
+    assert len(ids(view(client, db, "m"))) == 5  # built, so stale=ok has rows to read
+    for query in ("?stale=ok", "?stale=update_after", "?stable=true", "?update=lazy"):
+        assert ids(view(client, db, "m", query + "&limit=1")) == ["d0"], query
+    assert ids(view(client, db, "m", "?limit=1", body={"stable": False, "update": True})) == ["d0"]
+
+
+def test_group_false_with_a_group_level_is_a_400(client: Client, db: str) -> None:
+    message = "Can't specify group=false and group_level>0 at the same time"
+    assert parse_error(view(client, db, "r", "?group=false&group_level=1")) == message
+    assert parse_error(view(client, db, "r", body={"group": False, "group_level": 2})) == message
+    assert ok(view(client, db, "r", "?group=false&group_level=0"))["rows"] == [
+        {"key": None, "value": 5}
+    ]
+    reason = parse_error(view(client, db, "r", "?conflicts=true"))
+    assert reason == "`conflicts` is invalid for reduce views."
+
+
+def test_a_later_parameter_overrides_an_earlier_one(client: Client, db: str) -> None:
+    assert ids(view(client, db, "m", "?key=1&endkey=3")) == ["d1", "d2", "d3"]
+    assert ids(view(client, db, "m", "?endkey=3&key=1")) == ["d1"]
+    assert ids(view(client, db, "m", "?startkey=0&key=2&startkey=1")) == ["d1", "d2"]
+    assert ids(view(client, db, "m", "?limit=1&limit=3")) == ["d0", "d1", "d2"]
+    assert ids(view(client, db, "m", "?descending=true&descending=false&limit=1")) == ["d0"]
+
+
+def test_update_seq_is_the_databases(client: Client, db: str) -> None:
+    seq = ok(client("GET", db))["update_seq"]
+    answer = ok(view(client, db, "m", "?update_seq=true&limit=1"))
+    assert list(answer) == ["total_rows", "offset", "update_seq", "rows"]
+    assert answer["update_seq"] == seq
+    reduced = ok(view(client, db, "r", body={"update_seq": True}))
+    assert reduced == {"update_seq": seq, "rows": [{"key": None, "value": 5}]}
+    assert "update_seq" not in ok(view(client, db, "m", "?update_seq=false"))
+
+
+def test_conflicts_with_include_docs_as_all_docs(client: Client, db: str) -> None:
+    rev1 = ok(client("GET", f"{db}/d1"))["_rev"]
+    branches = [
+        {"_id": "d1", "k": 1, "_revisions": {"start": 2, "ids": [side * 32, rev1.split("-")[1]]}}
+        for side in ("a", "b")
+    ]
+    made = client("POST", f"{db}/_bulk_docs", {"docs": branches, "new_edits": False})
+    assert made.status == 201
+    answer = ok(view(client, db, "m", "?key=1&include_docs=true&conflicts=true"))
+    assert answer["rows"][0]["doc"]["_conflicts"] == ["2-" + "a" * 32]
+    assert answer["rows"][0]["doc"]["_rev"] == "2-" + "b" * 32
+    body = {"keys": [1, 2], "include_docs": True, "conflicts": True}
+    docs = [r["doc"] for r in ok(view(client, db, "m", body=body))["rows"]]
+    assert docs[0]["_conflicts"] == ["2-" + "a" * 32] and "_conflicts" not in docs[1]
+    plain = ok(view(client, db, "m", "?key=1&include_docs=true"))["rows"][0]["doc"]
+    assert "_conflicts" not in plain
+
+
+def test_booleans_are_case_insensitive(client: Client, db: str) -> None:
+    assert ids(view(client, db, "m", "?descending=TRUE&limit=1")) == ["d4"]
+    assert ids(view(client, db, "m", "?descending=False&limit=1")) == ["d0"]
+    assert ids(view(client, db, "r", "?reduce=FALSE&limit=1")) == ["d0"]
+    rows = ok(view(client, db, "m", "?include_docs=True&key=2"))["rows"]
+    assert rows[0]["doc"]["_id"] == "d2"
+    assert ok(view(client, db, "r", "?group=tRuE&limit=1"))["rows"] == [{"key": 0, "value": 1}]
+    assert ids(view(client, db, "m", "?inclusive_end=FALSE&startkey=0&endkey=2")) == ["d0", "d1"]
+    reason = parse_error(view(client, db, "m", "?descending=yes"))
+    assert reason == 'Invalid boolean parameter: "yes"'
