@@ -1904,3 +1904,10 @@ def test_changes_descending_newest_first(client: Client) -> None:
     page = client("GET", f"{db}/_changes?descending=true&limit=2").json
     assert [r["id"] for r in page["results"]] == ["d3", "d2"]
     assert page["last_seq"] == page["results"][-1]["seq"] and page["pending"] == 2
+
+
+def test_replica_count_must_be_a_positive_integer(client: Client) -> None:
+    """chttpd_db:parse_shards_opt checks n as it checks q (one node keeps one copy)."""
+    for bad in ("0", "-1", "x", "%C2%B2"):  # the last: "²", which isdigit() takes
+        assert client("PUT", f"/replicas?n={bad}").status == 400, bad
+    assert client("PUT", "/replicas?n=3").status == 201
