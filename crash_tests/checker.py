@@ -39,8 +39,10 @@ from __future__ import annotations
 import base64
 import bisect
 import json
+import os
 import queue
 import random
+import re
 import threading
 import time
 import traceback
@@ -792,6 +794,8 @@ def check_point(
     try:
         problems, docs = _check_recovered(oracle, db, step)
         if not problems:
+            problems = _check_append_only(image, fs.image())
+        if not problems:
             problems = _check_second_crash(oracle, db, fs, docs, factory, second_seed)
         return problems
     except Exception:
@@ -799,6 +803,25 @@ def check_point(
     finally:
         fs.halt()
         db.close()
+
+
+_SHARD_FILE = re.compile(r"shard-[0-9]+\.settee")
+
+
+def _check_append_only(before: Image, after: Image) -> list[str]:
+    """Opening after a crash keeps every byte of every shard file, a torn tail's too
+    (FORMAT.md: only ever appended; the tail is evidence for settee check and for
+    LostCommitWarning). Found by mutation testing: an engine that cut torn tails
+    at open passed, as the oracle compared only what reads return."""
+    problems = []
+    for path, data in sorted(before.files.items()):
+        if not _SHARD_FILE.fullmatch(os.path.basename(path)):
+            continue
+        now = after.files.get(path)
+        if now is None or not now.startswith(data):
+            kept = "gone" if now is None else f"{len(now)} bytes, not a continuation"
+            problems.append(f"reopening changed {path}: {len(data)} bytes before, {kept} after")
+    return problems
 
 
 def _check_recovered(oracle: Oracle, db: Any, step: int) -> tuple[list[str], dict[str, Any]]:

@@ -335,7 +335,19 @@ def check_damage(clean: CleanDB, tmp: Path, shard: int, lo: int, hi: int, damage
             "a durable commit's damaged header went unreported",
             problems,
         )
-    run_with_watchdog(lambda: _check_reads(clean, dst, shard, hit, fallback))
+    try:
+        run_with_watchdog(lambda: _check_reads(clean, dst, shard, hit, fallback))
+    except AssertionError:
+        raise
+    except Exception as exc:
+        # Opening and reading a damaged copy answers every read (a fallback to an
+        # older header, or CorruptionError per read): an error out of open, or any
+        # other, is the engine's failure to report, not the campaign's crash (found
+        # by mutation testing: an engine that skipped the header crc crashed verify).
+        raise AssertionError(
+            f"bytes [{lo}, {hi}) of shard {shard} damaged ({damage!r}): "
+            f"opening or reading the copy raised {exc!r}"
+        ) from exc
 
 
 def _check_reads(clean: CleanDB, path: str, shard: int, hit: set[int], fallback: bool) -> None:

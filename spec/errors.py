@@ -7,6 +7,8 @@ class inherits a builtin where that helps callers who do not know settee.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BadRequest",
     "Conflict",
@@ -79,3 +81,8 @@ class CorruptionError(SetteeError):
         self.path = path
         self.offset = offset
         self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its three fields: settee verify's worker processes send it back
+        # (pickling it by its message alone broke the pool: found by mutation testing).
+        return (type(self), (self.path, self.offset, self.detail))

@@ -221,7 +221,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
     @initialize(
         shards=st.integers(1, 4),
         read_mode=st.sampled_from(["parallel", "serialized"]),
-        revs_limit=st.sampled_from([1000, 3, 2]),
+        revs_limit=st.sampled_from([1000, 3, 2, 1]),
         node_size=st.sampled_from([128, 256, 4096]),
         ids=st.lists(st.sampled_from(IDS), unique=True, max_size=len(IDS)),
         body=bodies(),

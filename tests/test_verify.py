@@ -39,7 +39,9 @@ def test_verify_passes_on_the_engine_and_counts_every_campaign(tmp_path: Path) -
 @pytest.mark.parametrize("mutant", ["lost_update", "no_tombstone"])
 def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, mutant: str) -> None:
     engine = f"settee.proof.stateful.mutants:{mutant}"
-    run = _verify(tmp_path, "--engine", engine, "--only", "equivalence", "--examples", "300")
+    run = _verify(
+        tmp_path, "--engine", engine, "--only", "equivalence", "--examples", "300", "--seed", "0"
+    )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "settee verify FAILED" in run.stdout
     saved = tmp_path / "settee-verify-equivalence-failure.json"
@@ -53,7 +55,7 @@ def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, muta
 def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> None:
     """An engine that acknowledges before its header is durable loses writes in a crash."""
     engine = "settee.proof.crash.mutants:ack_before_header_fsync"
-    run = _verify(tmp_path, "--engine", engine, "--only", "crash", "--examples", "1")
+    run = _verify(tmp_path, "--engine", engine, "--only", "crash", "--examples", "1", "--seed", "0")
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     saved = tmp_path / "settee-verify-crash-failure.json"
     assert "acked" in json.loads(saved.read_text())["reproducer"]
