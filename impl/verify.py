@@ -337,7 +337,7 @@ def _token_problem(token: Any) -> str:
         return f"its token {token!r} is not MACHINE|ENGINE|VERSION|CHOICES ({', '.join(_MACHINES)})"
     machine, _engine, version, choices = parts
     if machine == "stress":
-        # The seed and the run (-1: the fixed follower check that comes first).
+        # The seed and the run (-1, -2: the fixed checks that come first).
         if not (_INTEGER.fullmatch(version) and _INTEGER.fullmatch(choices)):
             return f"a stress token names a seed and a run, two numbers, not {token!r}"
     elif version != hypothesis.__version__:

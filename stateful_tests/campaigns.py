@@ -35,6 +35,7 @@ from settee.proof.stateful import equivalence
 from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
 from settee.proof.stateful.history import Scenario, random_scenario, scenarios
 from settee.proof.stateful.interleavings import (
+    compaction_keeps_concurrent_writes,
     follower_read_across_writes,
     run_scheduled,
     run_threads,
@@ -196,6 +197,14 @@ def run_stress(
             summary.replay = f"stress|{engine}|{seed}|-1"
             summary.seconds = time.monotonic() - started
             return summary
+    problems = compaction_keeps_concurrent_writes(engine)
+    summary.examples += 1
+    if problems:
+        summary.failures += 1
+        summary.reproducer = "\n".join(problems)
+        summary.replay = f"stress|{engine}|{seed}|-2"
+        summary.seconds = time.monotonic() - started
+        return summary
     for n in range(runs):
         scenario = random_scenario(rng, read_mode=read_modes[n % len(read_modes)])
         result = run_threads(engine, scenario)

@@ -30,6 +30,7 @@ CONCURRENT_ONLY = {
     # it; the interleavings see half a batch within a second (the test below).
     "partial_batch",
     "enqueue_outside_lock",
+    "catch_up_newest_seq",
     "stale_follower",
     "fractured_read",
     "fractured_follower",
@@ -128,3 +129,12 @@ def test_fractured_follower_is_caught_by_the_stress_campaign() -> None:
     summary = run_stress("settee.proof.stateful.mutants:fractured_follower", runs=0, seed=0)
     assert summary.failures, summary.text()[:3000]
     assert "not linearizable" in summary.reproducer
+
+
+def test_catch_up_newest_seq_is_caught_by_the_stress_campaign() -> None:
+    """The stress campaign's fixed compaction check (a writer racing compactions in
+    two-document steps) sees the writes the catch-up skipped (found by mutation
+    testing: no campaign reached the catch-up loop outside the writer)."""
+    summary = run_stress("settee.proof.stateful.mutants:catch_up_newest_seq", runs=0, seed=0)
+    assert summary.failures, summary.text()[:3000]
+    assert "acknowledged while compacting" in summary.reproducer

@@ -257,6 +257,27 @@ class StaleFollower(Wrapper):
         return follower
 
 
+class CatchUpNewestSeq(Wrapper):
+    """Compaction's catch-up outside the writer records the shard's newest seq as
+    copied instead of its snapshot's: writes that land during a pass are never
+    copied, and are lost when the compacted file takes over."""
+
+    def compact(self) -> None:
+        from settee import compaction
+
+        original = compaction._Copier.catch_up
+
+        def catch_up(copier: Any, snap: Any) -> None:
+            original(copier, snap)
+            copier.seq = copier.shard.snapshot.seq
+
+        compaction._Copier.catch_up = catch_up  # type: ignore[method-assign]
+        try:
+            self.inner.compact()
+        finally:
+            compaction._Copier.catch_up = original  # type: ignore[method-assign]
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -277,6 +298,10 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "fractured_follower": (
         FracturedFollower,
         "a readonly handle pins its shards at different instants",
+    ),
+    "catch_up_newest_seq": (
+        CatchUpNewestSeq,
+        "compaction skips writes landing while it catches up",
     ),
 }
 
