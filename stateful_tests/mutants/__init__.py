@@ -17,6 +17,7 @@ from settee.proof.stateful.mutants.lifecycle import (
     EnqueueOutsideLockShard,
     FracturedCut,
     FracturedFollowerCut,
+    HeadsBeforeFsyncShard,
     plant,
 )
 from settee.spec.errors import Conflict, NotFound
@@ -278,6 +279,14 @@ class CatchUpNewestSeq(Wrapper):
             compaction._Copier.catch_up = original  # type: ignore[method-assign]
 
 
+class HeadsBeforeFsync(Wrapper):
+    """HEADS names a commit before its header fsync (see ``lifecycle``)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, HeadsBeforeFsyncShard)
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -303,6 +312,7 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
         CatchUpNewestSeq,
         "compaction skips writes landing while it catches up",
     ),
+    "heads_before_fsync": (HeadsBeforeFsync, "HEADS names a commit before it is durable"),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

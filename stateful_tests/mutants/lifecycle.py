@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from settee.cut import PIN_STEP, FollowerCut, WriterCut
+from settee.heads import Slot
 from settee.shard import Shard
 from settee.snapshot import Snapshot
 from settee.spec.errors import SetteeError
@@ -39,6 +40,25 @@ def plant(db: Any, shard_class: type[Shard]) -> Any:
     for shard in db.shards:
         shard.__class__ = shard_class
     return db
+
+
+class HeadsBeforeFsyncShard(Shard):
+    """Publishes each commit in HEADS once its header is written, before the header's
+    fsync: a readonly handle can read a commit that a crash may still take away."""
+
+    _pending_seq = 0
+
+    def _step(self, name: str) -> None:
+        offset = self.snapshot.file.header_offset
+        if name == "before_header_fsync" and self._heads is not None and offset is not None:
+            self._heads.publish(
+                self.identity.index, Slot(self._generation, offset, self._pending_seq)
+            )
+        super()._step(name)
+
+    def _commit(self, group: Any) -> Snapshot:
+        self._pending_seq = group.seq
+        return super()._commit(group)
 
 
 class FracturedCut(WriterCut):
