@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import re
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,7 +141,14 @@ def interleaving_test(
         def choose(labels: list[str]) -> int:
             return data.draw(st.integers(0, len(labels) - 1)) if len(labels) > 1 else 0
 
-        result = run_scheduled(engine, scenario, choose)
+        try:
+            result = run_scheduled(engine, scenario, choose)
+        except Exception:
+            # Kept like a failed history: should Hypothesis not get the same draws on
+            # its second run (FlakyStrategyDefinition), this is what happened.
+            if failed is not None and not failed:
+                failed.append(f"{scenario}\n{traceback.format_exc()}")
+            raise
         stats["examples"] += 1
         stats["histories"] += 1
         stats["steps"] += result.operations
