@@ -118,8 +118,16 @@ def test_fractured_read_is_caught_by_the_pinned_schedule() -> None:
 
 def test_fractured_read_is_caught_by_the_ci_interleavings() -> None:
     """The CI run of the random scheduled interleavings (derandomized, no shrinking)
-    finds a read held between its shards while writes run (``PIN_DEFER_ODDS``)."""
-    summary = run_interleavings("settee.proof.stateful.mutants:fractured_read", shrink=False)
+    finds a read held between its shards while writes run (``PIN_DEFER_ODDS``).
+
+    A released thread that wakes a blocked one runs on beside it (scheduler.py), so
+    on a loaded machine the derandomized run can draw other schedules and miss it
+    (seen twice while other jobs shared the two cores): two seeded runs follow a miss."""
+    spec = "settee.proof.stateful.mutants:fractured_read"
+    for seed in (None, 1, 2):
+        summary = run_interleavings(spec, seed=seed, shrink=False)
+        if summary.failures:
+            break
     assert summary.failures, summary.text()[:3000]
     assert "not linearizable" in summary.reproducer
 

@@ -1911,3 +1911,26 @@ def test_replica_count_must_be_a_positive_integer(client: Client) -> None:
     for bad in ("0", "-1", "x", "%C2%B2"):  # the last: "²", which isdigit() takes
         assert client("PUT", f"/replicas?n={bad}").status == 400, bad
     assert client("PUT", "/replicas?n=3").status == 201
+
+
+def test_live_feeds_ignore_descending_and_long_replica_counts_are_400(
+    client: Client, db: str
+) -> None:
+    """descending applies to the normal feed only: a longpoll from now waits for a new
+    change instead of sending the history again (found in review: every wait
+    answered at once with all of it); n checks its length as q does."""
+    for i in range(3):
+        put(client, db, f"d{i}", {})
+    path = f"{db}/_changes?feed=longpoll&since=now&descending=true&timeout=300"
+    assert client("GET", path).json["results"] == []
+    assert client("PUT", "/toomany?n=" + "9" * 5000).status == 400
+
+
+def test_location_of_a_posted_id_with_a_slash_names_that_document(client: Client, db: str) -> None:
+    """couch_util:url_encode: a slash in the id is %2F (after _design/ or _local/ too),
+    else Location would name attachment b of document a."""
+    for doc_id, tail in (("a/b", "/a%2Fb"), ("_local/s/t", "/_local/s%2Ft")):
+        r = client("POST", db, {"_id": doc_id})
+        assert r.status == 201 and r.headers["Location"].endswith(db + tail), r.headers
+        path = r.headers["Location"].split(str(client.port), 1)[1]
+        assert client("GET", path).json["_id"] == doc_id

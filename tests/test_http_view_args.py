@@ -251,3 +251,24 @@ def test_booleans_are_case_insensitive(client: Client, db: str) -> None:
     assert ids(view(client, db, "m", "?inclusive_end=FALSE&startkey=0&endkey=2")) == ["d0", "d1"]
     reason = parse_error(view(client, db, "m", "?descending=yes"))
     assert reason == 'Invalid boolean parameter: "yes"'
+
+
+def test_a_linked_doc_at_another_revision_has_no_conflicts(client: Client, db: str) -> None:
+    """A row's {"_id", "_rev"} link opens that revision, its own document's too
+    (couch_mrview_util's docid_rev; settee took the winner then), through
+    open_doc_revs, which adds no meta fields: only the winner carries _conflicts
+    (found in review: a losing revision listed itself)."""
+    rev1 = ok(client("GET", f"{db}/d1"))["_rev"]
+    branches = [
+        {"_id": "d1", "k": 1, "_revisions": {"start": 2, "ids": [side * 32, rev1.split("-")[1]]}}
+        for side in ("a", "b")
+    ]
+    assert client("POST", f"{db}/_bulk_docs", {"docs": branches, "new_edits": False}).status == 201
+    loser = "2-" + "a" * 32
+    link = "function(doc) { if (doc._id === 'd1') emit(0, {_id: 'd1', _rev: 'REV'}); }"
+    link = link.replace("REV", loser)
+    ddoc = {"_id": "_design/link", "views": {"l": {"map": link}}}
+    assert client("POST", f"{db}/_bulk_docs", {"docs": [ddoc]}).status == 201
+    rows = ok(client("GET", f"{db}/_design/link/_view/l?include_docs=true&conflicts=true"))["rows"]
+    docs = [row["doc"] for row in rows]
+    assert [d["_rev"] for d in docs] == [loser] and "_conflicts" not in docs[0]

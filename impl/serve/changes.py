@@ -186,7 +186,8 @@ def _parse(
         filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
-        descending=query_bool(query, "descending"),
+        # The normal feed only: the live feeds go forwards from since (README).
+        descending=feed == "normal" and query_bool(query, "descending"),
     )
 
 

@@ -170,7 +170,8 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         if shards is not None and not 1 <= int(shards) <= 1024:
             raise HTTPError(400, "bad_request", "The `q` value should be from 1 to 1024.")
         copies = request.query.get("n")  # one node keeps one copy, but n is checked
-        if copies is not None and not (copies.isascii() and copies.isdigit() and int(copies)):
+        digits = copies is not None and copies.isascii() and copies.isdigit() and len(copies) < 5
+        if copies is not None and not (digits and int(copies)):
             raise HTTPError(400, "bad_request", "The `n` value should be a positive integer.")
         await state.run(state.registry.create, name, int(shards) if shards else None)
         location = str(request.url.with_query(None))

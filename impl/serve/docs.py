@@ -105,6 +105,12 @@ def _explicit_rev(query: Mapping[str, str], headers: Mapping[str, str]) -> str |
     return qrev if qrev is not None else hrev
 
 
+def _url_encode_id(doc_id: str) -> str:
+    prefix = next((p for p in ("_design/", "_local/") if doc_id.startswith(p)), "")
+    rest = doc_id[len(prefix) :]
+    return prefix + urllib.parse.quote(rest, safe="", errors="surrogatepass")
+
+
 def _location(request: web.BaseRequest) -> str:
     return str(request.url.with_query(None))
 
@@ -427,8 +433,10 @@ async def handle_post_doc(
     result = await state.run(_post_doc, state, entry, body)
     if request.query.get("batch") == "ok":
         return respond(reply(202, {"ok": True, "id": result["id"]}))
-    # Percent-encoded: an id may hold any character, a header line may not.
-    encoded = urllib.parse.quote(result["id"], safe="/", errors="surrogatepass")
+    # Percent-encoded: an id may hold any character, a header line may not; a slash
+    # only after _design/ or _local/ (couch_util:url_encode), else a/b would name
+    # attachment b of document a.
+    encoded = _url_encode_id(result["id"])
     location = str(request.url.with_query(None)).rstrip("/") + "/" + encoded
     return _written(201, result, location)
 

@@ -148,6 +148,10 @@ def add_conflicts(db: settee.Database, docs: list[dict[str, Any]]) -> None:
     infos = doc_infos(db, [doc["_id"] for doc in docs])
     for doc in docs:
         info = infos.get(doc["_id"])
-        conflicts = revtree.conflicts(info.tree) if info is not None else []
+        # Only the winner carries them: a document read at another revision (a view
+        # row's linked {"_id", "_rev"}) comes through open_doc_revs, which adds none.
+        if info is None or doc.get("_rev") != info.winner:
+            continue
+        conflicts = revtree.conflicts(info.tree)
         if conflicts:
             doc["_conflicts"] = conflicts

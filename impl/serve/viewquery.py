@@ -402,12 +402,13 @@ def _offset(index: ViewIndex, rows: list[dict[str, Any]], q: ViewQuery, total: i
 
 
 def _linked_doc(db: settee.Database, row: dict[str, Any]) -> Any:
-    """``include_docs``: the emitting document, or the one ``{"_id"}`` in the value names."""
+    """``include_docs``: the emitting document, or the one ``{"_id"}`` in the value
+    names, at the ``"_rev"`` the value names if any (couch_mrview_util's docid_rev:
+    the id defaults to the emitting document's, the revision applies either way)."""
     value = row["v"]
-    target = (
-        value["_id"] if isinstance(value, dict) and isinstance(value.get("_id"), str) else row["d"]
-    )
-    rev = value.get("_rev") if isinstance(value, dict) and target != row["d"] else None
+    linked = value if isinstance(value, dict) else {}
+    target = linked["_id"] if isinstance(linked.get("_id"), str) else row["d"]
+    rev = linked.get("_rev")
     try:
         return db.get(target, rev=rev if isinstance(rev, str) else None)
     except (settee.NotFound, settee.BadRequest):
