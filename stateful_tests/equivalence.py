@@ -324,6 +324,14 @@ class EquivalenceMachine(RuleBasedStateMachine):
         if rev not in revs:
             revs.append(rev)
 
+    def _losing_leaves(self, doc_id: str) -> list[str]:
+        """The reference's leaves of ``doc_id`` other than its winner (live or deleted)."""
+        try:
+            doc = self.ref.get(doc_id, conflicts=True)
+        except SetteeError:
+            return []
+        return list(doc.get("_conflicts", []))
+
     def _all_known(self) -> list[str]:
         return sorted({r for revs in self.known.values() for r in revs})
 
@@ -337,7 +345,16 @@ class EquivalenceMachine(RuleBasedStateMachine):
             options += ["none", "none", "none"]
         if self._all_known():
             options.append("foreign")
+        losers = self._losing_leaves(doc_id)
+        if losers:
+            # A conflicted document's other leaves, twice as likely as "own": edits,
+            # deletes and reads of losing branches (found by mutation testing:
+            # deleting the winner instead of the named loser, or reading a loser's
+            # body, took the machine a minute or more to draw).
+            options += ["loser", "loser"]
         kind = data.draw(st.sampled_from(options), label=f"rev kind for {doc_id!r}")
+        if kind == "loser":
+            return data.draw(st.sampled_from(losers), label="losing leaf")
         if kind == "none":
             return None
         if kind == "winner":
