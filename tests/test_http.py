@@ -1934,3 +1934,13 @@ def test_location_of_a_posted_id_with_a_slash_names_that_document(client: Client
         assert r.status == 201 and r.headers["Location"].endswith(db + tail), r.headers
         path = r.headers["Location"].split(str(client.port), 1)[1]
         assert client("GET", path).json["_id"] == doc_id
+
+
+def test_uuids_are_sent_with_cache_busting_headers(client: Client) -> None:
+    """couch_httpd_misc_handlers:handle_uuids_req: no-cache, a past Expires, an ETag
+    (the common must-revalidate no longer overrides a handler's Cache-Control)."""
+    r = client("GET", "/_uuids?count=3")
+    assert r.status == 200 and len(r.json["uuids"]) == 3
+    assert r.headers["Cache-Control"] == "no-cache" and r.headers["Pragma"] == "no-cache"
+    assert r.headers["Expires"].endswith("1990 00:00:00 GMT") and r.headers["ETag"].startswith('"')
+    assert client("GET", "/").headers["Cache-Control"] == "must-revalidate"

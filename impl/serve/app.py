@@ -74,7 +74,8 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
             response.force_close()
             request.content.feed_eof()
     if not response.prepared:
-        response.headers.update(_COMMON_HEADERS)
+        for name, value in _COMMON_HEADERS.items():
+            response.headers.setdefault(name, value)  # a handler's own Cache-Control stands
     return response
 
 

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -131,7 +133,16 @@ async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResp
     if count > _MAX_UUIDS:
         raise HTTPError(400, "bad_request", "count parameter too large")
     uuids = [uuid.uuid4().hex for _ in range(count)]
-    return respond(reply(200, {"uuids": uuids}, {"Cache-Control": "must-revalidate, no-cache"}))
+    # couch_httpd_misc_handlers:handle_uuids_req's cache-busting headers (a past
+    # Expires on purpose) and an ETag of the answer.
+    digest = hashlib.md5("".join(uuids).encode("ascii"), usedforsecurity=False).digest()
+    headers = {
+        "Cache-Control": "no-cache",
+        "Pragma": "no-cache",
+        "Expires": "Mon, 01 Jan 1990 00:00:00 GMT",
+        "ETag": '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"',
+    }
+    return respond(reply(200, {"uuids": uuids}, headers))
 
 
 # -- /{db} ------------------------------------------------------------------------------------
