@@ -10,6 +10,7 @@ stores a revision without it. Writes pass the database's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -75,21 +76,66 @@ def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str
     return validated_write(entry, doc)
 
 
+#: ``Range: bytes=first-last``, ``bytes=first-`` or ``bytes=-suffix``: one range.
+_ONE_RANGE = re.compile(r"bytes=(?:([0-9]{1,19})-([0-9]{0,19})|-([0-9]{1,19}))")
+
+
+def _byte_range(header: str | None, length: int) -> tuple[int, int] | None:
+    """The inclusive byte range ``[first, last]`` a ``Range`` header asks of ``length``
+    bytes; None to send them all (no header, several ranges, or a form that is not
+    ``bytes=``: RFC 9110 lets a server ignore Range); 416 when no byte of it exists.
+    CouchDB answers one range of an attachment stored as is with 206 (chttpd_db)."""
+    if header is None:
+        return None
+    found = _ONE_RANGE.fullmatch(header.strip())
+    if found is None:
+        return None
+    first_text, last_text, suffix = found.groups()
+    if suffix is not None:
+        first, last = max(0, length - int(suffix)), length - 1
+        if int(suffix) == 0:
+            first = length  # no byte: unsatisfiable below
+    else:
+        first = int(first_text)
+        last = min(int(last_text), length - 1) if last_text else length - 1
+        if last_text and int(last_text) < first:
+            return None  # an invalid range is ignored (RFC 9110 §14.1.1)
+    if first >= length or first > last:
+        raise HTTPError(
+            416,
+            "requested_range_not_satisfiable",
+            "Requested range not satisfiable",
+            headers={"Content-Range": f"bytes */{length}"},
+        )
+    return first, last
+
+
 async def _stream(
     state: State,
     request: web.BaseRequest,
     length: int,
     chunks: Iterator[bytes],
     headers: dict[str, str],
+    wanted: tuple[int, int] | None = None,
 ) -> web.StreamResponse:
     """The bytes a chunk at a time (each read on a worker as the client takes the
-    last), so an attachment is never held whole, with its length up front."""
-    response = web.StreamResponse(status=200, headers=headers)
-    response.content_length = length
+    last), so an attachment is never held whole, with its length up front; with
+    ``wanted``, only bytes ``[first, last]`` of them, as a 206."""
+    first, last = wanted if wanted is not None else (0, length - 1)
+    status = 200
+    if wanted is not None:
+        status = 206
+        headers = {**headers, "Content-Range": f"bytes {first}-{last}/{length}"}
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_length = last - first + 1
     await response.prepare(request)
     if request.method == "GET":
-        while (chunk := await state.run(next, chunks, None)) is not None:
-            await response.write(chunk)
+        at = 0  # offset of the next chunk's first byte
+        while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
+            piece = chunk[max(0, first - at) : last - at + 1]
+            at += len(chunk)
+            if piece:
+                await response.write(piece)
     await response.write_eof()
     return response
 
@@ -106,11 +152,12 @@ async def handle_attachment(
             "Content-Type": att["content_type"],
             "ETag": tag,
             "Content-MD5": att["digest"].removeprefix("md5-"),
-            "Accept-Ranges": "none",
+            "Accept-Ranges": "bytes",
         }
         if request.headers.get("If-None-Match") == tag:
             return web.Response(status=304, headers={"ETag": tag})
-        return await _stream(state, request, att["length"], chunks, headers)
+        wanted = _byte_range(request.headers.get("Range"), att["length"])
+        return await _stream(state, request, att["length"], chunks, headers, wanted)
     if method == "PUT":
         data = await state.spool_body(request)
         content_type = request.headers.get("Content-Type", "application/octet-stream")
