@@ -1975,3 +1975,16 @@ def test_attachment_byte_ranges(client: Client, db: str) -> None:
         r = get(whole)
         assert (r.status, r.raw) == (200, data), whole
     assert client("GET", f"{db}/d/f").headers["Accept-Ranges"] == "bytes"
+
+
+def test_normal_changes_feed_has_an_etag(client: Client, db: str) -> None:
+    """changes.rst: ETag "if changes feed is normal" (chttpd:etag_respond of the
+    database's info): an unchanged database answers 304, a write changes it."""
+    put(client, db, "a", {})
+    first = client("GET", f"{db}/_changes")
+    tag = first.headers["ETag"]
+    assert client("GET", f"{db}/_changes", headers={"If-None-Match": tag}).status == 304
+    put(client, db, "b", {})
+    again = client("GET", f"{db}/_changes", headers={"If-None-Match": tag})
+    assert again.status == 200 and again.headers["ETag"] != tag
+    assert sorted(r["id"] for r in again.json["results"]) == ["a", "b"]
