@@ -1988,3 +1988,16 @@ def test_normal_changes_feed_has_an_etag(client: Client, db: str) -> None:
     again = client("GET", f"{db}/_changes", headers={"If-None-Match": tag})
     assert again.status == 200 and again.headers["ETag"] != tag
     assert sorted(r["id"] for r in again.json["results"]) == ["a", "b"]
+
+
+def test_local_seq_is_the_documents_sequence_in_its_shard(client: Client) -> None:
+    """document/common.rst: local_seq=true adds _local_seq (couch_db:doc_meta_info);
+    one shard here, so the sequence counts the database's writes."""
+    db = "/local-seq"
+    assert client("PUT", f"{db}?q=1").status == 201
+    put(client, db, "a", {})
+    rev = put(client, db, "b", {})
+    put(client, db, "b", {"_rev": rev})
+    assert client("GET", f"{db}/a?local_seq=true").json["_local_seq"] == 1
+    assert client("GET", f"{db}/b?local_seq=true").json["_local_seq"] == 3
+    assert "_local_seq" not in client("GET", f"{db}/b").json

@@ -151,6 +151,11 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
     # (couch_db:make_doc), as for _conflicts and _deleted_conflicts above.
     if rev is None and (meta or query_bool(query, "revs_info")):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
+    if rev is None and query_bool(query, "local_seq"):
+        # couch_db:doc_meta_info: the document's update seq in its own shard.
+        info = revs.doc_info(db, doc_id)
+        if info is not None:
+            doc["_local_seq"] = info.seq
     return doc
 
 
