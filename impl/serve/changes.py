@@ -1,4 +1,4 @@
-"""``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous``, ``since``,
+"""``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous|eventsource``, ``since``,
 ``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, the built-in
 filters ``_doc_ids``, ``_selector`` (Mango, POST) and ``_design``, ``heartbeat``,
 ``timeout``, and the design functions ``filter=ddoc/name`` and ``filter=_view``
@@ -53,6 +53,7 @@ _FEEDS = {
     "longpoll": "longpoll",
     "continuous": "continuous",
     "live": "continuous",
+    "eventsource": "eventsource",
 }
 
 
@@ -161,7 +162,9 @@ def _parse(
     feed = _FEEDS.get(query.get("feed", "normal"))
     if feed is None:
         raise HTTPError(
-            400, "bad_request", "Supported `feed` types: normal, continuous, live, longpoll"
+            400,
+            "bad_request",
+            "Supported `feed` types: normal, continuous, live, longpoll, eventsource",
         )
     style = query.get("style", "main_only")
     if style not in ("main_only", "all_docs"):
@@ -301,11 +304,23 @@ async def handle_changes(
         page.headers["ETag"] = tag
         return respond(page)
     since = q.since
+    if q.feed == "eventsource" and "Last-Event-ID" in request.headers:
+        # A reconnecting EventSource resumes after the last event it got (chttpd_db).
+        since = request.headers["Last-Event-ID"]
+        if len(since) > 1 and since[0] == since[-1] == '"':
+            since = since[1:-1]  # the id: line is the seq as JSON, quotes and all
     if since == "now":
         since = (await state.run(entry.db.info))["update_seq"]
+    # Checked before a live feed's headers go out: a refusal after them could only
+    # cut the stream (found in review: since=garbage broke the chunked answer).
+    await state.run(_check_since, entry.db, since)
     if q.feed == "longpoll":
         return await _longpoll(state, request, entry, q, since)
     return await _continuous(state, request, entry, q, since)
+
+
+def _check_since(db: settee.Database, since: Any) -> None:
+    db.changes(since=since, limit=0)  # BadRequest for a token this database never gave
 
 
 def _descending(db: settee.Database, q: ChangesQuery) -> dict[str, Any]:
@@ -375,8 +390,10 @@ async def _longpoll(
     return stream
 
 
-async def _start_stream(request: web.BaseRequest) -> web.StreamResponse:
-    stream = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+async def _start_stream(
+    request: web.BaseRequest, content_type: str = "application/json"
+) -> web.StreamResponse:
+    stream = web.StreamResponse(status=200, headers={"Content-Type": content_type})
     stream.enable_chunked_encoding()
     await stream.prepare(request)
     return stream
@@ -385,8 +402,12 @@ async def _start_stream(request: web.BaseRequest) -> web.StreamResponse:
 async def _continuous(
     state: State, request: web.BaseRequest, entry: DbEntry, q: ChangesQuery, since: Any
 ) -> web.StreamResponse:
-    """One JSON row per line as changes arrive, then ``{"last_seq"}`` at the timeout."""
-    stream = await _start_stream(request)
+    """One JSON row per line as changes arrive, then ``{"last_seq"}`` at the timeout;
+    ``feed=eventsource``: each row a server-sent event (``data:`` the row, ``id:`` its
+    seq), heartbeats as ``event: heartbeat``, no closing line (chttpd_db's
+    changes_callback for eventsource)."""
+    events = q.feed == "eventsource"
+    stream = await _start_stream(request, "text/event-stream" if events else "application/json")
     sent = 0
     deadline = None if q.heartbeat is not None else time.monotonic() + q.timeout
     while not state.stopping.is_set():
@@ -395,9 +416,10 @@ async def _continuous(
         result = await state.run(read_changes, entry.db, page, since)
         since = result["last_seq"]
         if result["results"]:
-            lines = b"".join(encode_json(row) for row in result["results"])
+            rows = result["results"]
+            lines = b"".join(_event(row) if events else encode_json(row) for row in rows)
             await stream.write(lines)
-            sent += len(result["results"])
+            sent += len(rows)
         if q.limit is not None and sent >= q.limit:
             break
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -406,11 +428,23 @@ async def _continuous(
         if not await _wait(state, event, q.heartbeat if deadline is None else remaining):
             if q.heartbeat is None:
                 break
-            await stream.write(b"\n")
-    pending = await state.run(revs.changes_pending, entry.db, since)
-    await stream.write(encode_json({"last_seq": since, "pending": pending}))
+            await stream.write(b"event: heartbeat\ndata: \n\n" if events else b"\n")
+    if not events:
+        pending = await state.run(revs.changes_pending, entry.db, since)
+        await stream.write(encode_json({"last_seq": since, "pending": pending}))
     await stream.write_eof()
     return stream
+
+
+def _event(row: dict[str, Any]) -> bytes:
+    """One change as a server-sent event: its JSON as ``data``, its seq as ``id``."""
+    return (
+        b"data: "
+        + encode_json(row).rstrip(b"\n")
+        + b"\nid: "
+        + encode_json(row["seq"]).rstrip(b"\n")
+        + b"\n\n"
+    )
 
 
 def _with_limit(q: ChangesQuery, limit: int) -> ChangesQuery:
