@@ -65,6 +65,11 @@ _QUERY_ENDPOINTS = [
     ("GET", "/{db}/_design_docs?{k}={v}", ["limit", "skip", "startkey", "endkey", "descending"]),
     ("GET", "/{db}/_local_docs?{k}={v}", ["limit", "skip", "startkey", "keys", "include_docs"]),
     ("GET", "/{db}/_changes?{k}={v}", ["since", "limit", "heartbeat", "timeout", "style"]),
+    # Live feeds refuse before their headers go out (found in review: a bad since on
+    # a continuous feed came after the chunked headers and cut the answer).
+    ("GET", "/{db}/_changes?feed=continuous&timeout=1&{k}={v}", ["since", "limit", "style"]),
+    ("GET", "/{db}/_changes?feed=eventsource&timeout=1&{k}={v}", ["since", "descending"]),
+    ("GET", "/{db}/_changes?feed=longpoll&timeout=1&{k}={v}", ["since", "include_docs"]),
     ("GET", "/{db}/doc?{k}={v}", ["rev", "revs", "open_revs", "latest", "conflicts"]),
     ("PUT", "/{db}/doc?{k}={v}", ["new_edits", "rev", "batch"]),
     (
