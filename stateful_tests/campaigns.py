@@ -198,24 +198,23 @@ def run_stress(
     rng = random.Random(seed)
     started = time.monotonic()
     # First the fixed schedules real threads seldom hit: writes inside a readonly
-    # read over two shards, with and without a compaction swap between them.
-    for compact in (False, True):
-        problems = follower_read_across_writes(engine, compact=compact)
+    # read over two shards, with and without a compaction swap between them (run
+    # -1 in a replay token), then compactions racing a writer (run -2).
+    fixed: list[tuple[int, Callable[[], list[str]]]] = [
+        (-1, lambda: follower_read_across_writes(engine, compact=False)),
+        (-1, lambda: follower_read_across_writes(engine, compact=True)),
+    ]
+    if compaction_check:
+        fixed.append((-2, lambda: compaction_keeps_concurrent_writes(engine)))
+    for run, check in fixed:
+        problems = check()
         summary.examples += 1
         if problems:
             summary.failures += 1
             summary.reproducer = "\n".join(problems)
-            summary.replay = f"stress|{engine}|{seed}|-1"
+            summary.replay = f"stress|{engine}|{seed}|{run}"
             summary.seconds = time.monotonic() - started
             return summary
-    problems = compaction_keeps_concurrent_writes(engine) if compaction_check else []
-    summary.examples += int(compaction_check)
-    if problems:
-        summary.failures += 1
-        summary.reproducer = "\n".join(problems)
-        summary.replay = f"stress|{engine}|{seed}|-2"
-        summary.seconds = time.monotonic() - started
-        return summary
     for n in range(runs):
         scenario = random_scenario(rng, read_mode=read_modes[n % len(read_modes)])
         result = run_threads(engine, scenario)

@@ -7,6 +7,7 @@ loopback port); the expected bodies and codes are CouchDB 3.x's (chttpd_db).
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import threading
@@ -1763,10 +1764,19 @@ def test_rows_a_view_cannot_store_are_skipped_and_local_deleted_is_checked(
 # -- requests racing a database's reconfiguration ----------------------------------------------
 
 
-def _hammer(client: Client, calls: list[tuple[str, str, Any]], stop: threading.Event) -> list[Any]:
-    """Run ``calls`` round and round on a thread each until ``stop``; every answer's
-    (method, path, status, body) comes back."""
+@contextlib.contextmanager
+def _traffic_on(client: Client, db: str) -> Iterator[list[Any]]:
+    """Reads and writes on ``db``, each call round and round on its own thread, until
+    the block ends; yields the (method, path, status, body) of every answer."""
+    calls = [
+        ("GET", db, None),
+        ("POST", db, {"v": 1}),
+        ("GET", f"{db}/_all_docs", None),
+        ("GET", f"{db}/_changes", None),
+        ("POST", f"{db}/_bulk_docs", {"docs": [{"v": 2}]}),
+    ]
     seen: list[Any] = []
+    stop = threading.Event()
 
     def loop(method: str, path: str, body: Any) -> None:
         while not stop.is_set():
@@ -1776,33 +1786,22 @@ def _hammer(client: Client, calls: list[tuple[str, str, Any]], stop: threading.E
     threads = [threading.Thread(target=loop, args=call) for call in calls]
     for t in threads:
         t.start()
-    return [seen, threads]
-
-
-def _traffic(db: str) -> list[tuple[str, str, Any]]:
-    return [
-        ("GET", db, None),
-        ("POST", db, {"v": 1}),
-        ("GET", f"{db}/_all_docs", None),
-        ("GET", f"{db}/_changes", None),
-        ("POST", f"{db}/_bulk_docs", {"docs": [{"v": 2}]}),
-    ]
+    try:
+        yield seen
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
 
 
 def test_requests_go_on_while_revs_limit_changes(client: Client, db: str) -> None:
     """PUT /{db}/_revs_limit changes the open database in place: requests running
     meanwhile are answered as CouchDB answers them (found in review: reopening the
     database answered them 500 "database is closed" or 503)."""
-    stop = threading.Event()
-    seen, threads = _hammer(client, _traffic(db), stop)
-    try:
+    with _traffic_on(client, db) as seen:
         for limit in (5, 6, 7, 8, 9, 10):
             assert client("PUT", f"{db}/_revs_limit", limit).json == {"ok": True}
             time.sleep(0.05)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
     refused = [s for s in seen if s[2] >= 400]
     assert seen and not refused, refused[:5]
     assert client("GET", f"{db}/_revs_limit").json == 10
@@ -1818,18 +1817,12 @@ def test_requests_racing_delete_and_create_get_404_not_500(client: Client) -> No
     answered 500 "database is closed")."""
     db = "/racing-delete"
     assert client("PUT", db).status == 201
-    stop = threading.Event()
-    seen, threads = _hammer(client, _traffic(db), stop)
-    try:
+    with _traffic_on(client, db) as seen:
         for _ in range(15):
             assert client("DELETE", db).status == 200
             time.sleep(0.02)
             assert client("PUT", db).status == 201
             time.sleep(0.04)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
     failed = [s for s in seen if s[2] >= 500]
     assert seen and not failed, failed[:5]
     assert {status for _, _, status, _ in seen} <= {200, 201, 202, 404}
