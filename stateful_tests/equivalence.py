@@ -325,7 +325,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             revs.append(rev)
 
     def _losing_leaves(self, doc_id: str) -> list[str]:
-        """The reference's leaves of ``doc_id`` other than its winner (live or deleted)."""
+        """The reference's live leaves of ``doc_id`` other than its winner."""
         try:
             doc = self.ref.get(doc_id, conflicts=True)
         except SetteeError:

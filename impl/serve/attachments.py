@@ -156,7 +156,11 @@ async def handle_attachment(
         }
         if request.headers.get("If-None-Match") == tag:
             return web.Response(status=304, headers={"ETag": tag})
-        wanted = _byte_range(request.headers.get("Range"), att["length"])
+        wanted = None
+        # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;
+        # another version goes whole, or a resumed download would splice two.
+        if request.headers.get("If-Range", tag) == tag:
+            wanted = _byte_range(request.headers.get("Range"), att["length"])
         return await _stream(state, request, att["length"], chunks, headers, wanted)
     if method == "PUT":
         data = await state.spool_body(request)

@@ -338,7 +338,11 @@ def _descending(db: settee.Database, q: ChangesQuery) -> dict[str, Any]:
 
 def _changes_etag(db: settee.Database) -> str:
     info = db.info()
-    state = f"{info['update_seq']}/{info['doc_count']}/{info['doc_del_count']}"
+    # The database's identity too, as CouchDB hashes its shards' creation suffix: a
+    # database deleted and created again repeats the same seqs and counts (found
+    # in review: an old ETag got 304 for the new database's changes).
+    identity = db.shards[0].identity.db_uuid
+    state = f"{identity}/{info['update_seq']}/{info['doc_count']}/{info['doc_del_count']}"
     digest = hashlib.md5(state.encode(), usedforsecurity=False).digest()
     return '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"'
 
@@ -391,9 +395,13 @@ async def _longpoll(
 
 
 async def _start_stream(
-    request: web.BaseRequest, content_type: str = "application/json"
+    request: web.BaseRequest,
+    content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
-    stream = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+    stream = web.StreamResponse(
+        status=200, headers={"Content-Type": content_type, **(headers or {})}
+    )
     stream.enable_chunked_encoding()
     await stream.prepare(request)
     return stream
@@ -407,7 +415,10 @@ async def _continuous(
     seq), heartbeats as ``event: heartbeat``, no closing line (chttpd_db's
     changes_callback for eventsource)."""
     events = q.feed == "eventsource"
-    stream = await _start_stream(request, "text/event-stream" if events else "application/json")
+    if events:
+        stream = await _start_stream(request, "text/event-stream", {"Cache-Control": "no-cache"})
+    else:
+        stream = await _start_stream(request)
     sent = 0
     deadline = None if q.heartbeat is not None else time.monotonic() + q.timeout
     while not state.stopping.is_set():

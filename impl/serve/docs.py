@@ -152,11 +152,22 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
     if rev is None and (meta or query_bool(query, "revs_info")):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
     if rev is None and query_bool(query, "local_seq"):
-        # couch_db:doc_meta_info: the document's update seq in its own shard.
-        info = revs.doc_info(db, doc_id)
-        if info is not None:
-            doc["_local_seq"] = info.seq
+        # couch_db:doc_meta_info: the document's update seq in its own shard, of the
+        # revision returned: read again should a write land between the two reads
+        # (found in review: _local_seq of the next revision beside this one's body).
+        for _ in range(_CONSISTENT_TRIES):
+            info = revs.doc_info(db, doc_id)
+            if info is not None and info.winner == doc["_rev"]:
+                doc["_local_seq"] = info.seq
+                break
+            doc = _get_doc(db, doc_id, {k: v for k, v in query.items() if k != "local_seq"})
     return doc
+
+
+#: Reads of a document and its summary until both name one revision (``local_seq``):
+#: each retry means a write landed between them, so a few always suffice but under
+#: a writer that never pauses.
+_CONSISTENT_TRIES = 8
 
 
 def attachment_options(query: Mapping[str, str]) -> dict[str, Any]:
