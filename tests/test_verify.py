@@ -39,8 +39,10 @@ def test_verify_passes_on_the_engine_and_counts_every_campaign(tmp_path: Path) -
 @pytest.mark.parametrize("mutant", ["lost_update", "no_tombstone"])
 def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, mutant: str) -> None:
     engine = f"settee.proof.stateful.mutants:{mutant}"
+    # Seed 3: both mutants caught within seconds (seed 0 took lost_update 21 s once the
+    # machine drew losing leaves and kept attachments more often).
     run = _verify(
-        tmp_path, "--engine", engine, "--only", "equivalence", "--examples", "300", "--seed", "0"
+        tmp_path, "--engine", engine, "--only", "equivalence", "--examples", "300", "--seed", "3"
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "settee verify FAILED" in run.stdout
