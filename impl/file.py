@@ -496,8 +496,8 @@ class ShardFile:
         header although the file reaches past it (the reason, without the file's
         path), or None when nothing is lost: the commit is not newer, the file's
         newest header is not before the offset (a HEADS of another file history,
-        e.g. a shard restored from a backup), the file ends within it (cut
-        short), or the header reads. A flipped bit in the newest header looked
+        e.g. a shard restored from a backup), or the header reads; a file that ends
+        before the header is one that lost its end. A flipped bit in the newest header looked
         like a torn tail: opening fell back a commit and lost acknowledged writes
         with no word of it (found in review)."""
         newest = -1 if self.header is None else self.header.seq
@@ -508,7 +508,19 @@ class ShardFile:
             # file history (a shard restored from a backup older than a compaction,
             # found in review), not a commit this file lost.
             return None
-        if offset + 1 + HEADER_SIZE > self._handle.size() or self.header_at(offset) is not None:
+        size = self._handle.size()
+        if offset + 1 + HEADER_SIZE > size:
+            # The header was fsynced before HEADS named it: a file that ends before
+            # it lost its end (found in review: a truncated shard reopened at an older
+            # commit with only a torn-tail warning, and settee check said OK).
+            return (
+                f"the file ends at {size} bytes, before the header at offset {offset} of "
+                f"commit {seq}, which HEADS names as durable: the file was cut short or "
+                f"replaced by an older copy, and the writes of the commits after "
+                f"{newest} are lost. Restore the shard file from a backup before a "
+                "writer opens it"
+            )
+        if self.header_at(offset) is not None:
             return None
         return (
             f"the header at offset {offset}, of commit {seq}, which HEADS names "

@@ -523,6 +523,30 @@ def test_a_damaged_header_of_a_durable_commit_is_reported_not_taken_for_a_torn_t
     assert list(check_database(str(path))) == []
 
 
+def test_a_shard_cut_short_before_its_durable_commit_is_reported(tmp_path: Path) -> None:
+    """Found in review: a shard truncated to half its size reopened at an older commit
+    with only a torn-tail warning, and settee check said OK, though HEADS named the
+    lost commit as durable: now a check problem and a LostCommitWarning on every open
+    (deleting HEADS accepts the older state)."""
+    from settee.check import check_database
+
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=1) as db:
+        for n in range(60):
+            db.put({"_id": f"d{n:03d}", "pad": "x" * 300})
+    shard = path / "shard-000.settee"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    problems = list(check_database(str(path)))
+    assert any("cut short" in p and "durable" in p for p in problems), problems
+    with pytest.warns(LostCommitWarning), settee.open(str(path), readonly=True) as db:
+        assert 0 < db.info()["doc_count"] < 60
+    with pytest.warns(LostCommitWarning), settee.open(str(path)) as db:
+        assert 0 < db.info()["doc_count"] < 60
+    (path / HEADS_NAME).unlink()
+    assert list(check_database(str(path))) == []
+
+
 def test_a_shard_restored_from_an_older_backup_is_not_called_damaged(tmp_path: Path) -> None:
     """Found in review: HEADS of a later file history (written after a compaction)
     named an offset inside the restored file's ordinary data, and check and every open
