@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from settee.check import check_database
+from settee.heads import HEADS_NAME
 from settee.proof.crash.checker import shard_view
 from settee.proof.crash.corruption import (
     SHARDS,
@@ -103,6 +105,13 @@ def test_truncation_in_last_blocks(clean: CleanDB, tmp_path: Path, record_proper
 
             dst = tmp_path / f"cut{shard}-{cut}"
             copy_damaged(clean.path, str(dst), os.path.basename(name), truncate)
+            if os.path.exists(dst / HEADS_NAME):
+                # Every cut here reaches the newest commit, which HEADS names as
+                # durable: losing it is never silent (found in review: check said OK).
+                # Checked before a writer opens the copy and republishes HEADS.
+                cut_file = str(dst / os.path.basename(name))
+                problems = list(check_database(str(dst)))
+                assert any(p.startswith(cut_file) for p in problems), (cut, problems)
             with open_quietly(str(dst), clean.factory) as db:
                 ids = clean.oracle.ids[shard]
                 view = run_with_watchdog(lambda db=db, ids=ids: shard_view(db, ids))
