@@ -2046,3 +2046,29 @@ def test_changes_etag_names_the_database_and_if_range_guards_ranges(client: Clie
     )
     got = client("GET", f"{db}/d/f", headers={"Range": "bytes=50-", "If-Range": old_tag})
     assert (got.status, got.raw) == (200, b"B" * 100)
+
+
+def test_a_database_without_its_meta_file_is_still_there(tmp_path: Path) -> None:
+    """The engine rebuilds settee.meta from the shards' headers: over HTTP such a
+    database is found, listed and readable, and PUT /db is 412, its stored settings
+    kept (found in review: 404, then PUT /db "created" it and dropped _revs_limit)."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/lost-meta").status == 201
+        put(c, "/lost-meta", "a", {"v": 1})
+        assert c("PUT", "/lost-meta/_revs_limit", 5).status == 200
+    finally:
+        handle.stop()
+    [meta] = list(tmp_path.rglob("settee.meta"))
+    meta.unlink()
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("GET", "/lost-meta").json["doc_count"] == 1
+        assert "lost-meta" in c("GET", "/_all_dbs").json
+        assert c("PUT", "/lost-meta").status == 412
+        assert c("GET", "/lost-meta/_revs_limit").json == 5
+        assert c("GET", "/lost-meta/a").json["v"] == 1
+    finally:
+        handle.stop()

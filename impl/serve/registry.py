@@ -100,6 +100,10 @@ class DbEntry:
         self.views.clear()
 
 
+#: A shard file's name (settee.layout's): its presence means a database is there.
+_SHARD_FILE = re.compile(r"shard-[0-9]{3,}\.settee")
+
+
 class Registry:
     """Creates, opens, lists and deletes the databases under ``root``."""
 
@@ -119,7 +123,17 @@ class Registry:
         return LocalDocs(path, fsync=self.options["fsync"])
 
     def _exists(self, name: str) -> bool:
-        return os.path.exists(os.path.join(self._path(name), META_NAME))
+        """A database is there when its directory holds its metadata or any shard
+        file: the engine rebuilds a lost settee.meta from the shards' headers (found
+        in review: with settee.meta deleted the database answered 404, and PUT /db
+        "created" it over its documents and dropped its stored settings)."""
+        path = self._path(name)
+        if os.path.exists(os.path.join(path, META_NAME)):
+            return True
+        try:
+            return any(_SHARD_FILE.fullmatch(entry) for entry in os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def cached(self, name: str) -> DbEntry | None:
         """The open entry, without blocking (safe on the event loop)."""
