@@ -2072,3 +2072,35 @@ def test_a_database_without_its_meta_file_is_still_there(tmp_path: Path) -> None
         assert c("GET", "/lost-meta/a").json["v"] == 1
     finally:
         handle.stop()
+
+
+def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) -> None:
+    """The server's JSON side files (settings, _local documents, _security) that no
+    longer parse answer CouchDB's corruption error naming the file (found in review:
+    a raw KeyError or JSONDecodeError, with a traceback, on every request)."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/side").status == 201
+        assert c("PUT", "/side/_revs_limit", 5).status == 200
+        assert c("PUT", "/side/_local/ck", {"seq": 1}).status == 201
+        assert c("PUT", "/side/_security", {"admins": {"names": ["bob"]}}).status == 200
+    finally:
+        handle.stop()
+    settings = [p for p in tmp_path.rglob("*.json") if p.parent.name == "_settings"]
+    others = [p for p in tmp_path.rglob("*.json") if p not in settings]
+    assert settings and len(others) == 2  # the _local document and _security
+    for damaged, paths in (
+        (others, ("/side/_local/ck", "/side/_security")),
+        (settings, ("/side",)),
+    ):
+        for found in damaged:
+            found.write_text('{"truncated": ')
+        handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+        try:
+            c = Client(handle.port)
+            for path in paths:
+                r = c("GET", path)
+                assert r.json["error"] == "corruption" and ".json" in r.json["reason"], r.raw
+        finally:
+            handle.stop()

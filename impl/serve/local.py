@@ -29,7 +29,7 @@ from typing import Any
 from settee.serve.protocol import HTTPError
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
-from settee.spec.errors import Conflict, NotFound, SetteeError
+from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
 
 __all__ = ["LocalDocs", "local_rev", "write_json_durably"]
 
@@ -80,6 +80,17 @@ class LocalDocs:
         self._cache: dict[str, dict[str, Any] | None] = {}  # id -> entry; None: absent
         self._migrated = False
 
+    @staticmethod
+    def read_json(path: str) -> Any:
+        """The JSON a side file holds (FileNotFoundError passes); a file that does
+        not parse is a CorruptionError naming it (found in review: a raw
+        JSONDecodeError, a 500 with a traceback on every request)."""
+        with open(path, encoding="utf-8") as f:
+            try:
+                return json.load(f)
+            except ValueError as exc:
+                raise CorruptionError(path, 0, f"not JSON ({exc}): restore or remove it") from None
+
     def _file(self, doc_id: str) -> str:
         digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()
         return os.path.join(self.path, digest[:40] + ".json")
@@ -90,10 +101,11 @@ class LocalDocs:
         if doc_id in self._cache:
             return self._cache[doc_id]
         try:
-            with open(self._file(doc_id), encoding="utf-8") as f:
-                entry: dict[str, Any] | None = json.load(f)
+            entry: dict[str, Any] | None = self.read_json(self._file(doc_id))
         except FileNotFoundError:
             entry = None
+        if entry is not None and not isinstance(entry, dict):
+            raise CorruptionError(self._file(doc_id), 0, "not a JSON object: restore or remove it")
         if entry is not None and entry.get("id") != doc_id:
             entry = None  # a hash collision: not this document (never seen in practice)
         self._cache[doc_id] = entry
@@ -186,8 +198,7 @@ class LocalDocs:
         """The stored ``_security`` object, or CouchDB 3's admin-only default."""
         with self._lock:
             try:
-                with open(self._security_file(), encoding="utf-8") as f:
-                    value = json.load(f)
+                value = self.read_json(self._security_file())
             except FileNotFoundError:
                 return {"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}}
         if not isinstance(value, dict):

@@ -33,6 +33,7 @@ from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
 from settee.serve.viewindex import ViewIndex
+from settee.spec.errors import CorruptionError
 
 __all__ = ["DbEntry", "Notifier", "Registry", "check_db_name"]
 
@@ -166,11 +167,18 @@ class Registry:
         """``settee.open`` options for an existing database: the server's, with the
         database's stored ``revs_limit``."""
         opts = db_options(self.options, creating=False)
+        path = self._settings_path(name)
         try:
-            with open(self._settings_path(name), encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 opts["revs_limit"] = json.load(f)["revs_limit"]
         except FileNotFoundError:
             pass
+        except (ValueError, KeyError, TypeError) as exc:
+            # Found in review: a raw KeyError or JSONDecodeError, a 500 with a
+            # traceback on every request to the database.
+            raise CorruptionError(
+                path, 0, f"unreadable settings ({exc!r}): restore or remove it"
+            ) from None
         return opts
 
     def set_revs_limit(self, name: str, limit: int) -> None:
