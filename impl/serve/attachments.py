@@ -10,6 +10,7 @@ stores a revision without it. Writes pass the database's
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from settee.serve.state import State
 from settee.spec.spool import Spooled
 
 __all__ = ["handle_attachment"]
+
+log = logging.getLogger("settee.serve")
 
 _MISSING = "Document is missing attachment"
 
@@ -131,11 +134,19 @@ async def _stream(
     await response.prepare(request)
     if request.method == "GET":
         at = 0  # offset of the next chunk's first byte
-        while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
-            piece = chunk[max(0, first - at) : last - at + 1]
-            at += len(chunk)
-            if piece:
-                await response.write(piece)
+        try:
+            while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
+                piece = chunk[max(0, first - at) : last - at + 1]
+                at += len(chunk)
+                if piece:
+                    await response.write(piece)
+        except settee.SetteeError as exc:
+            # The status and length are sent: all that is left is to stop short, which
+            # the client sees, and to say why where the operator looks (found in
+            # review: a damaged chunk cut the answer with nothing logged).
+            log.error("%s %s: stopped after %d bytes: %s", request.method, request.path, at, exc)
+            response.force_close()
+            return response
     await response.write_eof()
     return response
 
