@@ -273,10 +273,11 @@ def since_position(tree: dict[str, Any], rev: str, atts_since: Iterable[str]) ->
     below it are sent as stubs. Revisions on other branches, descendants of ``rev``
     and ones the tree does not hold count for nothing (``couch_db``'s
     ``find_ancestor_rev_pos``: the sender holds those attachments only if it holds
-    an ancestor of what it asks for).
-
-    pre: rev in tree
+    an ancestor of what it asks for). A ``rev`` the tree no longer holds (stemmed
+    or compacted away since it was read) names nothing: 0.
     """
+    if rev not in tree:
+        return 0
     named = {since for since in atts_since if is_valid_rev(since)}
     for ancestor in path_to_root(tree, rev):
         if ancestor in named:

@@ -16,9 +16,7 @@ sends a newline every ``min(heartbeat, changes_timeout)`` ms and never times out
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +32,7 @@ from settee.serve.protocol import (
     HTTPError,
     decode_object,
     encode_json,
+    etag_of,
     method_not_allowed,
     query_bool,
     query_int,
@@ -343,8 +342,7 @@ def _changes_etag(db: settee.Database) -> str:
     # in review: an old ETag got 304 for the new database's changes).
     identity = db.shards[0].identity.db_uuid
     state = f"{identity}/{info['update_seq']}/{info['doc_count']}/{info['doc_del_count']}"
-    digest = hashlib.md5(state.encode(), usedforsecurity=False).digest()
-    return '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"'
+    return etag_of(state)
 
 
 def _page(db: settee.Database, q: ChangesQuery, since: Any) -> Any:

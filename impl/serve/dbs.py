@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -28,6 +26,7 @@ from settee.serve.protocol import (
     HTTPError,
     decode_json,
     decode_object,
+    etag_of,
     method_not_allowed,
     query_bool,
     query_int,
@@ -135,12 +134,11 @@ async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResp
     uuids = [uuid.uuid4().hex for _ in range(count)]
     # couch_httpd_misc_handlers:handle_uuids_req's cache-busting headers (a past
     # Expires on purpose) and an ETag of the answer.
-    digest = hashlib.md5("".join(uuids).encode("ascii"), usedforsecurity=False).digest()
     headers = {
         "Cache-Control": "no-cache",
         "Pragma": "no-cache",
         "Expires": "Mon, 01 Jan 1990 00:00:00 GMT",
-        "ETag": '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"',
+        "ETag": etag_of("".join(uuids)),
     }
     return respond(reply(200, {"uuids": uuids}, headers))
 
@@ -567,11 +565,8 @@ def _bulk_get_related(db: settee.Database, raw: bytes, query: Mapping[str, str])
 
 
 def _since_position(info: DocInfo | None, doc: dict[str, Any], since: Any) -> int:
-    """``atts_since``'s position for the revision ``doc`` is (0: none named, or the
-    revision is gone from the tree since it was read)."""
-    if info is None or doc["_rev"] not in info.tree:
-        return 0
-    return since_position(info.tree, doc["_rev"], since)
+    """``atts_since``'s position for the revision ``doc`` is (0: none named)."""
+    return 0 if info is None else since_position(info.tree, doc["_rev"], since)
 
 
 async def _send_bulk_get(

@@ -193,7 +193,7 @@ def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> 
     position = 0
     if since is not None:
         info = revs.doc_info(db, doc_id)
-        if info is not None and doc["_rev"] in info.tree:
+        if info is not None:
             position = since_position(info.tree, doc["_rev"], since)
     return mime.related(doc, position)
 

@@ -7,6 +7,8 @@ status code, ``{"error", "reason"}`` body and headers.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -25,6 +27,7 @@ __all__ = [
     "encode_json",
     "error_reply",
     "etag",
+    "etag_of",
     "method_not_allowed",
     "query_bool",
     "query_int",
@@ -143,6 +146,12 @@ def method_not_allowed(allowed: str) -> HTTPError:
     return HTTPError(
         405, "method_not_allowed", f"Only {allowed} allowed", headers={"Allow": allowed}
     )
+
+
+def etag_of(state: str) -> str:
+    """A quoted ETag naming ``state`` (an md5, base64url), as couch_httpd:make_etag."""
+    digest = hashlib.md5(state.encode("utf-8", "surrogatepass"), usedforsecurity=False).digest()
+    return '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"'
 
 
 def etag(rev: str) -> str:
