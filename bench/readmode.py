@@ -91,7 +91,14 @@ class _Pair:
         for mode in ("parallel", "serialized"):
             path = run.path(f"readmode-{fs_name}-{mode}")
             shutil.copytree(template, path)
-            options: dict[str, Any] = {"shards": 1, "fsync": True, "read_mode": mode}
+            # No body cache on either side: the pair compares how reads reach the file,
+            # and a cached body does not reach it (both sides keep their node caches).
+            options: dict[str, Any] = {
+                "shards": 1,
+                "fsync": True,
+                "read_mode": mode,
+                "body_cache_bytes": 0,
+            }
             if latency:
                 fs = LatencyFileSystem(
                     fsync_ms=self.cfg.latency_fsync_ms, read_ms=self.cfg.latency_read_ms

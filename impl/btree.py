@@ -30,15 +30,14 @@ shard headers store.
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Protocol
 
 import msgpack
 
+from settee.cache import ClockCache
 from settee.spec.errors import CorruptionError
 from settee.spec.format import as_root
 
@@ -124,84 +123,21 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     raise CorruptionError(path, pos, f"unknown btree node kind {kind!r}")
 
 
-class NodeCache:
-    """Decoded nodes keyed by position, bounded in bytes, shared by readers.
+class NodeCache(ClockCache):
+    """Decoded nodes keyed by position, bounded in bytes, shared by readers
+    (``ClockCache``: lock-free hits, CLOCK eviction).
 
     A node costs what it occupies in the file (its encoded size); decoded, as
     tuples of atoms, it takes about three times that in memory. One cache
-    serves one store only (positions are per file). Hits take no lock; the lock
-    serialises inserts and evictions alone, and reads from the store happen
-    outside it, so a slow disk never blocks other readers' hits. Two readers
-    missing the same node both read it; the second insert is harmless.
-
-    Eviction is CLOCK (second chance), an approximation of least recently used:
-    a hit only marks the node referenced (one set probe), and eviction passes
-    over the oldest nodes, giving each marked one another lap. Moving a hit to
-    the end of an LRU list rewrote its neighbours' links, scattered in memory:
-    at a million documents, a tenth of a point read's B+tree descent (4.5 µs
-    against 4.1 µs once every leaf was cached).
+    serves one store only (positions are per file).
     """
 
     def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        if capacity_bytes < 0:
-            raise ValueError(f"cache capacity must be >= 0 bytes, got {capacity_bytes}")
-        self.capacity_bytes = capacity_bytes
-        self._nodes: OrderedDict[int, tuple[Node, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        super().__init__(capacity_bytes)
         self._totals: dict[int, tuple[Callable[[Any], int], list[int]]] = {}
-        # Positions hit since eviction last passed them (CLOCK's reference bits).
-        self._referenced: set[int] = set()
 
-    def get(self, pos: int) -> Node | None:
-        """The cached node at ``pos``, or None.
-
-        Lock-free: a hit is the hottest path of every read, and each call below is
-        one C call, atomic under the GIL. A node evicted between the two calls is
-        still returned (it stays valid: positions never change).
-        """
-        entry = self._nodes.get(pos)
-        if entry is None:
-            return None
-        self._referenced.add(pos)
-        return entry[0]
-
-    def put(self, pos: int, node: Node, size: int) -> None:
-        """Remember ``node`` of ``size`` encoded bytes; only for nodes already written."""
-        with self._lock:
-            self._add(pos, node, size)
-            self._evict()
-
-    def put_many(self, nodes: dict[int, tuple[Node, int]]) -> None:
-        """Remember several ``(node, size)`` under one lock acquisition, in the dict's order."""
-        with self._lock:
-            for pos, (node, size) in nodes.items():
-                self._add(pos, node, size)
-            self._evict()
-
-    def _add(self, pos: int, node: Node, size: int) -> None:
-        old = self._nodes.pop(pos, None)
-        if old is not None:
-            self._bytes -= old[1]
-        self._nodes[pos] = (node, size)
-        self._bytes += size
-
-    def _evict(self) -> None:
-        nodes, referenced = self._nodes, self._referenced
-        chances = len(nodes)  # at most one lap of second chances per call
-        while self._bytes > self.capacity_bytes and nodes:
-            pos, entry = nodes.popitem(last=False)
-            if chances and pos in referenced:
-                referenced.discard(pos)
-                nodes[pos] = entry  # referenced since the last lap: back of the queue
-                chances -= 1
-                continue
-            referenced.discard(pos)
-            self._bytes -= entry[1]
-            self._totals.pop(pos, None)
-        if len(referenced) > len(nodes):
-            # A reader marked a node evicted meanwhile (hits take no lock).
-            referenced.intersection_update(nodes)
+    def _evicted(self, pos: int) -> None:
+        self._totals.pop(pos, None)
 
     def running_totals(
         self, pos: int, entries: Sequence[Entry], count: Callable[[Any], int]
@@ -216,26 +152,15 @@ class NodeCache:
         if kept is not None and kept[0] is count:
             return kept[1]
         totals = list(accumulate([count(e[2]) for e in entries], initial=0))
-        if len(self._totals) > len(self._nodes):
+        if len(self._totals) > len(self._entries):
             self._totals.clear()  # kept for nodes evicted meanwhile (no lock here)
         self._totals[pos] = (count, totals)
         return totals
 
     def clear(self) -> None:
         """Forget everything (e.g. after the file was replaced by compaction)."""
-        with self._lock:
-            self._nodes.clear()
-            self._bytes = 0
-            self._totals.clear()
-            self._referenced.clear()
-
-    @property
-    def bytes(self) -> int:
-        """Encoded bytes of the nodes held now (at most ``capacity_bytes``)."""
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._nodes)
+        super().clear()
+        self._totals.clear()
 
 
 def _check_root(root: Any) -> list[Any] | None:
@@ -374,7 +299,7 @@ class BTree:
         if self._pending is not None:
             self.node(self._root[0])  # admits the written batch to the cache
         cache = self._cache
-        nodes = cache._nodes
+        nodes = cache._entries
         refer = cache._referenced.add
         pos = self._root[0]
         while True:

@@ -144,6 +144,7 @@ class Database:
                         ShardIdentity(layout.uuid, index, layout.shards),
                         heads=self._heads,
                         cache_bytes=self.config["cache_bytes"] // layout.shards,
+                        body_cache_bytes=self.config["body_cache_bytes"] // layout.shards,
                         node_size=self.config["node_size"],
                         no_writer=no_writer,
                     )
@@ -172,6 +173,7 @@ class Database:
                         serialized=self.config["read_mode"] == "serialized",
                         revs_limit=self.config["revs_limit"],
                         cache_bytes=self.config["cache_bytes"] // count,
+                        body_cache_bytes=self.config["body_cache_bytes"] // count,
                         strict=self.config["strict"],
                         node_size=self.config["node_size"],
                         cut=self.cut,

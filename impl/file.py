@@ -26,6 +26,7 @@ from typing import Any
 
 from crc32c import crc32c
 
+from settee.cache import BODY_ENTRY_OVERHEAD, BodyCache
 from settee.io import FileHandle, FileSystem
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import (
@@ -161,6 +162,9 @@ class ShardFile:
         self.header = None
         self.header_offset = None
         self.created = created
+        #: Checked body payloads ``read_sized`` keeps, or None; set by the file's owner
+        #: (a shard, a readonly follower), which sizes it (``body_cache_bytes``).
+        self.body_cache: BodyCache | None = None
 
     @classmethod
     def open(
@@ -237,11 +241,20 @@ class ShardFile:
         last = len(pointers) - 1
         buf, base, top = b"", 0, 0  # the last coalesced read: file bytes [base, top)
         pos = 0  # named by the error message
+        cache = self.body_cache
+        cached = None if cache is None else cache.get
+        admitted: dict[int, tuple[bytes, int]] = {}
         self._reads.enter(self.path)
         try:
             for index, (pos, size) in enumerate(pointers):
                 if type(pos) is not int:  # crc held: a writer bug
                     raise CorruptionError(self.path, 0, f"term position {pos!r} is not an int")
+                if cached is not None:
+                    hit = cached(pos)
+                    # A size the pointer disagrees with goes the general way, as below.
+                    if hit is not None and len(hit) == size:
+                        terms.append(decode_payload(hit))
+                        continue
                 term = _MISSED
                 # _fast_laid_out, inline: this loop is every body read.
                 laid = 0
@@ -279,6 +292,9 @@ class ShardFile:
                                 term = decode_payload(payload)
                             except Exception:  # crc held: left to the general path
                                 term = _MISSED
+                            else:
+                                if cached is not None:
+                                    admitted[pos] = (payload, len(payload) + BODY_ENTRY_OVERHEAD)
                 if term is _MISSED:
                     term = self._read_frame(pos, decode_payload, self._ahead(pos, size))[0]
                 terms.append(term)
@@ -286,6 +302,8 @@ class ShardFile:
             raise SetteeError(f"{self.path}: read at offset {pos} failed: {exc}") from exc
         finally:
             self._reads.leave()
+        if admitted:
+            cache.put_many(admitted)  # type: ignore[union-attr]  # admitted only with a cache
         return terms
 
     def _ahead(self, pos: int, size: Any) -> int:

@@ -33,6 +33,7 @@ import weakref
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
+from settee.cache import body_cache
 from settee.cut import RETRIES
 from settee.file import LostCommitWarning, ShardFile
 from settee.heads import HeadsFile, Slot
@@ -56,6 +57,7 @@ class FollowerShard:
         *,
         heads: HeadsFile | None,
         cache_bytes: int,
+        body_cache_bytes: int = 0,
         node_size: int = MAX_NODE_BYTES,
         no_writer: bool = False,
     ) -> None:
@@ -66,6 +68,7 @@ class FollowerShard:
         self.strict = False
         self._heads = heads
         self._cache_bytes = cache_bytes
+        self._body_cache_bytes = body_cache_bytes
         self._refresh_lock = threading.Lock()
         self._closed = False
         # One node cache per open file (positions are per file), dropped with the file.
@@ -229,6 +232,7 @@ class FollowerShard:
         # readers may still hold snapshots), or by close().
         weakref.finalize(file, _close_handle, file.handle)
         self._caches[file] = NodeCache(self._cache_bytes)
+        file.body_cache = body_cache(self._body_cache_bytes)
         return file
 
     def _check_open(self) -> None:

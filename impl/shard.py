@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, NodeCache
+from settee.cache import body_cache
 from settee.cut import WriterCut
 from settee.docinfo import DocInfo, apply_edit, attachments_of, stored_size
 from settee.file import ShardFile
@@ -186,6 +187,7 @@ class Shard:
         serialized: bool,
         revs_limit: int,
         cache_bytes: int,
+        body_cache_bytes: int = 0,
         strict: bool = False,
         node_size: int = MAX_NODE_BYTES,
         cut: WriterCut | None = None,
@@ -205,6 +207,7 @@ class Shard:
         self._fsync = fsync
         self._revs_limit = revs_limit
         self._cache_bytes = cache_bytes
+        self._body_cache_bytes = body_cache_bytes
         #: Check what every commit changed, and fail the write on any inconsistency.
         self.strict = strict
         #: Largest encoded B+tree node this session writes (the ``node_size`` option).
@@ -246,6 +249,7 @@ class Shard:
         header = file.header
         assert header is not None  # invariant: _open_snapshot gave every file a header
         cache = NodeCache(self._cache_bytes)
+        file.body_cache = body_cache(self._body_cache_bytes)
         # The OS descriptor must outlive every snapshot that reads this file (a
         # compaction retires it while old readers still hold snapshots), so it is
         # closed when the last reference to the ShardFile goes, or by close().

@@ -101,6 +101,14 @@ OPTIONS: dict[str, Option] = {
         "evenly between the shards; decoded nodes take about 3x that in RAM. A database "
         "whose trees fit reads every node from memory; 0 reads every node from the file",
     ),
+    "body_cache_bytes": Option(
+        128 * 1024 * 1024,
+        _int_in(0, 1 << 40),
+        "an int from 0 to 2**40 (bytes)",
+        "document bodies kept in memory as their checked msgpack bytes, split evenly "
+        "between the shards, each charged its size plus 200 bytes; a read of a cached "
+        "body skips the file (not the decode); 0 reads every body from the file",
+    ),
     "readonly": Option(
         False,
         lambda v: isinstance(v, bool),

@@ -223,6 +223,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
         read_mode=st.sampled_from(["parallel", "serialized"]),
         revs_limit=st.sampled_from([1000, 3, 2, 1]),
         node_size=st.sampled_from([128, 256, 4096]),
+        body_cache=st.sampled_from([None, 0, 700]),
         ids=st.lists(st.sampled_from(IDS), unique=True, max_size=len(IDS)),
         body=bodies(),
     )
@@ -232,6 +233,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
         read_mode: str,
         revs_limit: int,
         node_size: int,
+        body_cache: int | None,
         ids: list[str],
         body: dict[str, Any],
     ) -> None:
@@ -248,6 +250,9 @@ class EquivalenceMachine(RuleBasedStateMachine):
         }
         if takes_settee_options(self.engine_spec):
             self.options["strict"] = True
+            # The default body cache, none, or one so small (700 bytes split between
+            # the shards) that nearly every read admits a body and evicts another.
+            self.options["body_cache_bytes"] = body_cache
         self.probes = _probe_ids(shards)
         self._open()
         self.book_eng = ChangesBook(shards)
@@ -883,6 +888,7 @@ _OPEN_OPTIONS = {
     "revs_limit": hostile.COUNTS,
     "max_document_size": hostile.COUNTS,
     "node_size": hostile.COUNTS,
+    "body_cache_bytes": hostile.COUNTS,
     "fsync": hostile.FLAGS,
     "strict": hostile.FLAGS,
     "read_mode": hostile.TEXTS,

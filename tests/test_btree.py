@@ -429,7 +429,7 @@ def test_cache_is_bounded_in_bytes_and_shared_by_derived_trees() -> None:
         assert tree.get(i) == (i, "v")
     # Full, by the encoded sizes of what it holds, and never over the budget.
     assert budget - 4096 < cache.bytes <= budget
-    held = [cache._nodes[pos][1] for pos in cache._nodes]
+    held = [cache._entries[pos][1] for pos in cache._entries]
     assert cache.bytes == sum(held) and all(0 < size <= 4096 + 16 for size in held)
     derived = commit(store, tree, [(-1, (0, ""))])
     assert derived.cache is cache
