@@ -57,7 +57,7 @@ def summaries(entries: Iterable[tuple[str, Sequence[Any]]]) -> list[Summary]:
     found = []
     for doc_id, value in entries:
         if (
-            not isinstance(value, tuple | list)
+            (type(value) is not tuple and type(value) is not list)  # what msgpack decodes
             or len(value) != 6
             or type(value[WINNER]) is not str
             or type(value[DELETED]) is not bool

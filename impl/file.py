@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crc32c import crc32c
+from msgpack import unpackb
 
 from settee.cache import BODY_ENTRY_OVERHEAD, BodyCache
 from settee.io import FileHandle, FileSystem
@@ -242,7 +243,10 @@ class ShardFile:
         buf, base, top = b"", 0, 0  # the last coalesced read: file bytes [base, top)
         pos = 0  # named by the error message
         cache = self.body_cache
-        cached = None if cache is None else cache.get
+        # BodyCache.get, inline (its two C calls): a hit is every hot body read.
+        cached = refer = None
+        if cache is not None:
+            cached, refer = cache._entries.get, cache._referenced.add
         admitted: dict[int, tuple[bytes, int]] = {}
         self._reads.enter(self.path)
         try:
@@ -252,8 +256,9 @@ class ShardFile:
                 if cached is not None:
                     hit = cached(pos)
                     # A size the pointer disagrees with goes the general way, as below.
-                    if hit is not None and len(hit) == size:
-                        terms.append(decode_payload(hit))
+                    if hit is not None and len(hit[0]) == size:
+                        refer(pos)  # type: ignore[misc]  # set with cached
+                        terms.append(unpackb(hit[0], raw=False, strict_map_key=False))
                         continue
                 term = _MISSED
                 # _fast_laid_out, inline: this loop is every body read.

@@ -164,7 +164,7 @@ class Snapshot:
         FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
-        pointers = [(e[0], e[1]) for *_, e in summaries if e is not None]
+        pointers = [(e[0], e[1]) for _, _, _, e in summaries if e is not None]
         bodies = iter(self.file.read_sized(pointers))
         for row, (doc_id, winner, deleted, entry) in zip(rows, summaries, strict=True):
             if entry is None:
