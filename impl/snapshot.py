@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
-from settee.docinfo import ACTIVE, DELETED, DocInfo, Summary, attachments_of
+from settee.docinfo import ACTIVE, DELETED, DocInfo, Summary, attachments_of, summary_fields
 from settee.file import ShardFile
 from settee.spec.attachments import Stored, render
 from settee.spec.docs import render_doc
@@ -124,6 +124,19 @@ class Snapshot:
     def doc_info(self, doc_id: str) -> DocInfo | None:
         value = self.by_id.get(doc_id)
         return None if value is None else DocInfo.from_value(doc_id, value)
+
+    def live_winner_doc(self, doc_id: str) -> dict[str, Any] | None:
+        """The winning revision of a live document whose body is stored, as a plain
+        ``Database.get`` answers it, from its by_id value's clear fields (no
+        ``DocInfo``, no revision blob); None for anything else (missing, deleted,
+        no body stored), which the general path answers."""
+        value = self.by_id.get(doc_id)
+        if value is None:
+            return None
+        _, deleted, winner, _, _, entry = summary_fields(doc_id, value)
+        if deleted or entry is None:
+            return None
+        return self.winner_doc((doc_id, winner, False, entry))
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:
         """DocInfos of the ids that exist, one walk per id (``BTree.get`` inlines its
