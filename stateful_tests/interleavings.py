@@ -144,9 +144,13 @@ def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) ->
             return factory(scratch_dir("settee-sched-") + "/db", **options)
 
 
-def _strict(spec: str) -> dict[str, Any]:
-    """Strict mode for engines that take settee's options (settee and its mutants)."""
-    return {"strict": True} if takes_settee_options(spec) else {}
+def _options(spec: str, scenario: Scenario) -> dict[str, Any]:
+    """The scenario's options for engine ``spec``: with strict mode for engines that
+    take settee's own options (settee and its mutants), without the body cache's
+    size for the others."""
+    if takes_settee_options(spec):
+        return {**scenario.options, "strict": True}
+    return {k: v for k, v in scenario.options.items() if k != "body_cache_bytes"}
 
 
 def run_scheduled(
@@ -154,7 +158,7 @@ def run_scheduled(
 ) -> RunResult:
     """Run ``scenario`` on engine ``spec`` under the scheduler; check the history."""
     scheduler = Scheduler(choose, stall=stall)
-    db = _open_scheduled(spec, scheduler, {**scenario.options, **_strict(spec), "fsync": True})
+    db = _open_scheduled(spec, scheduler, {**_options(spec, scenario), "fsync": True})
     recorder = Recorder()
     result = RunResult(scenario, recorder, scheduler.schedule)
     try:
@@ -217,7 +221,7 @@ def run_threads(spec: str, scenario: Scenario) -> RunResult:
 
 def _run_threads(spec: str, scenario: Scenario) -> RunResult:
     tmp = scratch_dir("settee-stress-")
-    db = load_factory(spec)(f"{tmp}/db", **scenario.options, **_strict(spec))
+    db = load_factory(spec)(f"{tmp}/db", **_options(spec, scenario))
     recorder = Recorder()
     result = RunResult(scenario, recorder)
     follower = None
