@@ -56,6 +56,7 @@ from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
 from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
 from settee.spec.routing import shard_of
+from settee.spec.values import is_sequence, plain_items
 from settee.tokens import encode_token
 
 __all__ = ["Database", "open"]
@@ -254,10 +255,12 @@ class Database:
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """Write many documents; one result per doc (only errors with new_edits=False)."""
         self._check_writable()
-        if not isinstance(docs, list | tuple):
+        if not is_sequence(docs):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
-        valid = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
+        valid = [
+            self._validate(doc, new_edits=new_edits, generate_id=True) for doc in plain_items(docs)
+        ]
         results = self._write(valid, new_edits=new_edits)
         out = []
         for doc, result in zip(valid, results, strict=True):

@@ -83,7 +83,7 @@ from settee.spec.docs import ValidDoc, render_doc, validate_doc, validate_docid
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.keys import before_start, in_range, sort_ids
 from settee.spec.revs import new_rev, parse_rev
-from settee.spec.values import describe
+from settee.spec.values import describe, is_sequence, plain_items
 
 __all__ = ["LOG_NAME", "ReferenceDB", "open"]
 
@@ -133,7 +133,11 @@ class ReferenceDB:
     """The serialised model database; see the module docstring."""
 
     def __init__(self, path: str | None, config: dict[str, Any]) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: validating a document runs the caller's code (a list subclass's
+        # __iter__, an attachment file's read), which may call this database again; a
+        # plain Lock deadlocked there while the engine, which validates outside its
+        # locks, answered (found in review).
+        self._lock = threading.RLock()
         self._config = config
         self._docs: dict[str, _Doc] = {}
         self._seq = 0
@@ -194,6 +198,7 @@ class ReferenceDB:
         with self._lock:
             self._check_writable()
             vdoc = self._validate(doc, new_edits=True)
+            self._check_writable()  # the caller's code the validation ran may have closed it
             (result,) = self._update_interactive([vdoc])
             if result.get("error") == "missing_stub":
                 raise MissingStub(result["reason"])
@@ -223,10 +228,14 @@ class ReferenceDB:
         """Validate every doc, then apply them in order (see SEMANTICS.md §7)."""
         with self._lock:
             self._check_writable()
-            if not isinstance(docs, (list, tuple)):
+            if not is_sequence(docs):
                 raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
             check_bool("new_edits", new_edits)
-            vdocs = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
+            vdocs = [
+                self._validate(doc, new_edits=new_edits, generate_id=True)
+                for doc in plain_items(docs)
+            ]
+            self._check_writable()  # the caller's code the validation ran may have closed it
             if new_edits:
                 return self._update_interactive(vdocs)
             # CouchDB omits successes with new_edits=false: only missing stubs are errors.

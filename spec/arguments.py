@@ -15,7 +15,16 @@ from typing import Any
 from settee.spec.docs import validate_docid
 from settee.spec.errors import BadRequest
 from settee.spec.revs import check_rev
-from settee.spec.values import describe, is_int, plain_int, plain_str
+from settee.spec.values import (
+    describe,
+    is_a,
+    is_dict,
+    is_int,
+    is_sequence,
+    plain_int,
+    plain_items,
+    plain_str,
+)
 
 __all__ = [
     "AllDocsArgs",
@@ -38,7 +47,7 @@ def check_bool(name: str, value: Any) -> bool:
     raises: BadRequest
     post: __return__ is value
     """
-    if not isinstance(value, bool):
+    if type(value) is not bool:  # bool has no subclasses; isinstance believes __class__
         raise BadRequest(f"{name} must be True or False, not {describe(value)}")
     return value
 
@@ -67,7 +76,7 @@ def check_key(name: str, value: Any) -> str | None:
     """
     if value is None:
         return None
-    if not isinstance(value, str):
+    if not is_a(value, str):
         raise BadRequest(f"{name} must be None or a document id (str), not {describe(value)}")
     return _unicode(name, plain_str(value))
 
@@ -79,9 +88,11 @@ def check_keys(keys: Any) -> list[str] | None:
     """
     if keys is None:
         return None
-    if not isinstance(keys, list | tuple):
+    if not is_sequence(keys):
         raise BadRequest(f"keys must be None or a list of document ids, not {type(keys).__name__}")
-    keys = list(keys)  # one walk: a subclass's __iter__ may answer differently each time
+    # One read of its storage: a subclass's __iter__ may answer differently each time,
+    # its __len__ lie or raise.
+    keys = plain_items(keys)
     if all(type(key) is str for key in keys):
         try:  # one encode finds a lone surrogate in any key: no key pairs with another's
             "".join(keys).encode("utf-8")
@@ -90,7 +101,7 @@ def check_keys(keys: Any) -> list[str] | None:
             pass  # the loop below names the key
     checked = []
     for key in keys:
-        if not isinstance(key, str):
+        if not is_a(key, str):
             raise BadRequest(f"keys must hold only str document ids, found {describe(key)}")
         checked.append(_unicode("keys", plain_str(key)))
     return checked
@@ -109,18 +120,18 @@ def check_revs_diff(request: Any) -> dict[str, list[str]]:
 
     raises: BadRequest
     """
-    if not isinstance(request, dict):
+    if not is_dict(request):
         raise BadRequest(f"revs_diff takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
     checked: dict[str, list[str]] = {}
     for doc_id, revs in dict.items(request):  # a subclass's storage, not its overrides
-        if not isinstance(doc_id, str):
+        if not is_a(doc_id, str):
             raise BadRequest(f"revs_diff ids must be str, found {describe(doc_id)}")
         doc_id = _unicode("revs_diff id", plain_str(doc_id))
-        if not isinstance(revs, list | tuple):
+        if not is_sequence(revs):
             raise BadRequest(
                 f"revs_diff[{describe(doc_id)}] must be a list of revisions, not {describe(revs)}"
             )
-        checked[doc_id] = [check_rev(rev) for rev in revs]
+        checked[doc_id] = [check_rev(rev) for rev in plain_items(revs)]
     return checked
 
 
@@ -134,7 +145,7 @@ def check_path(path: Any, *, optional: bool) -> str | None:
     """
     if path is None and optional:
         return None
-    if isinstance(path, str):
+    if is_a(path, str):
         path = plain_str(path)
         try:
             usable = bool(path) and "\0" not in path and bool(os.fsencode(path))
@@ -156,7 +167,7 @@ def check_since(since: Any) -> int | str:
     """
     if is_int(since):
         return plain_int(since)
-    if isinstance(since, str):
+    if is_a(since, str):
         return plain_str(since)
     raise BadRequest(
         f"since must be 0, 'now' or a token this database returned, not {describe(since)}"

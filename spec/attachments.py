@@ -24,7 +24,7 @@ from settee.spec.errors import BadRequest
 from settee.spec.revs import MAX_REV_POS, check_rev, is_valid_rev, rev_pos
 from settee.spec.revtree import path_to_root
 from settee.spec.spool import Spooled, spool_file
-from settee.spec.values import describe, plain_str
+from settee.spec.values import describe, is_a, is_dict, is_sequence, plain_items, plain_str
 
 __all__ = [
     "CHUNK_SIZE",
@@ -137,7 +137,7 @@ def as_bytes(data: bytes | Spooled) -> bytes:
 
 def validate_attachment_name(name: object) -> str:
     """``name`` as a plain str if CouchDB accepts it, else BadRequest."""
-    if not isinstance(name, str) or not plain_str(name):
+    if not is_a(name, str) or not plain_str(name):
         raise BadRequest(f"attachment name {describe(name)} is not a non-empty str")
     text = plain_str(name)
     if text.startswith("_"):
@@ -151,7 +151,7 @@ def validate_attachment_name(name: object) -> str:
 
 def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
     """The attachments a document's ``_attachments`` member describes, in its order."""
-    if not isinstance(value, dict):
+    if not (isinstance(value, dict) and is_dict(value)):  # not a dict by __class__ only
         raise BadRequest(
             f"_attachments must be a dict of name -> attachment, not {describe(value)}"
         )
@@ -160,7 +160,7 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
     # overrides that may lie about it (found in review: an items() of triples).
     for raw_name, att in dict.items(value):
         name = validate_attachment_name(raw_name)
-        if not isinstance(att, dict):
+        if not is_dict(att):
             raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")
         found.append(_one(name, dict(dict.items(att))))
     return tuple(found)
@@ -182,7 +182,7 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
             "which only settee serve reads; give them inline as base64 data"
         )
     content_type = att.get("content_type", DEFAULT_CONTENT_TYPE)
-    if not isinstance(content_type, str):
+    if not is_a(content_type, str):
         raise BadRequest(f"attachment {name!r}: content_type {describe(content_type)} is not a str")
     if not _header_safe(plain_str(content_type)):
         # It is sent back as a Content-Type header, which cannot hold these.
@@ -190,15 +190,15 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
             f"attachment {name!r}: content_type holds a control character or is not UTF-8"
         )
     data = att.get("data")
-    if isinstance(data, bytes | bytearray | memoryview):
+    if issubclass(type(data), bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
-        return Inline(name, plain_str(content_type), bytes(data), revpos)
+        return Inline(name, plain_str(content_type), _bytes_of(name, data), revpos)
     if isinstance(data, Spooled):
         return Inline(name, plain_str(content_type), data, revpos)
-    if not isinstance(data, str) and callable(getattr(data, "read", None)):
+    if not is_a(data, str) and callable(getattr(data, "read", None)):
         # A binary file: spooled now, so the caller may close or change it after.
         return Inline(name, plain_str(content_type), spool_file(data), revpos)
-    if not isinstance(data, str):
+    if not is_a(data, str):
         raise BadRequest(
             f"attachment {name!r} has no data: give base64 data (or bytes, or a binary "
             "file), or stub: true to keep the previous revision's"
@@ -322,10 +322,19 @@ def attachment_answer(stored: Stored, data: bytes) -> dict[str, Any]:
     }
 
 
+def _bytes_of(name: str, data: Any) -> bytes:
+    """A copy of bytes-like attachment ``data``; BadRequest when it cannot be read (a
+    released memoryview: a raw ValueError, found in review)."""
+    try:
+        return bytes(data)
+    except ValueError as exc:
+        raise BadRequest(f"attachment {name!r}: its data cannot be read ({exc})") from None
+
+
 def check_atts_since(value: object) -> list[str] | None:
     """``atts_since`` as a list of revisions (None: not given); BadRequest otherwise."""
     if value is None:
         return None
-    if not isinstance(value, list | tuple):
+    if not is_sequence(value):
         raise BadRequest(f"atts_since must be a list of revisions, not {describe(value)}")
-    return [check_rev(rev) for rev in value]
+    return [check_rev(rev) for rev in plain_items(value)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from settee.spec.errors import BadRequest
-from settee.spec.values import describe, is_int, plain_int, plain_str
+from settee.spec.values import describe, is_a, is_int, plain_int, plain_str
 
 __all__ = ["DEFAULTS", "OPTIONS", "Option", "validate_options"]
 
@@ -29,11 +29,11 @@ def _int_in(low: int, high: int) -> Callable[[Any], bool]:
 
 def _plain(value: Any) -> Any:
     """An accepted value as an exact builtin (``IntEnum`` and ``str`` subclasses become plain)."""
-    if isinstance(value, bool):
+    if is_a(value, bool):
         return value
-    if isinstance(value, int):
+    if is_a(value, int):
         return plain_int(value)
-    if isinstance(value, str):
+    if is_a(value, str):
         return plain_str(value)
     return value
 
@@ -57,13 +57,13 @@ OPTIONS: dict[str, Option] = {
     ),
     "fsync": Option(
         True,
-        lambda v: isinstance(v, bool),
+        lambda v: type(v) is bool,
         "True or False",
         "fsync data and headers before acknowledging a write",
     ),
     "read_mode": Option(
         "parallel",
-        lambda v: isinstance(v, str) and plain_str(v) in ("parallel", "serialized"),
+        lambda v: is_a(v, str) and plain_str(v) in ("parallel", "serialized"),
         "'parallel' or 'serialized'",
         "'parallel': lock-free pread readers; 'serialized': one lock per shard (CouchDB < 3.5)",
     ),
@@ -81,7 +81,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "strict": Option(
         False,
-        lambda v: isinstance(v, bool),
+        lambda v: type(v) is bool,
         "True or False",
         "after every commit, check what it changed (trees, by_id/by_seq agreement, counts) "
         "and fail the write on any inconsistency; the proof runs with it on",
@@ -111,7 +111,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "readonly": Option(
         False,
-        lambda v: isinstance(v, bool),
+        lambda v: type(v) is bool,
         "True or False",
         "True: read a database another process (or another handle) writes: no lock, no "
         "writer, nothing created; every write raises SetteeError; each call sees the "
@@ -119,7 +119,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "create": Option(
         True,
-        lambda v: isinstance(v, bool),
+        lambda v: type(v) is bool,
         "True or False",
         "create the database if the path holds none; False: SetteeError instead",
     ),

@@ -48,7 +48,16 @@ from settee.spec.config import DEFAULTS
 from settee.spec.docids import new_docid
 from settee.spec.errors import BadRequest
 from settee.spec.revs import MAX_HASH_LENGTH, MAX_REV_POS, check_rev, format_rev, is_valid_hash
-from settee.spec.values import describe, is_int, plain_int, plain_str
+from settee.spec.values import (
+    describe,
+    is_a,
+    is_dict,
+    is_int,
+    is_sequence,
+    plain_int,
+    plain_items,
+    plain_str,
+)
 
 __all__ = [
     "IGNORED_FIELDS",
@@ -104,9 +113,10 @@ def validate_docid(docid: object) -> str:
     raises: BadRequest
     post: __return__ == docid
     """
-    if isinstance(docid, str):
+    if is_a(docid, str):
         docid = plain_str(docid)  # before any comparison: a subclass's __eq__ may lie
-    if not isinstance(docid, str) or docid == "":
+    # isinstance narrows the type; is_a refuses what only claims to be a str.
+    if not (isinstance(docid, str) and is_a(docid, str)) or docid == "":
         raise BadRequest(
             f"document id {describe(docid)} is not a non-empty str: pass a str like 'doc-1'"
         )
@@ -171,16 +181,16 @@ def _not_a_number(real: float, path: tuple[Any, ...]) -> BadRequest:
 
 def _plain_subclass_scalar(value: Any, path: tuple[Any, ...]) -> Any:
     """``_plain_scalar`` for subclasses of str/int/float, and the refusal of the rest."""
-    if isinstance(value, str):
+    if is_a(value, str):
         text = plain_str(value)
         _check_text(text, _where(path))
         return text
-    if isinstance(value, int):
+    if is_a(value, int):
         number = plain_int(value)
         if not _INT_MIN <= number <= _INT_MAX:
             raise _too_big(number, path)
         return number
-    if isinstance(value, float):
+    if is_a(value, float):
         real = float.__float__(value)
         if not math.isfinite(real):
             raise _not_a_number(real, path)
@@ -193,7 +203,7 @@ def _plain_subclass_scalar(value: Any, path: tuple[Any, ...]) -> Any:
 
 def _plain_key(key: Any, path: tuple[Any, ...]) -> str:
     if type(key) is not str:
-        if not isinstance(key, str):
+        if not is_a(key, str):
             raise BadRequest(
                 f"{_where(path)} has key {describe(key)}: JSON object keys must be str"
             )
@@ -218,7 +228,7 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
             raise BadRequest(
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
-        is_map = isinstance(source, dict)
+        is_map = is_dict(source)
         for key, value in dict.items(source) if is_map else enumerate(source):
             if is_map and (type(key) is not str or not key.isascii()):
                 key = _plain_key(key, path)
@@ -236,13 +246,14 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
             ):
                 target[key] = value
                 continue
-            if isinstance(value, dict):
+            if is_dict(value):
                 child: Any = {}
                 stack.append((value, child, depth + 1, (*path, key)))
-            elif isinstance(value, list | tuple):
+            elif is_sequence(value):
                 if type(value) is not list and type(value) is not tuple:
-                    # One walk of a subclass, whose __len__ and __iter__ may disagree.
-                    value = tuple(value)
+                    # One read of a subclass's storage: its __len__ and __iter__ may
+                    # disagree, lie (a negative length) or raise.
+                    value = plain_items(value)
                 child = [None] * len(value)
                 stack.append((value, child, depth + 1, (*path, key)))
             else:
@@ -277,7 +288,7 @@ def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, 
 
 
 def _revisions_path(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, dict):
+    if not is_dict(value):
         raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
     # One walk of the storage: a subclass's __iter__ and items() may disagree.
     fields = {_key_text(k): v for k, v in dict.items(value)}
@@ -289,7 +300,12 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
             f"_revisions.start {describe(start)} is not an int: use the newest position"
         )
     start = plain_int(start)
-    if not isinstance(ids, list | tuple) or not ids:
+    if not is_sequence(ids):
+        raise BadRequest("_revisions.ids must be a non-empty list of hashes, newest first")
+    # One read of its storage: a subclass's __len__ may claim fewer ids than its walk
+    # gives (the checks below then passed, and positions 0 and below were stored).
+    ids = plain_items(ids)
+    if not ids:
         raise BadRequest("_revisions.ids must be a non-empty list of hashes, newest first")
     if start < len(ids):
         raise BadRequest(
@@ -303,8 +319,8 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
         )
     path = []
     for i, hash_ in enumerate(ids):
-        hash_ = plain_str(hash_) if isinstance(hash_, str) else hash_
-        if not isinstance(hash_, str) or not is_valid_hash(hash_):
+        hash_ = plain_str(hash_) if is_a(hash_, str) else hash_
+        if not is_a(hash_, str) or not is_valid_hash(hash_):
             raise BadRequest(
                 f"_revisions.ids[{i}] {describe(hash_)} is not a revision hash: 32 lowercase "
                 f"hex digits, or up to {MAX_HASH_LENGTH} printable ASCII characters but "
@@ -317,7 +333,7 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
 
 
 def _key_text(key: Any) -> Any:
-    return plain_str(key) if isinstance(key, str) else key
+    return plain_str(key) if is_a(key, str) else key
 
 
 def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -327,7 +343,7 @@ def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     body: dict[str, Any] = {}
     for key, value in dict.items(doc):  # a subclass's storage, not its overrides
         if type(key) is not str:
-            if not isinstance(key, str):
+            if not is_a(key, str):
                 raise BadRequest(
                     f"document key {describe(key)} is not a str: JSON object keys must be str"
                 )
@@ -360,7 +376,7 @@ def validate_doc(
 
     raises: BadRequest
     """
-    if not isinstance(doc, dict):
+    if not (isinstance(doc, dict) and is_dict(doc)):  # a dict, not one by __class__ only
         raise BadRequest(f"a document must be a dict, not {type(doc).__name__}")
     special, body = _split_fields(doc)
     if "_id" not in special and generate_id:
@@ -368,7 +384,7 @@ def validate_doc(
     else:
         docid = validate_docid(special.get("_id"))
     deleted = special.get("_deleted", False)
-    if not isinstance(deleted, bool):
+    if type(deleted) is not bool:
         raise BadRequest(f"_deleted must be True or False, not {describe(deleted)}")
     revisions: tuple[str, ...] = ()
     if "_revisions" in special:

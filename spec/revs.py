@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from settee.spec.errors import BadRequest
-from settee.spec.values import describe, plain_str
+from settee.spec.values import describe, is_a, plain_str
 
 __all__ = [
     "HASH_CHARS",
@@ -105,7 +105,7 @@ def _ok_parts(rev: str) -> bool:
 def _match(rev: object) -> re.Match[str] | None:
     # Revisions are parsed on every read (winner order), so this is one C regex match;
     # int() only runs on the few strings long enough to exceed MAX_STORED_POS.
-    if not isinstance(rev, str):
+    if not is_a(rev, str):
         return None
     match = _REV.fullmatch(rev if type(rev) is str else plain_str(rev))
     if match is None or (len(match[1]) == _MAX_POS_DIGITS and int(match[1]) > MAX_STORED_POS):

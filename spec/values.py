@@ -12,8 +12,22 @@ computable.
 from __future__ import annotations
 
 import reprlib
+from typing import Any, TypeGuard, TypeVar
 
-__all__ = ["describe", "is_int", "plain_int", "plain_str"]
+from settee.spec.errors import BadRequest
+
+__all__ = [
+    "describe",
+    "is_a",
+    "is_dict",
+    "is_int",
+    "is_sequence",
+    "plain_int",
+    "plain_items",
+    "plain_str",
+]
+
+_T = TypeVar("_T")
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = 60
@@ -30,9 +44,10 @@ def describe(value: object) -> str:
     """
     # crosshair: off
     # reprlib cannot run on CrossHair's symbolic values; tests/test_values.py checks it.
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+    # int.bit_length, not the value's own: an int subclass may override it to raise.
+    if is_int(value) and int.bit_length(value) > 64:  # type: ignore[arg-type]
         # repr of an int beyond sys.get_int_max_str_digits() raises ValueError.
-        text = f"<int of {int.bit_length(value)} bits>"
+        text = f"<int of {int.bit_length(value)} bits>"  # type: ignore[arg-type]
     else:
         try:
             text = _SHORT.repr(value)
@@ -51,7 +66,10 @@ def plain_str(value: str) -> str:
     """
     # join copies a subclass's characters into an exact str without calling any of its
     # overrides (an exact str comes back as itself); str.__str__ would do the same but
-    # refuses CrossHair's symbolic strings.
+    # refuses CrossHair's symbolic strings. An object that claims to be a str through
+    # its __class__ (unittest.mock's Mock(spec=str)) passes isinstance but is no str.
+    if type(value) is not str and not issubclass(type(value), str):
+        raise BadRequest(f"{describe(value)} is not a str: it only claims to be one")
     return "".join((value,))
 
 
@@ -60,7 +78,10 @@ def is_int(value: object) -> bool:
 
     post: __return__ == (isinstance(value, int) and not isinstance(value, bool))
     """
-    return isinstance(value, int) and not isinstance(value, bool)
+    # The type's, not isinstance's: an object may claim int through its __class__
+    # (unittest.mock's Mock(spec=int)) and be no int at all.
+    kind = type(value)
+    return kind is int or (issubclass(kind, int) and kind is not bool)
 
 
 def plain_int(value: int) -> int:
@@ -69,4 +90,38 @@ def plain_int(value: int) -> int:
     pre: isinstance(value, int)
     post: type(__return__) is int
     """
+    if not issubclass(type(value), int):  # an object claiming int by its __class__
+        raise BadRequest(f"{describe(value)} is not an int: it only claims to be one")
     return int.__index__(value)
+
+
+def is_dict(value: object) -> TypeGuard[dict[Any, Any]]:
+    """``is_a(value, dict)``, typed for the dict it proves."""
+    return issubclass(type(value), dict)
+
+
+def is_sequence(value: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
+    """True for a list or tuple, subclasses included, judged by its type (an object
+    claiming to be one through ``__class__`` is not)."""
+    kind = type(value)
+    return kind is list or kind is tuple or issubclass(kind, list | tuple)
+
+
+def plain_items(value: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """The items a list or tuple (or a subclass of either) holds, as a new list, read
+    from its storage: a subclass's ``__len__``, ``__iter__`` or ``__getitem__`` may
+    lie, raise, or answer differently on each walk.
+
+    pre: is_sequence(value)
+    """
+    if issubclass(type(value), list):
+        return list(list.__iter__(value))  # type: ignore[arg-type]
+    return list(tuple.__iter__(value))  # type: ignore[arg-type]
+
+
+def is_a(value: object, kind: type[_T]) -> TypeGuard[_T]:
+    """``isinstance(value, kind)`` judged by the value's type alone: an object that
+    claims a class through its ``__class__`` (``unittest.mock.Mock(spec=str)``) is not
+    one, and the storage-reading calls settee makes on a real one (``dict.items``,
+    ``str.join``, ``int.__index__``) would raise a raw TypeError on it."""
+    return issubclass(type(value), kind)

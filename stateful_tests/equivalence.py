@@ -648,6 +648,12 @@ class EquivalenceMachine(RuleBasedStateMachine):
             doc["_revisions"] = {"start": value, "ids": ["a"]}
         elif part == "_revisions.ids":
             doc["_revisions"] = {"start": 2, "ids": [value, "a"]}
+        elif part == "_revisions.ids as a sequence":
+            # Start 1 with three hashes: only a sequence that under-reports its length
+            # passes the count check (and stored positions 0 and -1 before the fix).
+            shape = data.draw(st.sampled_from(sorted(hostile.SEQUENCE_SHAPES)), label="shape")
+            start = data.draw(st.sampled_from([1, 3]), label="start")
+            doc["_revisions"] = {"start": start, "ids": hostile.shaped(shape, ["a", "b", "c"])}
         elif part == "_attachments":
             where = data.draw(st.sampled_from(["whole", "one", "data", "type", "revpos", "name"]))
             doc["_attachments"] = {
@@ -675,10 +681,10 @@ class EquivalenceMachine(RuleBasedStateMachine):
             self.draw_hostile_doc(data) if data.draw(st.booleans()) else self.draw_doc(data)
             for _ in range(data.draw(st.integers(0, 3), label="docs"))
         ]
-        shape = data.draw(st.sampled_from(["list", "tuple", "generator", "dict"]), label="shape")
-        docs = {"list": docs, "tuple": tuple(docs), "generator": iter(docs)}.get(
-            shape, {"docs": docs}
+        shape = data.draw(
+            st.sampled_from([*sorted(hostile.SEQUENCE_SHAPES), "dict"]), label="shape"
         )
+        docs = {"docs": docs} if shape == "dict" else hostile.shaped(shape, docs)
         new_edits = self._maybe(data, "new_edits", data.draw(st.booleans()), hostile.FLAGS)
         self._hostile("bulk_docs", docs, new_edits=new_edits)
 
@@ -705,6 +711,9 @@ class EquivalenceMachine(RuleBasedStateMachine):
         keys = data.draw(st.lists(st.sampled_from(KEYS), max_size=3)) if keyed else None
         if keyed and data.draw(st.booleans(), label="hostile key in keys?"):
             keys = [*keys, hostile.build(hostile.TEXTS, data.draw(hostile.labels(hostile.TEXTS)))]
+        if keyed and data.draw(st.booleans(), label="keys shaped?"):
+            shape = data.draw(st.sampled_from(sorted(hostile.SEQUENCE_SHAPES)), label="shape")
+            keys = hostile.shaped(shape, keys)
         self._hostile(
             "all_docs",
             startkey=None if keyed else self._maybe(data, "startkey", None, hostile.TEXTS),
@@ -879,6 +888,7 @@ _HOSTILE_DOC_PARTS = (
     "no _id",
     "_revisions.start",
     "_revisions.ids",
+    "_revisions.ids as a sequence",
     "_attachments",
     "_attachments.revpos",
     "ignored _local_seq",

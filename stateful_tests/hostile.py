@@ -19,6 +19,7 @@ import enum
 import io
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 from hypothesis import strategies as st
 
@@ -28,12 +29,14 @@ __all__ = [
     "COUNTS",
     "FLAGS",
     "REVS",
+    "SEQUENCE_SHAPES",
     "SINCES",
     "TEXTS",
     "LyingStr",
     "ShiftingList",
     "build",
     "labels",
+    "shaped",
 ]
 
 
@@ -90,6 +93,48 @@ class ShortList(list):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         return 0
+
+
+class ClaimsOne(list):  # type: ignore[type-arg]
+    """A list whose ``__len__`` says 1 whatever it holds: checks made through it and
+    a walk of its items disagreed (``_revisions.ids`` of three hashes with start 1
+    stored positions 0 and -1, found in review)."""
+
+    def __len__(self) -> int:
+        return 1
+
+
+class NegativeLen(list):  # type: ignore[type-arg]
+    """A list whose ``__len__`` is -1: ``tuple()`` and ``list()`` of it raise a raw
+    ValueError (found in review)."""
+
+    def __len__(self) -> int:
+        return -1
+
+
+class RaisingIter(list):  # type: ignore[type-arg]
+    """A list whose ``__iter__`` raises: its storage is still there to read."""
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("this list cannot be walked")
+
+
+class TupleSubclass(tuple):  # type: ignore[type-arg]
+    """A ``tuple`` subclass (a namedtuple is one)."""
+
+
+class BrokenBitLength(int):
+    """An int subclass whose ``bit_length`` raises: an error message built with it
+    turned a BadRequest into that exception (found in review)."""
+
+    def bit_length(self) -> int:
+        raise RuntimeError("bit_length")
+
+
+def _mock(spec: type) -> Any:
+    """An object claiming ``spec``'s class through ``__class__`` (isinstance believes
+    it) while being none: ``unittest.mock.Mock(spec=...)``, as tests pass around."""
+    return mock.Mock(spec=spec)
 
 
 class TripleItems(dict):  # type: ignore[type-arg]
@@ -154,6 +199,7 @@ TEXTS: dict[str, Builder] = {
     "list that changes between walks": lambda: ShiftingList(["a"]),
     "dict": lambda: {"a": 1},
     "object()": object,
+    "Mock(spec=str)": lambda: _mock(str),
 }
 
 #: Where a count is expected (limit, skip).
@@ -176,6 +222,9 @@ COUNTS: dict[str, Builder] = {
     "b'1'": lambda: b"1",
     "None": lambda: None,
     "list [1]": lambda: [1],
+    "Mock(spec=int)": lambda: _mock(int),
+    "int 3 with a raising bit_length": lambda: BrokenBitLength(3),
+    "int -1 with a raising bit_length": lambda: BrokenBitLength(-1),
 }
 
 #: Where a bool is expected.
@@ -189,6 +238,7 @@ FLAGS: dict[str, Builder] = {
     "None": lambda: None,
     "nan": lambda: float("nan"),
     "[]": lambda: [],
+    "Mock(spec=bool)": lambda: _mock(bool),
 }
 
 #: Where a revision string is expected: almost valid, huge positions, wrong types.
@@ -275,6 +325,11 @@ BODY_VALUES: dict[str, Builder] = {
     "dict with LyingStr key": lambda: {LyingStr("k"): 1},
     "dict with StrEnum key": lambda: {Letters.A: 1},
     "list whose __len__ lies": lambda: ShortList([1, 2]),
+    "list whose __len__ is -1": lambda: NegativeLen([1, 2]),
+    "list whose __iter__ raises": lambda: RaisingIter([1, 2]),
+    "tuple subclass": lambda: TupleSubclass((1, 2)),
+    "Mock(spec=list)": lambda: _mock(list),
+    "Mock(spec=dict)": lambda: _mock(dict),
     "dict whose items() lies": lambda: TripleItems(k="v"),
     "lone surrogate": lambda: "x\ud800",
     "None": lambda: None,
@@ -328,6 +383,26 @@ ATTACHMENT_DATA: dict[str, Builder] = {
 def _closed(file: io.BytesIO) -> io.BytesIO:
     file.close()
     return file
+
+
+#: How a list argument (``bulk_docs``' docs, ``keys``, ``_revisions.ids``,
+#: ``atts_since``) may come: each wraps the items it is given.
+SEQUENCE_SHAPES: dict[str, Callable[[list[Any]], Any]] = {
+    "list": list,
+    "tuple": tuple,
+    "tuple subclass": TupleSubclass,
+    "list claiming one item": ClaimsOne,
+    "list whose __len__ is -1": NegativeLen,
+    "list whose __iter__ raises": RaisingIter,
+    "list that changes between walks": ShiftingList,
+    "generator": iter,
+    "Mock(spec=list)": lambda items: _mock(list),
+}
+
+
+def shaped(shape: str, items: list[Any]) -> Any:
+    """``items`` as the sequence ``shape`` names, made fresh."""
+    return SEQUENCE_SHAPES[shape](items)
 
 
 def labels(table: dict[str, Builder]) -> st.SearchStrategy[str]:

@@ -331,3 +331,101 @@ def test_a_text_file_is_refused_even_at_its_end(engine: Any) -> None:
         with pytest.raises(BadRequest):
             engine.put({"_id": "t", "_attachments": {"a": {"data": data}}})
     assert engine.all_docs()["rows"] == []
+
+
+class _ClaimsOne(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 1
+
+
+class _NegativeLen(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return -1
+
+
+class _RaisingIter(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        raise RuntimeError("cannot be walked")
+
+
+class _BrokenBitLength(int):
+    def bit_length(self) -> int:
+        raise RuntimeError("bit_length")
+
+
+def test_revision_ids_that_claim_fewer_than_they_hold_are_refused(engine: Any) -> None:
+    """Regression: ``_revisions.ids`` of three hashes whose ``__len__`` said 1 passed
+    the count check with start 1, and positions 0 and -1 were stored: reads of the
+    document, ``settee check`` and ``settee dump`` then failed on stored data (and
+    strict mode refused every later write)."""
+    doc = {"_id": "lying-ids", "_revisions": {"start": 1, "ids": _ClaimsOne(["a", "b", "c"])}}
+    with pytest.raises(BadRequest, match="below the 3 ids"):
+        engine.bulk_docs([doc], new_edits=False)
+    with pytest.raises(SetteeError):
+        engine.get("lying-ids")
+    doc["_revisions"] = {"start": 3, "ids": _ClaimsOne(["a", "b", "c"])}
+    assert engine.bulk_docs([doc], new_edits=False) == []
+    assert engine.get("lying-ids", revs=True)["_revisions"] == {"start": 3, "ids": ["a", "b", "c"]}
+    every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize("shape", [_NegativeLen, _RaisingIter, _ClaimsOne])
+def test_sequence_arguments_are_read_as_their_storage(engine: Any, shape: type) -> None:
+    """Regression: a list whose ``__len__`` is -1 made ``tuple()``/``list()`` raise a raw
+    ValueError, one whose ``__iter__`` raises passed its exception out; the storage
+    is what the caller handed over."""
+    rev = engine.put({"_id": "seq", "v": shape([1, 2])})["rev"]
+    assert engine.get("seq")["v"] == [1, 2]
+    assert [r["id"] for r in engine.bulk_docs(shape([{"_id": "seq2"}]))] == ["seq2"]
+    rows = engine.all_docs(keys=shape(["seq", "seq2"]))["rows"]
+    assert [r["id"] for r in rows] == ["seq", "seq2"]
+    assert engine.revs_diff({"seq": shape([rev, "9-" + H])})["seq"]["missing"] == ["9-" + H]
+    assert engine.get("seq", atts_since=shape([rev]))["v"] == [1, 2]
+    every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize("claimed", [str, int, bool, dict, list, float])
+def test_objects_claiming_a_builtin_class_are_bad_requests(engine: Any, claimed: type) -> None:
+    """Regression: ``unittest.mock.Mock(spec=str)`` passes ``isinstance(x, str)`` (it
+    sets ``__class__``) and then broke ``str.join``, ``int.__index__``, ``dict.items``
+    with raw TypeErrors; ``Mock(spec=bool)`` was accepted as a flag and kept."""
+    from unittest import mock
+
+    fake = mock.Mock(spec=claimed)
+    calls = [
+        lambda: engine.get(fake),
+        lambda: engine.put({"_id": "m", "v": fake}),
+        lambda: engine.put(fake),
+        lambda: engine.all_docs(limit=fake),
+        lambda: engine.all_docs(keys=[fake]),
+        lambda: engine.changes(since=fake),
+        lambda: engine.get("m", revs=fake),
+        lambda: engine.revs_diff({"m": fake}),
+        lambda: engine.bulk_docs(fake),
+    ]
+    for call in calls:
+        with pytest.raises(BadRequest):
+            call()
+    with pytest.raises(SetteeError):
+        engine.get("m")
+    every_shard_accepts_writes(engine)
+
+
+def test_an_int_subclass_with_a_raising_bit_length_is_described_safely(engine: Any) -> None:
+    """Regression: an error message called the value's own ``bit_length``."""
+    for call in (
+        lambda: engine.all_docs(limit=_BrokenBitLength(-1)),
+        lambda: engine.get(_BrokenBitLength(5)),
+        lambda: engine.changes(include_docs=_BrokenBitLength(1)),
+    ):
+        with pytest.raises(BadRequest):
+            call()
+    every_shard_accepts_writes(engine)
+
+
+def test_a_released_memoryview_is_a_bad_request(engine: Any) -> None:
+    view = memoryview(b"abc")
+    view.release()
+    with pytest.raises(BadRequest, match="cannot be read"):
+        engine.put({"_id": "mv", "_attachments": {"a": {"data": view}}})
+    every_shard_accepts_writes(engine)
