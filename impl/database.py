@@ -56,7 +56,7 @@ from settee.spec.config import validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc
 from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
 from settee.spec.routing import shard_of
-from settee.spec.values import is_sequence, plain_items
+from settee.spec.values import describe, is_sequence, plain_items
 from settee.tokens import encode_token
 
 __all__ = ["Database", "open"]
@@ -73,6 +73,12 @@ class Database:
     def __init__(self, path: str, *, fs: FileSystem | None = None, **options: Any) -> None:
         path = check_path(path, optional=False)
         self.config = validate_options(**options)
+        if fs is not None and not isinstance(fs, FileSystem):
+            # The engine's own option (tests plug in simulated file systems): a path
+            # given here was a raw AttributeError (found in review).
+            raise BadRequest(
+                f"fs must be a settee.io.FileSystem (or None for the OS's), not {describe(fs)}"
+            )
         self.path = path
         self.fs = fs if fs is not None else OsFileSystem()
         self._closed = False

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from settee.io import open_regular
 from settee.spec.errors import SetteeError
 
 __all__ = ["HEADS_NAME", "SLOT_SIZE", "HeadsFile", "Slot"]
@@ -91,7 +92,7 @@ class HeadsFile:
         self._checked = time.monotonic()
         if writer:
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
             except OSError as exc:
                 raise SetteeError(f"{self.path}: cannot open for writing: {exc}") from exc
 
@@ -162,7 +163,8 @@ class HeadsFile:
         with self._open_lock:
             if self._fd is None and not self._closed:  # never reopened after close()
                 try:
-                    self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                    # Never blocking: a FIFO here made a readonly open wait forever.
+                    self._fd = open_regular(self.path, os.O_RDONLY)
                 except OSError:
                     return None
             if self._fd is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -34,6 +35,7 @@ __all__ = [
     "FileSystemWrapper",
     "MemoryFileSystem",
     "OsFileSystem",
+    "open_regular",
 ]
 
 T = TypeVar("T")
@@ -195,12 +197,41 @@ class OsFileHandle(FileHandle):
             os.close(fd)
 
 
+def open_regular(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open(path, flags, mode)`` for a regular file, never blocking: a FIFO in a
+    database directory made opening wait forever for a writer that never comes
+    (found in review). The open is non-blocking, and anything but a regular file
+    (FIFO, device, socket) is closed again and refused with an ``OSError`` saying
+    what it is."""
+    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            raise OSError(
+                errno.EINVAL, f"not a regular file but a {_KINDS.get(kind, 'special file')}", path
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "directory",
+}
+
+
 class OsFileSystem(FileSystem):
     """The operating system's file system."""
 
     def open(self, path: str, *, create: bool) -> FileHandle:
-        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
-        return OsFileHandle(path, os.open(path, flags, 0o644))
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        return OsFileHandle(path, open_regular(path, flags))
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
@@ -220,7 +251,9 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(path)
+        # The entry, not its target: a dangling symlink settee.meta (a backup's, not
+        # mounted) was taken for a missing one, rebuilt, and renamed over the link.
+        return os.path.lexists(path)
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

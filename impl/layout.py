@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from settee.io import FileSystem, OsFileSystem
+from settee.io import FileSystem, OsFileSystem, open_regular
 from settee.spec.errors import BadRequest, CorruptionError, SetteeError
 from settee.spec.format import (
     BLOCK_SIZE,
@@ -394,7 +394,11 @@ def mark_locked(fs: FileSystem, path: str) -> None:
     locked" to people and older tools. The lock is the directory's own flock, so
     deleting the file changes nothing. Only databases on the OS file system."""
     if isinstance(fs, OsFileSystem):
-        os.close(os.open(os.path.join(path, LOCK_NAME), os.O_WRONLY | os.O_CREAT, 0o644))
+        lock = os.path.join(path, LOCK_NAME)
+        try:
+            os.close(open_regular(lock, os.O_WRONLY | os.O_CREAT))
+        except OSError as exc:  # a FIFO there made this wait forever (found in review)
+            raise SetteeError(f"{lock}: cannot mark the database locked: {exc}; remove it") from exc
 
 
 def release_lock(fd: int | None) -> None:

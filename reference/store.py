@@ -43,6 +43,7 @@ from __future__ import annotations
 import builtins
 import copy
 import os
+import stat
 import threading
 import warnings
 from collections.abc import Iterator
@@ -129,6 +130,21 @@ def open(path: str | None = None, **options: Any) -> ReferenceDB:
     return ReferenceDB(check_path(path, optional=True), validate_options(**options))
 
 
+def _check_record(docid: Any, seq: Any, tree: Any, bodies: Any, more: list[Any]) -> None:
+    """A log record's fields are of their types (ValueError otherwise): a well-formed
+    msgpack record of the wrong shape made open or later reads raise raw errors."""
+    if type(docid) is not str or type(seq) is not int or seq < 1:
+        raise ValueError(f"id {describe(docid)} or seq {describe(seq)} of the wrong type")
+    if not isinstance(tree, dict) or not revtree.is_valid_tree(tree):
+        raise ValueError(f"revision tree {describe(tree)} is malformed")
+    if not isinstance(bodies, dict) or any(
+        rev not in tree or not isinstance(b, dict) for rev, b in bodies.items()
+    ):
+        raise ValueError(f"bodies {describe(bodies)} are not a map of the tree's revisions")
+    if more and not isinstance(more[0], dict):
+        raise ValueError(f"attachments {describe(more[0])} are not a map")
+
+
 class ReferenceDB:
     """The serialised model database; see the module docstring."""
 
@@ -158,7 +174,7 @@ class ReferenceDB:
         if not readonly:
             os.makedirs(path, exist_ok=True)
         self._log_path = os.path.join(path, LOG_NAME)
-        self._replay()
+        self._replay(readonly=readonly)
         if not readonly:
             self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
 
@@ -619,10 +635,14 @@ class ReferenceDB:
         if self._config["fsync"]:
             os.fsync(self._log.fileno())
 
-    def _replay(self) -> None:
+    def _replay(self, *, readonly: bool) -> None:
         assert self._log_path is not None  # only called for persistent databases
         if not os.path.exists(self._log_path):
             return
+        kind = stat.S_IFMT(os.stat(self._log_path).st_mode)
+        if kind != stat.S_IFREG:
+            # A FIFO (or a link to /dev/zero) would block or never end the read below.
+            raise SetteeError(f"{self._log_path} is not a regular file: restore the database")
         with builtins.open(self._log_path, "rb") as f:
             data = f.read()
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
@@ -638,11 +658,19 @@ class ReferenceDB:
             self._load(record, good)
             good = unpacker.tell()
         if good < len(data):
-            self._set_aside_tail(data, good)
+            if readonly:  # creates nothing, changes nothing: the tail is ignored
+                warnings.warn(
+                    f"{self._log_path}: ignoring an incomplete last record of "
+                    f"{len(data) - good} bytes at offset {good} (readonly: left in place)",
+                    stacklevel=4,
+                )
+            else:
+                self._set_aside_tail(data, good)
 
     def _load(self, record: Any, offset: int) -> None:
         try:
             docid, seq, tree, new_bodies, *more = record
+            _check_record(docid, seq, tree, new_bodies, more)
             entry = self._docs.setdefault(docid, _Doc(tree={}))
             entry.tree = tree
             entry.bodies.update(new_bodies)

@@ -193,7 +193,9 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     if issubclass(type(data), bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
         return Inline(name, plain_str(content_type), _bytes_of(name, data), revpos)
-    if isinstance(data, Spooled):
+    if isinstance(data, Spooled) and type(data) is Spooled:  # not a subclass: it could lie
+        if data.closed:
+            raise BadRequest(f"attachment {name!r}: its spooled data was closed")
         return Inline(name, plain_str(content_type), data, revpos)
     if not is_a(data, str) and callable(getattr(data, "read", None)):
         # A binary file: spooled now, so the caller may close or change it after.

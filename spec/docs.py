@@ -213,21 +213,31 @@ def _plain_key(key: Any, path: tuple[Any, ...]) -> str:
     return key
 
 
-def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
+def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
     """A fresh copy of ``body`` built only of exact builtins (tuples become lists,
     subclasses become their base), or BadRequest naming the first bad value.
 
     Iterative, so a value nested 100,000 deep is refused, not a RecursionError.
+    A container met twice (shared references) first has the body's expanded size
+    bounded (``_expanded_values``): nine nested ``[x] * 10`` are a few hundred
+    objects describing 10**9 values, which the copy would expand (found in review).
     """
     out: dict[str, Any] = {}
     # (source container, target container, depth of its values, path to it)
     stack: list[tuple[Any, Any, int, tuple[Any, ...]]] = [(body, out, 1, ())]
+    seen: set[int] | None = set()  # ids of the containers met; None once bounded
     while stack:
         source, target, depth, path = stack.pop()
         if depth > _MAX_DEPTH and len(source):
             raise BadRequest(
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
+        if seen is not None:
+            if id(source) in seen:
+                _bound_expanded_size(body, max_document_size)
+                seen = None
+            else:
+                seen.add(id(source))
         is_map = is_dict(source)
         for key, value in dict.items(source) if is_map else enumerate(source):
             if is_map and (type(key) is not str or not key.isascii()):
@@ -262,6 +272,42 @@ def _plain_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _bound_expanded_size(body: dict[str, Any], max_document_size: int) -> None:
+    """BadRequest when ``body``, its shared containers counted at every place they
+    appear, holds more values than ``max_document_size`` bytes could encode (each
+    takes at least one). Linear in the distinct containers (each is summed once).
+    A container inside itself is refused too: no JSON holds it."""
+    sizes: dict[int, int | None] = {}  # id -> values below it; None while being summed
+    stack: list[tuple[Any, bool]] = [(body, False)]
+    while stack:
+        node, summed = stack.pop()
+        children = [v for v in _values_of(node) if is_dict(v) or is_sequence(v)]
+        if not summed:
+            if id(node) in sizes:
+                continue
+            sizes[id(node)] = None
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        below = [sizes.get(id(c)) for c in children]
+        if any(size is None for size in below):
+            raise BadRequest("document body holds a list or dict inside itself: JSON cannot")
+        size = len(_values_of(node)) + sum(below)  # type: ignore[arg-type]  # none is None
+        sizes[id(node)] = min(size, max_document_size + 1)
+    if (sizes[id(body)] or 0) > max_document_size:
+        raise BadRequest(
+            f"document body holds more than max_document_size={max_document_size} values "
+            "once its shared lists and dicts are counted at every place they appear"
+        )
+
+
+def _values_of(container: Any) -> list[Any]:
+    """A dict's values or a list's or tuple's items, read from its storage."""
+    if is_dict(container):
+        return list(dict.values(container))
+    return plain_items(container)
+
+
 def normalise_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
     """A fresh copy of ``body`` as it will be stored and returned (tuples become
     lists, str/int/float subclasses become plain), or BadRequest.
@@ -277,7 +323,7 @@ def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, 
     are packed from the copy, never from the caller's objects: another thread may
     change those between a check and a pack (a check-only pass without the copy
     stored unchecked bytes and NaN that way)."""
-    normal = _plain_body(body)
+    normal = _plain_body(body, max_document_size)
     packed = msgpack.packb(normal, use_bin_type=True)
     if len(packed) > max_document_size:
         raise BadRequest(

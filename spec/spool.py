@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from settee.spec.errors import BadRequest, SetteeError
+from settee.spec.values import describe
 
 __all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file"]
 
@@ -28,6 +29,10 @@ __all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file"]
 MEMORY_LIMIT = 1 << 20
 #: Bytes ``Spooled.chunks`` yields at a time: one chunk term's worth (FORMAT.md).
 PIECE = 65_536
+
+
+#: What proves a ``Spooled`` came from ``SpoolWriter.finish``.
+_SEAL = object()
 
 
 class Spooled:
@@ -40,7 +45,12 @@ class Spooled:
 
     __slots__ = ("_file", "_lock", "digest", "length")
 
-    def __init__(self, file: IO[bytes], length: int, digest: str) -> None:
+    def __init__(self, file: IO[bytes], length: int, digest: str, *, seal: object = None) -> None:
+        if seal is not _SEAL:
+            # Its length and digest are trusted: only a SpoolWriter, which counted and
+            # digested the bytes itself, may make one (a hand-made one with a wrong
+            # length or digest was stored as given, found in review).
+            raise TypeError("a Spooled is made by SpoolWriter.finish(), not by hand")
         self._file = file
         self._lock = threading.Lock()
         #: Number of bytes.
@@ -72,6 +82,11 @@ class Spooled:
     def __len__(self) -> int:
         return self.length
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` gave its bytes back: they can no longer be read."""
+        return self._file.closed
+
     def __del__(self) -> None:
         # Closing here, not leaving it to the file, spares a ResourceWarning.
         self._file.close()
@@ -95,7 +110,7 @@ class SpoolWriter:
 
     def finish(self) -> Spooled:
         digest = "md5-" + base64.b64encode(self._md5.digest()).decode("ascii")
-        return Spooled(self._file, self._length, digest)
+        return Spooled(self._file, self._length, digest, seal=_SEAL)
 
     def abandon(self) -> None:
         self._file.close()
@@ -116,18 +131,21 @@ def spool_file(file: Any) -> Spooled:
             # The type first: a text file at its end gives "", which is no end of
             # bytes (the equivalence machine found a drained StringIO stored as an
             # empty attachment, where a fresh one was refused).
-            if not isinstance(piece, bytes | bytearray | memoryview):
+            if not issubclass(type(piece), bytes | bytearray | memoryview):
                 raise BadRequest(
                     f"attachment data file gave {type(piece).__name__}, not bytes: "
                     "open it in binary mode"
                 )
             if not piece:
                 break
-            writer.write(bytes(piece))
+            writer.write(bytes(piece))  # a released memoryview raises: caught below
     except BadRequest:
         writer.abandon()
         raise
     except Exception as exc:
         writer.abandon()
-        raise BadRequest(f"reading attachment data from {file!r} failed: {exc!r}") from exc
+        # describe(), not repr: the file's or the error's own __repr__ may raise, or be huge.
+        raise BadRequest(
+            f"reading attachment data from {describe(file)} failed: {describe(exc)}"
+        ) from exc
     return writer.finish()

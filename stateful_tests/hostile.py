@@ -167,6 +167,20 @@ def nested(depth: int, leaf: Any = 1) -> Any:
     return value
 
 
+def _shared_wide(levels: int) -> Any:
+    """``levels`` nested ``[x] * 10``: a few objects describing 10**levels values."""
+    value: Any = 0
+    for _ in range(levels):
+        value = [value] * 10
+    return value
+
+
+def _self_containing() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
 def _big_digits(n: int) -> int:
     return 10**n - 1  # int("9" * n) itself raises beyond 4,300 digits
 
@@ -330,6 +344,9 @@ BODY_VALUES: dict[str, Builder] = {
     "tuple subclass": lambda: TupleSubclass((1, 2)),
     "Mock(spec=list)": lambda: _mock(list),
     "Mock(spec=dict)": lambda: _mock(dict),
+    "10**9 values in shared lists": lambda: _shared_wide(9),
+    "a list shared by 10 places": lambda: _shared_wide(1),
+    "list inside itself": _self_containing,
     "dict whose items() lies": lambda: TripleItems(k="v"),
     "lone surrogate": lambda: "x\ud800",
     "None": lambda: None,

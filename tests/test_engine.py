@@ -13,7 +13,7 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -638,22 +638,38 @@ def test_attachment_chunks_follow_a_compaction_that_swaps_the_file(tmp_path: Any
         assert first + rest == data and meta["length"] == len(data)
 
 
-class _FailingSpool(Spooled):
-    """Spooled bytes whose reading fails after ``good`` bytes (a disk error in the
+class _FailingFile:
+    """A spool's file whose reads fail past ``good`` bytes (a disk error in the
     middle of the writer's copy)."""
 
-    def __init__(self, data: bytes, good: int) -> None:
-        writer = SpoolWriter()
-        writer.write(data)
-        done = writer.finish()
-        super().__init__(done._file, done.length, done.digest)
-        self._good = good
+    def __init__(self, inner: Any, good: int) -> None:
+        self._inner, self._good, self._at = inner, good, 0
 
-    def chunks(self, size: int = 65_536) -> Iterator[bytes]:
-        for offset, piece in enumerate(super().chunks(size)):
-            if offset * size >= self._good:
-                raise ValueError("the spool file went away")
-            yield piece
+    def seek(self, offset: int) -> None:
+        self._at = offset
+        self._inner.seek(offset)
+
+    def read(self, size: int) -> bytes:
+        if self._at >= self._good:
+            raise ValueError("the spool file went away")
+        return self._inner.read(size)  # type: ignore[no-any-return]
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _failing_spool(data: bytes, good: int) -> Spooled:
+    """Spooled bytes (a real ``Spooled``: only SpoolWriter makes one) whose reading
+    fails after ``good`` bytes."""
+    writer = SpoolWriter()
+    writer.write(data)
+    done = writer.finish()
+    done._file = _FailingFile(done._file, good)  # type: ignore[assignment]
+    return done
 
 
 def test_streamed_attachment_is_stored_and_read_back_whole(tmp_path: Any) -> None:
@@ -679,7 +695,7 @@ def test_a_write_that_fails_after_appending_early_fails_alone(tmp_path: Any) -> 
     data = os.urandom(4 * 2**20)
     with _open(tmp_path / "db", shards=1, strict=True) as db:
         db.put({"_id": "before"})
-        bad = {"content_type": "x/y", "data": _FailingSpool(data, good=3 * 2**20)}
+        bad = {"content_type": "x/y", "data": _failing_spool(data, good=3 * 2**20)}
         with pytest.raises(settee.SetteeError, match="could not apply"):
             db.put({"_id": "broken", "_attachments": {"f": bad}})
         with pytest.raises(settee.NotFound):

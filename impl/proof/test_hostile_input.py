@@ -429,3 +429,38 @@ def test_a_released_memoryview_is_a_bad_request(engine: Any) -> None:
     with pytest.raises(BadRequest, match="cannot be read"):
         engine.put({"_id": "mv", "_attachments": {"a": {"data": view}}})
     every_shard_accepts_writes(engine)
+
+
+def test_shared_references_are_bounded_before_they_are_copied(engine: Any) -> None:
+    """Regression: nine nested ``[x] * 10`` are a few hundred objects describing 10**9
+    values; the copy walked every one (minutes, then out of memory) before the size
+    limit was checked. A list shared by two fields is an ordinary document."""
+    value: Any = 0
+    for _ in range(9):
+        value = [value] * 10
+    with pytest.raises(BadRequest, match="shared"):
+        engine.put({"_id": "wide", "v": value})
+    tags = ["a", {"b": 1}]
+    assert engine.put({"_id": "shared", "x": tags, "y": tags})["ok"]
+    assert engine.get("shared")["y"] == ["a", {"b": 1}]
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "loop", "v": loop})
+    every_shard_accepts_writes(engine)
+
+
+def test_spooled_data_is_only_what_a_spool_writer_made(engine: Any) -> None:
+    """Regression: a hand-made ``Spooled`` was trusted (its length and digest stored as
+    given); a closed one was a raw ValueError."""
+    from settee.spec.spool import Spooled, SpoolWriter
+
+    with pytest.raises(TypeError, match="SpoolWriter"):
+        Spooled(None, 2**70, "md5-x")  # type: ignore[arg-type]
+    writer = SpoolWriter()
+    writer.write(b"abc")
+    spooled = writer.finish()
+    spooled.close()
+    with pytest.raises(BadRequest, match="closed"):
+        engine.put({"_id": "sp", "_attachments": {"a": {"data": spooled}}})
+    every_shard_accepts_writes(engine)
