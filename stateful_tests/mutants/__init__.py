@@ -14,6 +14,7 @@ from typing import Any
 
 import settee
 from settee.proof.stateful.mutants.lifecycle import (
+    BodyCacheAcrossFilesShard,
     EnqueueOutsideLockShard,
     FracturedCut,
     FracturedFollowerCut,
@@ -287,6 +288,16 @@ class HeadsBeforeFsync(Wrapper):
         plant(self.inner, HeadsBeforeFsyncShard)
 
 
+class BodyCacheAcrossFiles(Wrapper):
+    """A body cache that outlives compaction's file swap (see ``lifecycle``)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, BodyCacheAcrossFilesShard)
+        for shard in self.inner.shards:
+            shard.kept = shard.snapshot.file.body_cache
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -313,6 +324,10 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
         "compaction skips writes landing while it catches up",
     ),
     "heads_before_fsync": (HeadsBeforeFsync, "HEADS names a commit before it is durable"),
+    "body_cache_across_files": (
+        BodyCacheAcrossFiles,
+        "cached bodies of the old file answer reads after compaction",
+    ),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

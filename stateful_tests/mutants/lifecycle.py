@@ -61,6 +61,19 @@ class HeadsBeforeFsyncShard(Shard):
         return super()._commit(group)
 
 
+class BodyCacheAcrossFilesShard(Shard):
+    """Keeps the body cache of the file it opened for every file compaction swaps in:
+    positions are per file, so a body cached at an offset of the old file answers
+    a read of whatever the new file holds there."""
+
+    kept: Any = None
+
+    def _snapshot_of(self, file: Any) -> Snapshot:
+        snap = super()._snapshot_of(file)
+        file.body_cache = self.kept
+        return snap
+
+
 class FracturedCut(WriterCut):
     """Takes each shard's snapshot in turn, as ``settee`` did before ``settee.cut``: a
     commit landing between two of them goes unnoticed."""
