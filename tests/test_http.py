@@ -1486,6 +1486,22 @@ def test_bulk_get_multipart_and_hostile_attachment_names(client: Client, db: str
     assert client("POST", f"{db}/_bulk_get", ask, headers=json_too).json["results"]
 
 
+def test_a_huge_indexed_value_does_not_stop_the_index(client: Client, db: str) -> None:
+    """Regression: a document whose indexed field held a 5 MB string made its index
+    rows too large to store, so every later update of the index failed and every
+    _find using it answered 400 after ~15 s, for every client. Such a document
+    emits nothing (as a map that throws on it); the index goes on serving."""
+    ask = {"index": {"fields": ["v"]}, "ddoc": "iv", "name": "iv"}
+    assert client("POST", f"{db}/_index", ask).status == 200
+    put(client, db, "ok", {"v": 1})
+    put(client, db, "huge", {"v": "x" * 3_000_000})
+    put(client, db, "later", {"v": 2})
+    query = {"selector": {"v": {"$gt": 0}}, "use_index": "iv", "fields": ["_id"]}
+    found = client("POST", f"{db}/_find", query)
+    assert found.status == 200, found.raw[:300]
+    assert [d["_id"] for d in found.json["docs"]] == ["ok", "later"]
+
+
 def test_mango_json_indexes_serve_sorted_finds(client: Client, db: str) -> None:
     """POST /db/_index stores a json index as CouchDB does (a query design
     document); _find then sorts by its fields, reads it from the first key the

@@ -43,6 +43,12 @@ __all__ = ["ViewIndex", "signature"]
 
 #: The most bytes of rows one document may emit (the engine's document limit).
 ROW_LIMIT = DEFAULTS["max_document_size"]
+#: The most characters of JSON one document's emitted keys may take. A row's id
+#: holds its key's collation key, several times the key's length, and the
+#: document's back-index row lists every row id: a 5 MB key made that row pass
+#: ROW_LIMIT, failing every later update of the index, so every query using it
+#: (found in review). A document over it emits nothing, as when its map throws.
+KEY_CHARS_LIMIT = ROW_LIMIT // 64
 #: Source changes read (and rows committed) per update step.
 UPDATE_PAGE = 200
 _LAST = "\U0010ffff"  # above every character a sort key holds
@@ -165,7 +171,9 @@ class ViewIndex:
             # would fail every later update: the document emits nothing, as when its
             # map throws (found by an adversarial client).
             rows = normalise_body({"rows": [[key, value] for key, value in pairs]}, ROW_LIMIT)
-        except (HTTPError, settee.BadRequest):
+            if sum(len(json.dumps(key)) for key, _ in rows["rows"]) > KEY_CHARS_LIMIT:
+                return {}
+        except (HTTPError, settee.BadRequest, ValueError):
             return {}  # couchjs logs a map error and skips the document
         return {
             row_id(key, doc_id, n): {"k": key, "v": value, "d": doc_id}
