@@ -244,7 +244,7 @@ class ShardFile:
         never a wrong answer."""
         if type(pointers) is not list:
             pointers = list(pointers)
-        if self.body_cache is not None and pointers:
+        if self.body_cache is not None and len(pointers) > 1:  # one: the loop is as quick
             every = self._all_cached(self.body_cache, pointers)
             if every is not None:
                 return every
@@ -260,6 +260,7 @@ class ShardFile:
         if cache is not None:
             cached, refer = cache._entries.get, cache._referenced.add
         admitted: dict[int, tuple[bytes, int]] = {}
+        admitted_bytes = 0
         self._reads.enter(self.path)
         try:
             for index, (pos, size) in enumerate(pointers):
@@ -311,7 +312,9 @@ class ShardFile:
                                 term = _MISSED
                             else:
                                 if cached is not None:
-                                    admitted[pos] = (payload, len(payload) + BODY_ENTRY_OVERHEAD)
+                                    charge = len(payload) + BODY_ENTRY_OVERHEAD
+                                    admitted[pos] = (payload, charge)
+                                    admitted_bytes += charge
                 if term is _MISSED:
                     term = self._read_frame(pos, decode_payload, self._ahead(pos, size))[0]
                 terms.append(term)
@@ -320,7 +323,7 @@ class ShardFile:
         finally:
             self._reads.leave()
         if admitted:
-            cache.put_many(admitted)  # type: ignore[union-attr]  # admitted only with a cache
+            cache.admit(admitted, admitted_bytes)  # type: ignore[union-attr]  # only with a cache
         return terms
 
     def _all_cached(self, cache: BodyCache, pointers: list[tuple[int, int]]) -> list[Any] | None:

@@ -168,3 +168,19 @@ def test_shard_file_without_a_cache_reads_as_before(tmp_path: Any) -> None:
     assert file.read_sized([(pos, size), (pos, size + 5), (pos, size)]) == [{"a": 1}] * 3
     assert len(file.body_cache) == 1
     file.close()
+
+
+def test_a_full_cache_admits_one_miss_in_eight() -> None:
+    """Reads spread over more bodies than fit made every miss pay an insert and an
+    eviction (a get 28% slower than with no cache): once full, one in
+    ``ADMIT_WHEN_FULL`` misses gets in; until then, every one."""
+    cache = BodyCache(10 * (100 + BODY_ENTRY_OVERHEAD))
+    charge = 100 + BODY_ENTRY_OVERHEAD
+    for pos in range(10):
+        cache.admit({pos: (b"x" * 100, charge)}, charge)
+    assert len(cache) == 10 and sorted(cache._entries) == list(range(10))
+    for pos in range(10, 10 + 8 * 5):
+        cache.admit({pos: (b"y" * 100, charge)}, charge)
+    newcomers = [pos for pos in cache._entries if pos >= 10]
+    assert len(newcomers) == 5 and len(cache) == 10
+    assert cache.bytes <= cache.capacity_bytes
