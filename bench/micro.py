@@ -9,6 +9,9 @@ takes its numbers from ``settee bench``). Workloads: get, multiget, multiget_doc
 range, range_docs, insert. ``--no-fsync`` opens both without syncing (settee
 ``fsync=False``, sqlite3 ``synchronous=OFF``): the insert ratio is then CPU
 against CPU, and the difference from a synced run is what the syncs cost.
+``--body-cache=BYTES`` opens settee with that ``body_cache_bytes`` (0: none; a
+budget far below the bodies' size shows what misses cost when reads are spread
+over more bodies than fit).
 """
 
 from __future__ import annotations
@@ -58,12 +61,18 @@ def _step(
 
 def main(argv: list[str]) -> int:
     sync = "--no-fsync" not in argv
-    argv = [a for a in argv if a != "--no-fsync"]
+    cache = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--body-cache=")]
+    argv = [a for a in argv if a != "--no-fsync" and not a.startswith("--body-cache=")]
     docs = int(argv[0]) if argv and argv[0].isdigit() else 20_000
     wanted = [w for w in argv if not w.isdigit()] or list(_WORKLOADS)
     work = tempfile.mkdtemp(prefix="settee-micro-")
     try:
-        ours = SetteeStore.engine(os.path.join(work, "settee"), shards=4, fsync=sync)
+        ours = SetteeStore.engine(
+            os.path.join(work, "settee"),
+            shards=4,
+            fsync=sync,
+            body_cache_bytes=cache[-1] if cache else None,
+        )
         theirs = SqliteStore(os.path.join(work, "docs.sqlite3"), fsync=sync)
         load_settee(ours.db, 0, docs)
         for lo in range(0, docs, 5000):
