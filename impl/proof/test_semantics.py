@@ -1780,6 +1780,25 @@ def test_attachments_survive_compaction_and_reopen(opener: Any, reopen: Any) -> 
     assert db.attachment("a", "x")["data"] == b"one" * 30000
 
 
+def test_same_named_attachments_of_different_documents_survive_compaction(
+    opener: Any, reopen: Any
+) -> None:
+    """Attachments are told apart by their bytes, not their names: a compaction that
+    shared the chunks of every attachment called ``a.txt`` gave one document the
+    other's bytes (found by mutation testing: the machines' attachments never
+    shared a name across documents with different bytes)."""
+    db = opener.open()
+    data = {doc_id: doc_id.encode() * (1 + n * 30000) for n, doc_id in enumerate("pqrs")}
+    for doc_id, raw in data.items():
+        db.put({"_id": doc_id, "_attachments": {"a.txt": _att(raw)}})
+    db.compact()
+    for doc_id, raw in data.items():
+        assert db.attachment(doc_id, "a.txt")["data"] == raw
+    db = reopen(db)
+    for doc_id, raw in data.items():
+        assert db.attachment(doc_id, "a.txt")["data"] == raw
+
+
 def test_attachment_chunks_stream_the_same_bytes(engine: Any) -> None:
     """attachment_chunks: the record without data, then the bytes in chunks of at
     most 64 KiB that join to exactly attachment()'s data."""
