@@ -133,14 +133,16 @@ def open(path: str | None = None, **options: Any) -> ReferenceDB:
 def _check_record(docid: Any, seq: Any, tree: Any, bodies: Any, more: list[Any]) -> None:
     """A log record's fields are of their types (ValueError otherwise): a well-formed
     msgpack record of the wrong shape made open or later reads raise raw errors."""
-    if type(docid) is not str or type(seq) is not int or seq < 1:
+    if type(docid) is not str or type(seq) is not int or seq < 0:
         raise ValueError(f"id {describe(docid)} or seq {describe(seq)} of the wrong type")
     if not isinstance(tree, dict) or not revtree.is_valid_tree(tree):
         raise ValueError(f"revision tree {describe(tree)} is malformed")
+    # A record may carry the body of a revision its own stemming dropped (forgotten
+    # once loaded), so bodies are not checked against the tree.
     if not isinstance(bodies, dict) or any(
-        rev not in tree or not isinstance(b, dict) for rev, b in bodies.items()
+        type(rev) is not str or not isinstance(b, dict) for rev, b in bodies.items()
     ):
-        raise ValueError(f"bodies {describe(bodies)} are not a map of the tree's revisions")
+        raise ValueError(f"bodies {describe(bodies)} are not a map of revisions to bodies")
     if more and not isinstance(more[0], dict):
         raise ValueError(f"attachments {describe(more[0])} are not a map")
 
