@@ -366,7 +366,16 @@ def apply_edit(
         position = 1 if parent is None else rev_pos(parent) + 1
         atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
         rev = new_rev_encoded(parent, doc.deleted, encoded, rev_digests(atts))
-        tree[rev] = [parent, doc.deleted]
+        if rev in tree:
+            # The id the edit digests to is one the tree holds already (a revision
+            # replicated in with that id): merged as a path, as the reference does,
+            # not overwritten (which turned a live replicated root into this edit's
+            # tombstone; found by mutation testing's equivalence runs).
+            tree, _ = revtree.merge_path(
+                tree, [rev] if parent is None else [rev, parent], doc.deleted
+            )
+        else:
+            tree[rev] = [parent, doc.deleted]
     elif doc.revisions[0] in tree:
         # couch_db:prep_and_validate_replicated_updates: a revision the tree
         # already holds is ignored but counts as a success; its body and the

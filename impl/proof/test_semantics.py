@@ -1834,3 +1834,21 @@ def test_attachment_chunks_stream_the_same_bytes(engine: Any) -> None:
     assert b"".join(parts) == data == whole["data"] and max(map(len, parts)) <= 65536
     with pytest.raises(NotFound):
         engine.attachment_chunks("a", "nope")
+
+
+def test_an_edit_whose_revision_is_already_held_merges_into_it(engine: Any) -> None:
+    """Revision ids are digests, so an edit can compute one the tree already holds:
+    here the tombstone deleting ``1-x`` would get, replicated in before as a live
+    root. The edit merges as a path (the held revision keeps its flag, gains the
+    parent and the new body); the engine overwrote it with the edit's tombstone,
+    so the document read as deleted where the reference kept it live (found by
+    mutation testing's equivalence runs)."""
+    r1 = engine.put({"_id": "x"})["rev"]
+    engine.put({"_id": "y"})
+    tomb = engine.delete("y", r1)["rev"]  # what deleting {} at r1 digests to
+    engine.bulk_docs([{"_id": "x", "_rev": tomb}], new_edits=False)
+    result = engine.bulk_docs([{"_id": "x", "_rev": r1, "_deleted": True}])
+    assert result == [{"ok": True, "id": "x", "rev": tomb}]
+    assert engine.get("x", conflicts=True) == {"_id": "x", "_rev": tomb}
+    assert engine.get("x", revs=True)["_revisions"]["ids"] == [tomb.split("-")[1], r1.split("-")[1]]
+    assert engine.info()["doc_count"] == 1  # x live, y deleted
