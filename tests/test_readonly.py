@@ -584,11 +584,15 @@ def test_a_lagging_readonly_handle_takes_the_writers_token(tmp_path: Path) -> No
         stale = (path / HEADS_NAME).read_bytes()
         db.put({"_id": "b"})
         token = db.changes()["last_seq"]
-    (path / HEADS_NAME).write_bytes(stale)
-    with settee.open(str(path), readonly=True) as reader:
-        answer = reader.changes(since=token)
-        assert answer["results"] == []
-        resume = answer["last_seq"]
+        # The writer stays open: with none running, the handle would read past the
+        # stale HEADS and not lag at all, and the test would pass either way (a
+        # handle refusing the token escaped it: found by mutation testing).
+        (path / HEADS_NAME).write_bytes(stale)
+        with settee.open(str(path), readonly=True) as reader:
+            assert reader.info()["doc_count"] == 1  # it lags: it sees "a" only
+            answer = reader.changes(since=token)
+            assert answer["results"] == []
+            resume = answer["last_seq"]
     with settee.open(str(path), shards=1) as db:
         db.put({"_id": "c"})
         assert "c" in [r["id"] for r in db.changes(since=resume)["results"]]
