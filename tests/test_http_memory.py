@@ -23,8 +23,11 @@ if not Path("/proc/self/status").exists():
 
 MIB = 1 << 20
 SIZE_MIB = 48
-#: Peak RSS growth allowed while moving SIZE_MIB MiB: well under one copy of it.
-ALLOWED_GROWTH_MIB = 24
+#: Peak RSS growth allowed while moving SIZE_MIB MiB: well under one copy of it
+#: (a server holding an attachment whole grows by SIZE_MIB or more). Streaming grows
+#: 19-20 MiB here, once 24.3 on a clean-clone gate beside other tests: 24 was too
+#: close to tell streaming apart from noise.
+ALLOWED_GROWTH_MIB = 32
 
 
 def _peak_rss_mib(pid: int) -> float:
