@@ -178,23 +178,37 @@ class Snapshot:
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
         pointers = [(e[0], e[1]) for _, _, _, e in summaries if e is not None]
-        bodies = iter(self.file.read_sized(pointers))
-        for row, (doc_id, winner, deleted, entry) in zip(rows, summaries, strict=True):
-            if entry is None:
-                row["doc"] = render_doc(doc_id, winner, deleted, {})
-                continue
-            body = next(bodies)
-            if type(body) is not dict:
-                raise CorruptionError(self.file.path, entry[0], "document body is not a map")
-            if not deleted and len(entry) == 2:
-                # render_doc's answer for a live document without attachments, inline:
-                # the call was a tenth of this loop.
-                row["doc"] = {"_id": doc_id, "_rev": winner, **body}
-                continue
-            stubs = None
-            if len(entry) > 2:  # FORMAT.md "by_id": a third field lists attachments
-                stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
-            row["doc"] = render_doc(doc_id, winner, deleted, body, attachments=stubs)
+        read = self.file.read_sized(pointers)
+        if len(read) == len(rows):  # every row has a body: no row to skip in the loop
+            every = zip(rows, summaries, read, strict=True)
+            for row, (doc_id, winner, deleted, entry), body in every:
+                if not deleted and type(body) is dict and len(entry) == 2:
+                    # render_doc's answer for a live document without attachments, inline.
+                    row["doc"] = {"_id": doc_id, "_rev": winner, **body}
+                else:
+                    self._fill_doc(row, (doc_id, winner, deleted, entry), body)
+            return
+        bodies = iter(read)
+        for row, summary in zip(rows, summaries, strict=True):
+            self._fill_doc(row, summary, None if summary[3] is None else next(bodies))
+
+    def _fill_doc(self, row: dict[str, Any], summary: Summary, body: Any) -> None:
+        """``fill_docs`` for one row whose body (None when not stored) was read."""
+        doc_id, winner, deleted, entry = summary
+        if entry is None:
+            row["doc"] = render_doc(doc_id, winner, deleted, {})
+            return
+        if type(body) is not dict:
+            raise CorruptionError(self.file.path, entry[0], "document body is not a map")
+        if not deleted and len(entry) == 2:
+            # render_doc's answer for a live document without attachments, inline:
+            # the call was a tenth of this loop.
+            row["doc"] = {"_id": doc_id, "_rev": winner, **body}
+            return
+        stubs = None
+        if len(entry) > 2:  # FORMAT.md "by_id": a third field lists attachments
+            stubs = {att.name: render(att, None) for att in attachments_of(entry)} or None
+        row["doc"] = render_doc(doc_id, winner, deleted, body, attachments=stubs)
 
     def read_chunk(self, att: Stored, index: int) -> bytes:
         """Chunk ``index`` of a stored attachment, its crc checked."""
