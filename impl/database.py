@@ -341,10 +341,7 @@ class Database:
         check_bool("attachments", attachments)
         since = check_atts_since(atts_since)
         snap, info, wanted = self._revision(doc_id, rev)
-        plain = rev is None and since is None and not (revs or conflicts or attachments)
-        if plain and info.winner_body is not None:
-            # The winner as its by_id value summarises it: no revision blob decoded.
-            return snap.winner_doc((doc_id, wanted, info.deleted, info.winner_body))
+        # A plain get of a live winner with a stored body was answered above.
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
             raise NotFound("missing")

@@ -278,27 +278,32 @@ def _bound_expanded_size(body: dict[str, Any], max_document_size: int) -> None:
     takes at least one). Linear in the distinct containers (each is summed once).
     A container inside itself is refused too: no JSON holds it."""
     sizes: dict[int, int | None] = {}  # id -> values below it; None while being summed
-    stack: list[tuple[Any, bool]] = [(body, False)]
+    # (container, its values once read: None on the first visit, which reads them)
+    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
     while stack:
-        node, summed = stack.pop()
-        children = [v for v in _values_of(node) if is_dict(v) or is_sequence(v)]
-        if not summed:
+        node, values = stack.pop()
+        if values is None:
             if id(node) in sizes:
                 continue
             sizes[id(node)] = None
-            stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in sizes)
+            values = _values_of(node)
+            stack.append((node, values))
+            stack.extend((v, None) for v in _containers(values) if id(v) not in sizes)
             continue
-        below = [sizes.get(id(c)) for c in children]
+        below = [sizes.get(id(c)) for c in _containers(values)]
         if any(size is None for size in below):
             raise BadRequest("document body holds a list or dict inside itself: JSON cannot")
-        size = len(_values_of(node)) + sum(below)  # type: ignore[arg-type]  # none is None
+        size = len(values) + sum(below)  # type: ignore[arg-type]  # none is None
         sizes[id(node)] = min(size, max_document_size + 1)
     if (sizes[id(body)] or 0) > max_document_size:
         raise BadRequest(
             f"document body holds more than max_document_size={max_document_size} values "
             "once its shared lists and dicts are counted at every place they appear"
         )
+
+
+def _containers(values: list[Any]) -> list[Any]:
+    return [v for v in values if is_dict(v) or is_sequence(v)]
 
 
 def _values_of(container: Any) -> list[Any]:
