@@ -429,8 +429,13 @@ def _run_op(db: Any, rec: _Recorder, client: int, op: tuple[Any, ...]) -> None:
         except (settee.Conflict, settee.NotFound) as exc:
             call.error = type(exc).__name__
         except settee.SetteeError as exc:
-            # Not an answer about the data (e.g. "an earlier write failed"): nothing to hold.
+            # After the crash, not an answer about the data ("an earlier write failed"):
+            # nothing to hold. Before it, every call of the workload is valid and the
+            # file system healthy, so a refusal (a compact() that gives up, a write
+            # turned away) is an engine bug, not an answer (found by mutation testing).
             call.error = type(exc).__name__
+            if not rec.fs.crashed:
+                rec.unexpected.append(f"call #{call.index}: {call.kind} raised {exc!r}")
             return
         if rec.fs.crashed:
             return  # a real power loss leaves no process to hear this answer

@@ -108,3 +108,18 @@ def test_suite_catches_checksum_mutant(
         caught = _crash_suite(lambda path, fs, **o: settee.Database(path, fs=fs, **o))
     assert caught, f"mutant {name} survived the bit flips and the crash checker"
     print(f"mutant {name} caught by", *caught[:2], sep="\n  ")
+
+
+class _RefusesToCompact(settee.Database):
+    """A compact() that gives up: no data is lost, the file never shrinks."""
+
+    def compact(self) -> None:
+        raise settee.SetteeError("compaction is busy; try again later")
+
+
+def test_crash_suite_catches_a_refusal_before_any_crash() -> None:
+    """Before the crash every call of a workload is valid and the file system is
+    healthy: an engine that refuses one is caught, not read as "nothing to hold"
+    (the recorder took every SetteeError for a crash's, found by mutation testing)."""
+    caught = _crash_suite(lambda path, fs, **o: _RefusesToCompact(path, fs=fs, **o))
+    assert any("compact raised SetteeError" in problem for problem in caught), caught

@@ -631,8 +631,15 @@ class ReferenceDB:
     def _append(self, changed: list[tuple[str, dict[str, Any]]]) -> None:
         if self._log is None or not changed:
             return
+        # One record per document per call, holding every body the call added to it:
+        # a record carries the tree after the call, so a record per edit named leaves
+        # whose bodies only a later record of the call brought, and a torn write
+        # between them left a leaf without its body.
+        merged: dict[str, dict[str, Any]] = {}
+        for docid, bodies in changed:
+            merged.setdefault(docid, {}).update(bodies)
         # One write per call, so a crash leaves whole calls plus at most one torn record.
-        self._log.write(b"".join(self._record(docid, bodies) for docid, bodies in changed))
+        self._log.write(b"".join(self._record(docid, bodies) for docid, bodies in merged.items()))
         self._log.flush()
         if self._config["fsync"]:
             os.fsync(self._log.fileno())
@@ -650,6 +657,7 @@ class ReferenceDB:
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
         unpacker.feed(data)
         good = 0
+        last_record: dict[str, int] = {}  # id -> offset of its last record
         while True:
             try:
                 record = unpacker.unpack()
@@ -657,8 +665,9 @@ class ReferenceDB:
                 break
             except Exception as exc:  # msgpack raises several classes for bad bytes
                 raise CorruptionError(self._log_path, good, f"undecodable record: {exc}") from exc
-            self._load(record, good)
+            last_record[self._load(record, good)] = good
             good = unpacker.tell()
+        self._check_leaf_bodies(last_record)
         if good < len(data):
             if readonly:  # creates nothing, changes nothing: the tail is ignored
                 warnings.warn(
@@ -669,7 +678,26 @@ class ReferenceDB:
             else:
                 self._set_aside_tail(data, good)
 
-    def _load(self, record: Any, offset: int) -> None:
+    def _check_leaf_bodies(self, last_record: dict[str, int]) -> None:
+        """CorruptionError unless every leaf revision has its body: only compaction
+        drops bodies, of non-leaves. Checked once the log is read, not per record:
+        a call that edits a document twice writes a record per edit, each with the
+        tree after the call, so the first named a leaf whose body the next brought
+        (logs written before ``_append`` merged them)."""
+        assert self._log_path is not None
+        for docid, offset in last_record.items():
+            entry = self._docs[docid]
+            for leaf in revtree.leaves(entry.tree):
+                if leaf not in entry.bodies:
+                    raise CorruptionError(
+                        self._log_path,
+                        offset,
+                        f"malformed record: leaf revision {describe(leaf)} of "
+                        f"{describe(docid)} has no body",
+                    )
+
+    def _load(self, record: Any, offset: int) -> str:
+        """Apply one log record; return its document's id."""
         try:
             docid, seq, tree, new_bodies, *more = record
             _check_record(docid, seq, tree, new_bodies, more)
@@ -686,6 +714,7 @@ class ReferenceDB:
             raise CorruptionError(self._log_path, offset, f"malformed record: {exc}") from exc
         entry.seq = seq
         self._seq = max(self._seq, seq)
+        return docid  # type: ignore[no-any-return]  # _check_record: a str
 
     def _set_aside_tail(self, data: bytes, good: int) -> None:
         assert self._log_path is not None

@@ -62,14 +62,16 @@ def outcome(call: Callable[[], Any]) -> Outcome:
 
 
 def contents(db: Any, ids: Iterable[str]) -> dict[str, Any]:
-    """Everything a reader sees about ``ids`` (and every live doc), minus tokens and sizes."""
+    """Everything a reader sees about ``ids`` (and every live doc), minus tokens and sizes:
+    a live document's winner is read with its attachments' bytes, so a chunk that is
+    lost or wrong shows here, not only its stub."""
     ids = sorted(set(ids))
     info = db.info()
     changes = db.changes(include_docs=True)["results"]
     docs = {}
     for row in db.all_docs(keys=ids)["rows"]:
         if "error" not in row and not row["value"].get("deleted"):
-            docs[row["id"]] = db.get(row["id"], revs=True, conflicts=True)
+            docs[row["id"]] = db.get(row["id"], revs=True, conflicts=True, attachments=True)
     return {
         "counts": (info["doc_count"], info["doc_del_count"]),
         "all_docs": db.all_docs(include_docs=True),

@@ -134,6 +134,29 @@ def test_os_fsync_dir_and_open_on_directory(
         fs.fsync_dir(str(tmp_path / "missing"))
 
 
+def test_os_handle_fsync_syncs_its_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle's fsync reaches the OS for that very file: the crash campaigns run on
+    the simulated file system, so an fsync that did nothing (or synced another
+    descriptor) on the real one passed every other test (found by mutation testing)."""
+    handle = OsFileSystem().open(str(tmp_path / "f"), create=True)
+    handle.append(b"durable")
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    handle.fsync()
+    info = os.stat(tmp_path / "f")
+    assert synced == [(info.st_dev, info.st_ino)]
+    handle.close()
+
+
 def test_os_concurrent_preads_share_one_descriptor(tmp_path: Path) -> None:
     handle = OsFileSystem().open(str(tmp_path / "f"), create=True)
     handle.append(bytes(range(256)) * 64)

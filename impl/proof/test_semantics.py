@@ -612,6 +612,18 @@ def test_conflicts_absent_when_none(engine: Any) -> None:
     assert "_conflicts" not in engine.get("a", conflicts=True)
 
 
+def test_conflicts_only_with_the_winner(engine: Any) -> None:
+    """conflicts=True adds _conflicts when the winner is read (rev=None); with an
+    explicit rev, winner or loser, it is ignored (SEMANTICS §6, CouchDB's open_revs
+    path). A get that added them with a rev passed the fast gate (found by mutation
+    testing)."""
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["0"]], {"v": 2})
+    assert engine.get("a", conflicts=True)["_conflicts"] == ["2-" + H["1"]]
+    for rev, v in (("2-" + H["2"], 2), ("2-" + H["1"], 1)):
+        assert engine.get("a", rev=rev, conflicts=True) == {"_id": "a", "_rev": rev, "v": v}
+
+
 def test_resolve_conflict_by_deleting_loser(engine: Any) -> None:
     """Deleting the losing leaf resolves the conflict (docs.couchdb.org
     replication/conflicts "Working with conflicting documents")."""
