@@ -11,6 +11,7 @@ rest on.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,10 @@ def _rereduce_by_id(reds: Sequence[Sequence[int]]) -> tuple[int, int, int]:
         return (0, 0, 0)
     live, deleted, active = zip(*reds, strict=True)
     return (sum(live), sum(deleted), sum(active))
+
+
+def _difference_by_id(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int]:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
 def _live_docs(reduction: Sequence[int]) -> int:
@@ -78,6 +83,7 @@ def by_id_tree(
         root,
         reduce=_reduce_by_id,
         rereduce=_rereduce_by_id,
+        difference=_difference_by_id,
         cache=cache,
         node_bytes=node_bytes,
     )
@@ -92,6 +98,7 @@ def by_seq_tree(
         root,
         reduce=_reduce_by_seq,
         rereduce=_rereduce_by_seq,
+        difference=operator.sub,
         cache=cache,
         node_bytes=node_bytes,
     )

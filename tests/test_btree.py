@@ -27,7 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from settee.btree import KP_NODE, KV_NODE, MAX_NODE_BYTES, BTree, NodeCache
+from settee.btree import KP_NODE, KV_NODE, MAX_NODE_BYTES, BTree, Difference, NodeCache
 from settee.btree_check import check_tree
 from settee.spec.errors import CorruptionError
 from settee.spec.format import (
@@ -103,6 +103,10 @@ def rereduce_count_sum(reds: list[Any]) -> tuple[int, int]:
     return (sum(r[0] for r in reds), sum(r[1] for r in reds))
 
 
+def difference_count_sum(a: Any, b: Any) -> tuple[int, int]:
+    return (a[0] - b[0], a[1] - b[1])
+
+
 def new_tree(store: Any, root: Any = None, **kw: Any) -> BTree:
     return BTree(store, root, reduce=reduce_count_sum, rereduce=rereduce_count_sum, **kw)
 
@@ -153,14 +157,21 @@ class BTreeMachine(RuleBasedStateMachine):
         node_bytes=st.sampled_from([48, 96, 300, MAX_NODE_BYTES]),
         store=st.sampled_from(["memory", "memory-encoded", "shardfile"]),
         cache_nodes=st.sampled_from([0, 200, 1 << 20]),
+        difference=st.sampled_from([None, difference_count_sum]),
     )
-    def start(self, node_bytes: int, store: str, cache_nodes: int) -> None:
+    def start(
+        self, node_bytes: int, store: str, cache_nodes: int, difference: Difference | None
+    ) -> None:
         if store == "shardfile" and ShardFile is not None:
             self.store = ShardFile.open(MemoryFileSystem(), "/btree.shard", create=True)
         else:
             self.store = MemoryStore(encoded=store != "memory")
         self.cache_nodes = cache_nodes
-        self.tree = new_tree(self.store, node_bytes=node_bytes, cache=NodeCache(cache_nodes))
+        # With a difference, rewritten inner nodes derive their reductions from the
+        # old ones; sound() recomputes every reduction from the leaves either way.
+        self.tree = new_tree(
+            self.store, node_bytes=node_bytes, cache=NodeCache(cache_nodes), difference=difference
+        )
 
     def teardown(self) -> None:
         if hasattr(self, "store") and hasattr(self.store, "close"):
@@ -234,7 +245,11 @@ class BTreeMachine(RuleBasedStateMachine):
         # Only the root survives a reopen, and it goes through a header's msgpack.
         root = msgpack.unpackb(msgpack.packb(self.tree.root))
         self.tree = new_tree(
-            self.store, root, node_bytes=self.tree.node_bytes, cache=NodeCache(self.cache_nodes)
+            self.store,
+            root,
+            node_bytes=self.tree.node_bytes,
+            cache=NodeCache(self.cache_nodes),
+            difference=self.tree._difference,
         )
 
     @invariant()

@@ -24,7 +24,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import settee
-from settee.file import COALESCE_BYTES, READ_AHEAD, SPILL_BYTES, ShardFile, TornTailWarning
+from settee.file import (
+    COALESCE_BYTES,
+    READ_AHEAD,
+    SPILL_BYTES,
+    ShardFile,
+    TermBatch,
+    TornTailWarning,
+)
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError, SetteeError
@@ -826,3 +833,21 @@ def _no_stray_threads() -> Iterator[None]:
     before = threading.active_count()
     yield
     assert threading.active_count() == before
+
+
+@given(
+    start=st.integers(0, 3 * fmt.BLOCK_SIZE),
+    sizes=st.lists(st.integers(0, fmt.BLOCK_SIZE + 20), min_size=1, max_size=4),
+)
+def test_a_batch_lays_out_its_frames_as_the_format_says(start: int, sizes: list[int]) -> None:
+    """``TermBatch.add_encoded`` builds a frame that fits in its block inline; every
+    frame, inline or not, is ``lay_out(encode_frame(payload))`` at ``term_position``."""
+    batch = TermBatch(start, start)
+    want, end = [], start
+    for n, size in enumerate(sizes):
+        payload = bytes([n]) * size
+        assert batch.add_encoded(payload) == fmt.term_position(end)
+        laid = fmt.lay_out(fmt.encode_frame(payload), end)
+        want.append(laid)
+        end += len(laid)
+    assert batch.data() == b"".join(want) and batch.end == end
