@@ -88,8 +88,11 @@ class Spooled:
         return self._file.closed
 
     def __del__(self) -> None:
-        # Closing here, not leaving it to the file, spares a ResourceWarning.
-        self._file.close()
+        # Closing here, not leaving it to the file, spares a ResourceWarning. A
+        # hand-made one was refused before it had a file: nothing to close.
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
 
     def __repr__(self) -> str:
         return f"<Spooled {self.length} bytes {self.digest}>"
