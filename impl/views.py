@@ -65,7 +65,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
             mine = [e for e in got if e[0] in row_of]
             if mine:
                 shard_rows = list(map(row_of.__getitem__, map(_by_id, mine)))
-                snaps[index].fill_docs(shard_rows, summaries(mine))
+                snaps[index].fill_entries(shard_rows, mine)
     return rows
 
 
