@@ -24,9 +24,11 @@ the store.
 
 Persistence (``path`` given): ``path`` is a directory holding one append-only
 file, ``reference.log``, of msgpack records ``[id, seq, tree, new_bodies]``,
-one per document change, each call's records written with one ``write``.
-Opening replays the records in order (a record replaces the document's tree
-and seq, adds its bodies, forgets bodies the tree no longer holds).
+one per document a call changed (holding every body the call added to it),
+each call's records written with one ``write``. Opening replays the records in
+order (a record replaces the document's tree and seq, adds its bodies, forgets
+bodies the tree no longer holds); a leaf revision left without its body is a
+``CorruptionError``.
 ``compact`` rewrites the log to one record per document (temp file, fsync,
 rename, fsync directory). An incomplete last record (a torn write) is copied
 aside and cut off with a warning; bytes that do not decode are a
