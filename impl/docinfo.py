@@ -14,7 +14,7 @@ beyond the pure spec functions (revision ids, tree merge, winner, stemming).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,12 +49,20 @@ _SEQ, DELETED, WINNER, ACTIVE, _REVS, WINNER_BODY = range(6)
 Summary = tuple[str, str, bool, Any]
 
 
-def summaries(entries: Iterable[tuple[str, Sequence[Any]]]) -> list[Summary]:
+def summaries(entries: Sequence[tuple[str, Sequence[Any]]]) -> list[Summary]:
     """The ``Summary`` of each ``(id, stored by_id value)``; CorruptionError when a
-    value's fields are not of their types (the crc held: a writer bug). A summary
-    is trusted, but a read follows its body entry to the file, so the entry's shape
-    is checked. One call per batch: a call per row was a tenth of a range read."""
-    found = []
+    value's fields are not of their types (``body_pointers``' checks). One call
+    per batch: a call per row was a tenth of a range read."""
+    body_pointers(entries)
+    return [(doc_id, v[WINNER], v[DELETED], v[WINNER_BODY]) for doc_id, v in entries]
+
+
+def body_pointers(entries: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[int, int] | None]:
+    """The winner's body pointer ``(pos, size)`` of each ``(id, stored by_id value)``,
+    None where no body is stored; CorruptionError when a value's fields are not of
+    their types (the crc held: a writer bug). The clear fields are trusted, but a
+    read follows the body entry to the file, so the entry's shape is checked."""
+    pointers: list[tuple[int, int] | None] = []
     for doc_id, value in entries:
         if (
             (type(value) is not tuple and type(value) is not list)  # what msgpack decodes
@@ -65,10 +73,13 @@ def summaries(entries: Iterable[tuple[str, Sequence[Any]]]) -> list[Summary]:
             raise malformed_value(doc_id, value)
         entry = value[WINNER_BODY]
         # None (no body stored), or [pos, size(, attachments)].
-        if entry is not None and (type(entry) is not tuple or not 2 <= len(entry) <= 3):
+        if entry is None:
+            pointers.append(None)
+        elif type(entry) is not tuple or not 2 <= len(entry) <= 3:
             raise malformed_value(doc_id, value)
-        found.append((doc_id, value[WINNER], value[DELETED], entry))
-    return found
+        else:
+            pointers.append((entry[0], entry[1]))
+    return pointers
 
 
 def summary_fields(doc_id: str, value: Sequence[Any]) -> tuple[Any, ...]:

@@ -25,7 +25,7 @@ from settee.docinfo import (
     DocInfo,
     Summary,
     attachments_of,
-    malformed_value,
+    body_pointers,
     summaries,
     summary_fields,
 )
@@ -215,28 +215,14 @@ class Snapshot:
     ) -> None:
         """``fill_docs(rows, summaries(entries))`` for ``(id, stored by_id value)``
         entries (a range's rows), without a summary per row: one pass checks each
-        value's shape (``summaries``' checks) and collects the body pointers, one
+        value's shape and collects the body pointers (``body_pointers``), one
         fills the rows. The summaries' loop and tuples were a tenth of a range with
         docs, and their tuples work for the cyclic collector."""
-        pointers = []
-        for doc_id, value in entries:
-            if (
-                (type(value) is not tuple and type(value) is not list)  # what msgpack decodes
-                or len(value) != 6
-                or type(value[WINNER]) is not str
-                or type(value[DELETED]) is not bool
-            ):
-                raise malformed_value(doc_id, value)
-            entry = value[WINNER_BODY]
-            if entry is None:
-                break  # a row without a body: the general path below
-            if type(entry) is not tuple or not 2 <= len(entry) <= 3:
-                raise malformed_value(doc_id, value)
-            pointers.append((entry[0], entry[1]))
-        if len(pointers) < len(entries):
+        pointers = body_pointers(entries)
+        if None in pointers:  # a row without a stored body: the general path
             self.fill_docs(rows, summaries(entries))
             return
-        read = self.file.read_sized(pointers)
+        read = self.file.read_sized(pointers)  # type: ignore[arg-type]  # no None: checked
         for row, (doc_id, value), body in zip(rows, entries, read, strict=True):
             entry = value[WINNER_BODY]
             if not value[DELETED] and type(body) is dict and len(entry) == 2:
