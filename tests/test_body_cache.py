@@ -205,3 +205,19 @@ def test_a_term_with_non_str_map_keys_reads_as_decode_payload_does(cached: bool)
         assert file.read_sized(pointers) == [odd, plain, odd]
         assert file.read_sized(pointers[:1]) == [decode_payload(encode_payload(odd))]
     file.close()
+
+
+def test_ranges_over_documents_with_attachments_are_served_by_the_cache(tmp_path: Any) -> None:
+    """A document with attachments has a three-field body entry; its body pointer is
+    still ``(pos, size)``, so a range with docs reads it through the fast path and the
+    cache (a size taken from the wrong field read the file every time, with the same
+    answer: found by mutation testing)."""
+    fs = CountingFileSystem()
+    stub = {"a.txt": {"content_type": "text/plain", "data": "aGk="}}
+    with _open(tmp_path, fs) as db:
+        db.bulk_docs([{**_doc(n), "_attachments": stub} for n in range(5)])
+        first = db.all_docs(include_docs=True)["rows"]
+        before = fs.preads
+        again = db.all_docs(include_docs=True)["rows"]
+        assert fs.preads == before
+    assert again == first and all(row["doc"]["_attachments"]["a.txt"]["stub"] for row in again)
