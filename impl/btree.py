@@ -639,18 +639,14 @@ class _Modify:
 
     def run(self) -> list[Any] | None:
         root = self.tree._root
-        red = _UNKNOWN
         if root is None:
-            is_kp, entries = False, self.modify_kv([], [], 0, len(self.keys))
+            is_kp, entries, red = False, self.modify_kv([], [], 0, len(self.keys)), _UNKNOWN
         else:
-            is_kp, old_keys, old_entries = self.node(root[0])
-            if is_kp:
-                changed = self.modify_kp(old_keys, old_entries, 0, len(self.keys), root[1])
-                entries, red = (None, red) if changed is None else changed
-            else:
-                entries = self.modify_kv(old_keys, old_entries, 0, len(self.keys))
-            if entries is None:
+            node = self.node(root[0])
+            changed = self.changed_entries(node, 0, len(self.keys), root[1])
+            if changed is None:
                 return root
+            is_kp, (entries, red) = node[0], changed
         if not entries:
             return None
         if is_kp and len(entries) == 1:
@@ -672,16 +668,23 @@ class _Modify:
     def modify_node(self, pos: int, lo: int, hi: int, red: Any) -> list[Entry] | None:
         """New kp entries replacing the subtree at ``pos`` (whose reduction its parent
         stores as ``red``); None if unchanged."""
-        is_kp, keys, entries = self.node(pos)
-        if is_kp:
-            changed = self.modify_kp(keys, entries, lo, hi, red)
-        else:
-            leaf = self.modify_kv(keys, entries, lo, hi)
-            changed = None if leaf is None else (leaf, _UNKNOWN)
+        node = self.node(pos)
+        changed = self.changed_entries(node, lo, hi, red)
         if changed is None:
             return None
         new, red = changed
-        return self.write(is_kp, new, red) if new else []
+        return self.write(node[0], new, red) if new else []
+
+    def changed_entries(
+        self, node: Node, lo: int, hi: int, red: Any
+    ) -> tuple[list[Entry], Any] | None:
+        """``node``'s entries after the actions ``lo:hi``, and their reduction when
+        it is derived (``modify_kp``), else ``_UNKNOWN``; None if unchanged."""
+        is_kp, keys, entries = node
+        if is_kp:
+            return self.modify_kp(keys, entries, lo, hi, red)
+        leaf = self.modify_kv(keys, entries, lo, hi)
+        return None if leaf is None else (leaf, _UNKNOWN)
 
     def modify_kp(
         self, keys: Sequence[Any], entries: Sequence[Entry], lo: int, hi: int, red: Any

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from settee.docinfo import DELETED, WINNER, Summary, summaries
+from settee.docinfo import DELETED, WINNER, Summary, body_pointers, summaries
 from settee.snapshot import DELETED_DOCS, Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
@@ -53,7 +53,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     try:
         rows = [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
     except (TypeError, IndexError, KeyError):  # crc held: a writer bug
-        summaries(entries)  # names the malformed value
+        body_pointers(entries)  # names the malformed value
         raise
     if query.include_docs:
         # Each shard's rows and entries, to read its bodies in one call: its entries

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -429,6 +430,19 @@ def test_reference_log_records_of_the_wrong_shape_are_corruption(
         settee.reference.open(str(path))
 
 
+def _reference_log_cuts(path: Path, start: int) -> Iterator[tuple[bool, Any]]:
+    """The reference database at ``path`` opened readonly with its log cut at every
+    offset from ``start`` to its end: ``(whether the log is whole, the database)``."""
+    log = path / "reference.log"
+    data = log.read_bytes()
+    for cut in range(start, len(data) + 1):
+        log.write_bytes(data[:cut])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the torn tail is reported, and ignored
+            db = settee.reference.open(str(path), readonly=True)
+        yield cut == len(data), db
+
+
 def test_reference_log_cut_inside_a_call_leaves_every_leaf_readable(tmp_path: Path) -> None:
     """Regression: a call that edited one document twice wrote a record per edit,
     each with the tree after the call; a cut between them left a leaf without its
@@ -439,16 +453,10 @@ def test_reference_log_cut_inside_a_call_leaves_every_leaf_readable(tmp_path: Pa
         start = (path / "reference.log").stat().st_size
         replicated = [{"_id": "a", "_rev": f"1-{h}", "v": h} for h in ("a", "b")]
         db.bulk_docs(replicated, new_edits=False)
-    log = path / "reference.log"
-    data = log.read_bytes()
-    for cut in range(start, len(data) + 1):
-        log.write_bytes(data[:cut])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the torn tail is reported, and ignored
-            db = settee.reference.open(str(path), readonly=True)
+    for whole, db in _reference_log_cuts(path, start):
         with db:
             assert db.get("z")["_id"] == "z"
-            if cut < len(data):  # the call's one record for "a" is cut: none of it stays
+            if not whole:  # the call's one record for "a" is cut: none of it stays
                 with pytest.raises(settee.NotFound):
                     db.get("a")
                 assert db.revs_diff({"a": ["1-a", "1-b"]}) == {"a": {"missing": ["1-a", "1-b"]}}
@@ -470,17 +478,11 @@ def test_reference_log_cut_inside_a_call_keeps_a_prefix_of_its_documents(
         db.put({"_id": "z"})
         start = (path / "reference.log").stat().st_size
         db.bulk_docs([{"_id": i, "v": i} for i in order])
-    log = path / "reference.log"
-    data = log.read_bytes()
     seen = set()
-    for cut in range(start, len(data) + 1):
-        log.write_bytes(data[:cut])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the torn tail is reported, and ignored
-            db = settee.reference.open(str(path), readonly=True)
+    for _, db in _reference_log_cuts(path, start):
         with db:
             rows = db.all_docs(keys=order)["rows"]
             kept = [row["key"] for row in rows if "error" not in row]
-        assert kept == order[: len(kept)], (cut, kept)
+        assert kept == order[: len(kept)], kept
         seen.add(len(kept))
     assert seen == set(range(len(order) + 1))
