@@ -210,26 +210,29 @@ class Snapshot:
         for row, summary in zip(rows, summaries, strict=True):
             self._fill_doc(row, summary, None if summary[3] is None else next(bodies))
 
-    def fill_entries(
-        self, rows: Sequence[dict[str, Any]], entries: Sequence[tuple[str, Sequence[Any]]]
-    ) -> None:
-        """``fill_docs(rows, summaries(entries))`` for ``(id, stored by_id value)``
-        entries (a range's rows), without a summary per row: one pass checks each
-        value's shape and collects the body pointers (``body_pointers``), one
-        fills the rows. The summaries' loop and tuples were a tenth of a range with
-        docs, and their tuples work for the cyclic collector."""
+    def entry_docs(self, entries: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """The winning documents of ``(id, stored by_id value)`` entries (a range's
+        rows), as ``fill_docs`` renders them, without a summary per row: one pass
+        checks each value's shape and collects the body pointers
+        (``body_pointers``), one renders. The summaries' loop and tuples were a
+        tenth of a range with docs, and their tuples work for the cyclic collector."""
         pointers = body_pointers(entries)
         if None in pointers:  # a row without a stored body: the general path
+            rows: list[dict[str, Any]] = [{} for _ in entries]
             self.fill_docs(rows, summaries(entries))
-            return
+            return [row["doc"] for row in rows]
         read = self.file.read_sized(pointers)  # type: ignore[arg-type]  # no None: checked
-        for row, (doc_id, value), body in zip(rows, entries, read, strict=True):
+        docs = []
+        for (doc_id, value), body in zip(entries, read, strict=True):
             entry = value[WINNER_BODY]
             if not value[DELETED] and type(body) is dict and len(entry) == 2:
                 # render_doc's answer for a live document without attachments, inline.
-                row["doc"] = {"_id": doc_id, "_rev": value[WINNER], **body}
+                docs.append({"_id": doc_id, "_rev": value[WINNER], **body})
             else:
+                row: dict[str, Any] = {}
                 self._fill_doc(row, (doc_id, value[WINNER], value[DELETED], entry), body)
+                docs.append(row["doc"])
+        return docs
 
     def _fill_doc(self, row: dict[str, Any], summary: Summary, body: Any) -> None:
         """``fill_docs`` for one row whose body (None when not stored) was read."""

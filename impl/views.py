@@ -9,6 +9,7 @@ leaf's worth of rows at a time instead of a row (``_first_live``).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import operator
@@ -50,23 +51,33 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
     entries, read = _first_live(snaps, query, stop)
     entries = entries[first:stop]
+    docs: dict[str, Any] = {}
+    if query.include_docs and entries:
+        # Each shard's bodies in one call, for the entries it read that made the cut:
+        # ids are unique across shards, so those lie between the cut's first and last
+        # id, one slice of what the shard read (found in C by bisect, ascending).
+        for index, got in enumerate(read):
+            mine = _made_the_cut(got, entries, query.descending)
+            if mine:
+                docs.update(zip(map(_by_id, mine), snaps[index].entry_docs(mine), strict=True))
     try:
-        rows = [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
+        if query.include_docs:
+            return [
+                {"id": k, "key": k, "value": {"rev": v[WINNER]}, "doc": docs[k]} for k, v in entries
+            ]
+        return [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
     except (TypeError, IndexError, KeyError):  # crc held: a writer bug
         body_pointers(entries)  # names the malformed value
         raise
-    if query.include_docs:
-        # Each shard's rows and entries, to read its bodies in one call: its entries
-        # are those it read that made the cut (ids are unique across shards), its rows
-        # looked up by id in C (a Python loop per row grouping them was a tenth of a
-        # range with docs).
-        row_of = dict(zip(map(_by_id, entries), rows, strict=True))
-        for index, got in enumerate(read):
-            mine = [e for e in got if e[0] in row_of]
-            if mine:
-                shard_rows = list(map(row_of.__getitem__, map(_by_id, mine)))
-                snaps[index].fill_entries(shard_rows, mine)
-    return rows
+
+
+def _made_the_cut(got: list[_Entry], cut: list[_Entry], descending: bool) -> list[_Entry]:
+    """The entries of ``got`` (one shard's, in fold order) that are in ``cut``."""
+    if descending:
+        ids = set(map(_by_id, cut))
+        return [e for e in got if e[0] in ids]
+    lo = bisect.bisect_left(got, cut[0][0], key=_by_id)
+    return got[lo : bisect.bisect_right(got, cut[-1][0], lo, key=_by_id)]
 
 
 # A by_id entry as a leaf holds it: (id, by_id value).
