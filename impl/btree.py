@@ -284,11 +284,15 @@ class BTree:
             # out until then because a dropped batch's positions get reused.
             self._pending = None
             self._cache.put_many(pending)
-        node = self._cache.get(pos)
-        if node is None:
-            raw, size = self._store.read_node(pos)
-            node = decode_node(raw, self._path, pos)
-            self._cache.put(pos, node, size)
+        cache = self._cache
+        # ClockCache.get, inline (its two C calls): every descent and walk comes here.
+        cached = cache._entries.get(pos)
+        if cached is not None:
+            cache._referenced.add(pos)
+            return cached[0]  # type: ignore[no-any-return]
+        raw, size = self._store.read_node(pos)
+        node = decode_node(raw, self._path, pos)
+        cache.put(pos, node, size)
         return node
 
     def depth(self) -> int:
