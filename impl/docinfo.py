@@ -398,7 +398,9 @@ def apply_edit(
         atts = resolve(doc.id, doc.attachments, previous, position, new_edits=False)
         tree, added = revtree.merge_path(tree, list(doc.revisions), doc.deleted)
         rev = doc.revisions[0] if added else None
-    if revs_limit:
+    if revs_limit and len(tree) > revs_limit:
+        # A tree of at most revs_limit revisions is its own stem (spec.revtree.stem's
+        # contract): nearly every edit, whose tree a stem call would only copy.
         tree = revtree.stem(tree, revs_limit)
     return Edit(rev, tree, atts)
 

@@ -231,12 +231,13 @@ def new_rev_encoded(
     # crosshair: off
     # msgpack, as above; tests/test_spec.py checks it against packing the whole array.
     if parent is None:
-        parent_pos, parent_hash = 0, ""
+        # A first revision's head fields are one of two constants.
+        head = _ROOT_HEADS[bool(deleted)]
     else:
         parent_pos, parent_hash = parse_rev(parent)
-    # The three head fields packed as one fixarray of 3, its header byte swapped
-    # for the digested array's: one packb per revision, not one per field.
-    head = msgpack.packb([bool(deleted), parent_pos, parent_hash], use_bin_type=True)
+        # The three head fields packed as one fixarray of 3, its header byte swapped
+        # for the digested array's: one packb per revision, not one per field.
+        head = msgpack.packb([bool(deleted), parent_pos, parent_hash], use_bin_type=True)
     digest = hashlib.md5(_ARRAY_HEADERS[bool(attachments)] + head[1:])
     digest.update(encoded_body)
     if attachments:
@@ -246,3 +247,5 @@ def new_rev_encoded(
 
 # msgpack fixarray headers of the digested array: 4 elements, or 5 with attachments.
 _ARRAY_HEADERS = {False: b"\x94", True: b"\x95"}
+# [deleted, 0, ""] packed, by deleted: the head of every first revision.
+_ROOT_HEADS = {d: msgpack.packb([d, 0, ""], use_bin_type=True) for d in (False, True)}

@@ -235,6 +235,7 @@ def stem(tree: RevTree, limit: int) -> RevTree:
     post: set(leaves(__return__)) == set(leaves(tree))
     post: all(any(r in path_to_root(tree, x)[:limit] for x in leaves(tree)) for r in __return__)
     post: all(r in __return__ for r in leaves(tree) for r in path_to_root(tree, r)[:limit])
+    post: len(tree) > limit or __return__ == tree
     """
     keep: set[str] = set()
     for leaf in leaves(tree):
