@@ -2,9 +2,13 @@
 
 ``python -m bench.micro [N] [workload ...]`` loads N documents (default 20,000)
 into settee (4 shards, fsync on) and into sqlite3 (WAL, synchronous=FULL), then
-times each workload on one thread, best of three 0.5 s loops, and prints µs per
-call and sqlite3 ÷ settee time (settee's share of sqlite3's speed, as the bench's
-peer ratios). Seconds, not minutes: for trying a change, not for the README (which
+times each workload on one thread in five rounds of 0.4 s loops (1 s for
+inserts), the two stores alternating and each round starting with the other
+one, and prints each store's median µs per call and sqlite3 ÷ settee time
+(settee's share of sqlite3's speed). Medians, as ``settee bench`` measures its
+peer ratios, not best loops: settee's loops vary more than sqlite3's from one to
+the next, so a best-of-three ratio read several points above the full run's
+median one. Seconds, not minutes: for trying a change, not for the README (which
 takes its numbers from ``settee bench``). Workloads: get, multiget, multiget_docs,
 range, range_docs, insert. ``--no-fsync`` opens both without syncing (settee
 ``fsync=False``, sqlite3 ``synchronous=OFF``): the insert ratio is then CPU
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +34,7 @@ from bench.stores import DocStore, SetteeStore, SqliteStore, doc_id, load_settee
 __all__ = ["main"]
 
 _WORKLOADS = ("get", "multiget", "multiget_docs", "range", "range_docs", "insert")
+_ROUNDS = 5
 
 
 def _per_call_us(step: Callable[[], object], seconds: float) -> float:
@@ -81,16 +87,14 @@ def main(argv: list[str]) -> int:
         # earlier one stored timed settee's conflict answers (twice as fast), not inserts.
         next_ids = {ours.name: [docs], theirs.name: [docs]}
         for name in wanted:
-            seconds = 1.0 if name == "insert" else 0.5
-            a, b = (
-                min(
-                    _per_call_us(
-                        _step(name, store, docs, random.Random(1), next_ids[store.name]), seconds
-                    )
-                    for _ in range(3)
-                )
-                for store in (ours, theirs)
-            )
+            seconds = 1.0 if name == "insert" else 0.4
+            loops: dict[str, list[float]] = {ours.name: [], theirs.name: []}
+            for round_ in range(_ROUNDS):
+                order = (ours, theirs) if round_ % 2 == 0 else (theirs, ours)
+                for store in order:
+                    step = _step(name, store, docs, random.Random(round_), next_ids[store.name])
+                    loops[store.name].append(_per_call_us(step, seconds))
+            a, b = statistics.median(loops[ours.name]), statistics.median(loops[theirs.name])
             print(
                 f"{name:14s} settee {a:9.1f} µs  sqlite3 {b:9.1f} µs  settee/sqlite3 {b / a:5.2f}"
             )
