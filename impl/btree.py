@@ -100,7 +100,9 @@ class TermBatch(Protocol):
     def add(self, obj: Any) -> int: ...
 
 
-def decode_node(raw: Any, path: str, pos: int) -> Node:
+def decode_node(
+    raw: Any, path: str, pos: int, first_invalid: Callable[[Sequence[Entry]], int] | None = None
+) -> Node:
     """Turn a stored node term into ``(is_kp, keys, entries)``.
 
     Raises CorruptionError when the term is not a node: a checksummed frame can
@@ -108,7 +110,9 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     checked here, once per node read, so that no walk meets a short entry (a raw
     IndexError) or a child at or after its parent: children are appended before
     their parent (FORMAT.md), and a pointer that is not below its node is a loop
-    a descent would never leave.
+    a descent would never leave. ``first_invalid``, when given, names the index of
+    a leaf's first entry whose value its readers could not index unchecked (-1:
+    none), and such a leaf is CorruptionError.
     """
     try:
         kind, entries = raw
@@ -118,6 +122,11 @@ def decode_node(raw: Any, path: str, pos: int) -> Node:
     if kind == KV_NODE:
         if any(len(e) != 2 for e in entries):
             raise CorruptionError(path, pos, "a leaf entry is not [key, value]")
+        if first_invalid is not None and (bad := first_invalid(entries)) >= 0:
+            key, value = entries[bad]
+            shown = repr(value)
+            shown = shown if len(shown) <= 200 else shown[:200] + "..."
+            raise CorruptionError(path, pos, f"the value of {key!r} is malformed: {shown}")
         return False, keys, entries
     if kind == KP_NODE:
         for e in entries:
@@ -200,6 +209,7 @@ class BTree:
     __slots__ = (
         "_cache",
         "_difference",
+        "_first_invalid",
         "_path",
         "_pending",
         "_reduce",
@@ -219,6 +229,7 @@ class BTree:
         difference: Difference | None = None,
         cache: NodeCache | None = None,
         node_bytes: int = MAX_NODE_BYTES,
+        first_invalid: Callable[[Sequence[Entry]], int] | None = None,
     ) -> None:
         if node_bytes <= _NODE_OVERHEAD:
             raise ValueError(f"node_bytes must exceed {_NODE_OVERHEAD}, got {node_bytes}")
@@ -233,6 +244,10 @@ class BTree:
         self._pending: dict[int, tuple[Node, int]] | None = None
         self._path = str(getattr(store, "path", "<memory>"))
         self.node_bytes = node_bytes
+        # Checks every leaf read from the store (decode_node), so that readers index
+        # stored values without checking each one on every read. Leaves this
+        # process's modify wrote are not checked: their values are the caller's.
+        self._first_invalid = first_invalid
 
     # -- accessors -----------------------------------------------------------
 
@@ -270,6 +285,7 @@ class BTree:
             difference=self._difference,
             cache=self._cache,
             node_bytes=self.node_bytes,
+            first_invalid=self._first_invalid,
         )
         tree._pending = pending or None
         return tree
@@ -291,7 +307,7 @@ class BTree:
             cache._referenced.add(pos)
             return cached[0]  # type: ignore[no-any-return]
         raw, size = self._store.read_node(pos)
-        node = decode_node(raw, self._path, pos)
+        node = decode_node(raw, self._path, pos, self._first_invalid)
         cache.put(pos, node, size)
         return node
 

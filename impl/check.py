@@ -107,7 +107,7 @@ def check_shard(
         header = file.header
         snap = Snapshot(
             file,
-            by_id_tree(file, header.by_id, cache),
+            by_id_tree(file, header.by_id, cache, checked=False),
             by_seq_tree(file, header.by_seq, cache),
             header.seq,
         )

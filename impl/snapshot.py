@@ -26,8 +26,8 @@ from settee.docinfo import (
     Summary,
     attachments_of,
     body_pointers,
+    first_malformed,
     summaries,
-    summary_fields,
 )
 from settee.file import ShardFile
 from settee.spec.attachments import Stored, render
@@ -86,9 +86,17 @@ def _rereduce_by_seq(reds: list[int]) -> int:
 
 
 def by_id_tree(
-    file: ShardFile, root: Any, cache: NodeCache, node_bytes: int = MAX_NODE_BYTES
+    file: ShardFile,
+    root: Any,
+    cache: NodeCache,
+    node_bytes: int = MAX_NODE_BYTES,
+    *,
+    checked: bool = True,
 ) -> BTree:
-    """The ``by_id`` tree (doc id -> DocInfo value) rooted at ``root``."""
+    """The ``by_id`` tree (doc id -> DocInfo value) rooted at ``root``. Every leaf it
+    reads from the file has its values checked (``docinfo.first_malformed``):
+    readers index them unchecked. ``checked=False`` reads them as they are, for
+    ``settee check``, which reports each malformed value by its document."""
     return BTree(
         file,
         root,
@@ -97,6 +105,7 @@ def by_id_tree(
         difference=_difference_by_id,
         cache=cache,
         node_bytes=node_bytes,
+        first_invalid=first_malformed if checked else None,
     )
 
 
@@ -151,10 +160,11 @@ class Snapshot:
         value = self.by_id.get(doc_id)
         if value is None:
             return None
-        _, deleted, winner, _, _, entry = summary_fields(doc_id, value)
-        if deleted or entry is None:
+        # The by_id tree checked the value's fields when it read its leaf.
+        entry = value[WINNER_BODY]
+        if value[DELETED] or entry is None:
             return None
-        return self.winner_doc((doc_id, winner, False, entry))
+        return self.winner_doc((doc_id, value[WINNER], False, entry))
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:
         """DocInfos of the ids that exist, one walk per id (``BTree.get`` inlines its
@@ -191,7 +201,8 @@ class Snapshot:
         """Set each row's ``doc`` to the winning revision its summary names, as
         ``_all_docs`` rows and a plain ``Database.get`` render it: its body (empty
         when not stored) and attachment stubs. Everything comes from the by_id
-        value's clear fields (``docinfo.summaries`` checked their shape), trusted as
+        value's clear fields (their types checked when the by_id tree read their
+        leaf, ``docinfo.first_malformed``), trusted as
         FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
@@ -213,9 +224,9 @@ class Snapshot:
     def entry_docs(self, entries: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """The winning documents of ``(id, stored by_id value)`` entries (a range's
         rows), as ``fill_docs`` renders them, without a summary per row: one pass
-        checks each value's shape and collects the body pointers
-        (``body_pointers``), one renders. The summaries' loop and tuples were a
-        tenth of a range with docs, and their tuples work for the cyclic collector."""
+        collects the body pointers (``body_pointers``), one renders. The summaries'
+        loop and tuples were a tenth of a range with docs, and their tuples work
+        for the cyclic collector."""
         pointers = body_pointers(entries)
         if None in pointers:  # a row without a stored body: the general path
             rows: list[dict[str, Any]] = [{} for _ in entries]

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from settee.docinfo import DELETED, WINNER, Summary, body_pointers, summaries
+from settee.docinfo import DELETED, WINNER, Summary, require_well_formed, summaries
 from settee.snapshot import DELETED_DOCS, Snapshot
 from settee.spec import revtree
 from settee.spec.arguments import AllDocsArgs
@@ -67,7 +67,7 @@ def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any
             ]
         return [{"id": k, "key": k, "value": {"rev": v[WINNER]}} for k, v in entries]
     except (TypeError, IndexError, KeyError):  # crc held: a writer bug
-        body_pointers(entries)  # names the malformed value
+        require_well_formed(entries)  # names the malformed value
         raise
 
 

@@ -877,6 +877,52 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
         assert {"multiget with docs", "range with docs"} <= refused, (forgery, refused)
 
 
+def _shape_forgeries() -> list[str]:
+    """The forgeries of _MALFORMED_VALUES that change a by_id value's shape or types
+    (which the by_id tree checks when it reads a leaf), as opposed to what the
+    fields say (a revisions blob, attachment records), which reads check."""
+    honest = (7, False, "1-" + "a" * 32, 10, b"\x92\x80\x80", (4100, 10))
+    assert settee.docinfo.well_formed_value(honest)
+    return sorted(
+        name
+        for name, forge in _MALFORMED_VALUES.items()
+        if not settee.docinfo.well_formed_value(forge(honest))
+    )
+
+
+@pytest.mark.parametrize("forgery", _shape_forgeries())
+def test_a_leaf_holding_a_malformed_value_is_refused_whole(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, forgery: str
+) -> None:
+    """FORMAT.md "malformed_by_id_value": the by_id tree checks a leaf's values once,
+    when it reads the leaf from the file, and readers index them unchecked after;
+    so every read that needs the leaf is CorruptionError, as when its crc fails
+    (a read of an honest document in it too), and ``settee check`` names the
+    document."""
+    path = str(tmp_path / "db")
+    honest = settee.docinfo.DocInfo.to_value
+    with settee.open(path, shards=1) as db:
+        db.put({"_id": "before", "a": 0})
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            settee.docinfo.DocInfo,
+            "to_value",
+            lambda self: _MALFORMED_VALUES[forgery](honest(self)),
+        )
+        with settee.open(path, shards=1) as db:
+            db.put({"_id": "doc", "a": 1})
+    assert any("'doc'" in p for p in check_database(path)), forgery
+    with settee.open(path) as db:
+        for read in (
+            lambda: db.get("before"),
+            lambda: db.all_docs(keys=["before"]),
+            lambda: db.all_docs(),
+            lambda: db.all_docs(include_docs=True, descending=True),
+        ):
+            with pytest.raises(settee.CorruptionError, match="'doc' is malformed"):
+                read()
+
+
 @pytest.mark.parametrize("reduction", [None, "xy", (1,), {0: 1}])
 def test_a_malformed_stored_reduction_is_never_a_raw_error(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, reduction: Any
