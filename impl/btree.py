@@ -325,32 +325,45 @@ class BTree:
     # -- point reads -----------------------------------------------------------
 
     def get(self, key: Key) -> Any:
-        """The value stored under ``key``, or None. Reads at most depth nodes.
+        """The value stored under ``key``, or None. Reads at most depth nodes."""
+        return self.get_many((key,))[0]
+
+    def get_many(self, wanted: Sequence[Key]) -> list[Any]:
+        """``get`` of each key, in the order given: one descent per key, nodes read
+        at most once per level (a 100-key multiget's keys share few nodes below
+        the root; ``lookup``'s shared descent measured slower for them).
 
         The cache hit is inlined (``NodeCache.get``'s two C calls): a point read
         visits depth nodes, nearly always cached, and the two Python calls per
-        level cost more than the bisect and the dict lookups together."""
+        level cost more than the bisect and the dict lookups together; so is the
+        loop over the keys (a call per key was a tenth of a multiget)."""
         if self._root is None:
-            return None
+            return [None] * len(wanted)
         if self._pending is not None:
             self.node(self._root[0])  # admits the written batch to the cache
         cache = self._cache
         nodes = cache._entries
         refer = cache._referenced.add
-        pos = self._root[0]
-        while True:
-            cached = nodes.get(pos)
-            if cached is None:
-                is_kp, keys, entries = self.node(pos)
-            else:
-                refer(pos)
-                is_kp, keys, entries = cached[0]
-            i = bisect_left(keys, key)
-            if i == len(keys):
-                return None
-            if not is_kp:
-                return entries[i][1] if keys[i] == key else None
-            pos = entries[i][1]
+        root = self._root[0]
+        found = []
+        for key in wanted:
+            pos = root
+            while True:
+                cached = nodes.get(pos)
+                if cached is None:
+                    is_kp, keys, entries = self.node(pos)
+                else:
+                    refer(pos)
+                    is_kp, keys, entries = cached[0]
+                i = bisect_left(keys, key)
+                if i == len(keys):
+                    found.append(None)
+                    break
+                if not is_kp:
+                    found.append(entries[i][1] if keys[i] == key else None)
+                    break
+                pos = entries[i][1]
+        return found
 
     def lookup(self, keys: Iterable[Key]) -> list[Any]:
         """Values for ``keys`` (None where absent), in the order given.

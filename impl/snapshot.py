@@ -167,16 +167,13 @@ class Snapshot:
         return self.winner_doc((doc_id, value[WINNER], False, entry))
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:
-        """DocInfos of the ids that exist, one walk per id (``BTree.get`` inlines its
-        cache hits; ``BTree.lookup``'s shared descent measured slower for scattered
-        ids)."""
-        get = self.by_id.get
-        found = {}
-        for doc_id in doc_ids:
-            value = get(doc_id)
-            if value is not None:
-                found[doc_id] = DocInfo.from_value(doc_id, value)
-        return found
+        """DocInfos of the ids that exist (``BTree.get_many``)."""
+        values = self.by_id.get_many(doc_ids)
+        return {
+            doc_id: DocInfo.from_value(doc_id, value)
+            for doc_id, value in zip(doc_ids, values, strict=True)
+            if value is not None
+        }
 
     def body(self, info: DocInfo, rev: str) -> dict[str, Any] | None:
         """The stored body of ``rev``, or None when it is not stored."""

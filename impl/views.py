@@ -170,8 +170,8 @@ def _key_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]
     # cost a third of a 100-key multiget.
     found: dict[str, tuple[int, Summary]] = {}
     for index, ids in wanted.items():
-        get = snaps[index].by_id.get
-        stored = [(doc_id, got) for doc_id in ids if (got := get(doc_id)) is not None]
+        got = snaps[index].by_id.get_many(ids)
+        stored = [(k, value) for k, value in zip(ids, got, strict=True) if value is not None]
         for known in summaries(stored):
             found[known[0]] = (index, known)
     rows = []

@@ -229,6 +229,11 @@ class BTreeMachine(RuleBasedStateMachine):
         keys = self.some_keys(data)
         assert self.tree.lookup(keys) == [self.model.get(k) for k in keys]
 
+    @rule(data=st.data())
+    def get_many(self, data: st.DataObject) -> None:
+        keys = self.some_keys(data)  # unsorted, repeats and absent keys among them
+        assert self.tree.get_many(keys) == [self.model.get(k) for k in keys]
+
     @rule(data=st.data(), descending=st.booleans(), inclusive_end=st.booleans())
     def fold(self, data: st.DataObject, descending: bool, inclusive_end: bool) -> None:
         start, end = (data.draw(st.none() | self.keys) for _ in range(2))
