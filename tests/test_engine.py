@@ -833,16 +833,12 @@ _MALFORMED_VALUES: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
 }
 
 
-@pytest.mark.parametrize("forgery", sorted(_MALFORMED_VALUES))
-def test_every_read_of_a_malformed_stored_value_is_corruption(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, forgery: str
-) -> None:
-    """``settee check`` reports the value, and a read that needs it answers
-    CorruptionError; a read that does not may answer."""
-    path = str(tmp_path / "db")
+def _with_forged_value(path: str, monkeypatch: pytest.MonkeyPatch, forgery: str) -> str:
+    """A one-shard database at ``path`` whose document "doc" was stored with the
+    by_id value ``forgery`` makes of its honest one, after an honest "before" in
+    the same leaf (a range reads both in one batch); ``settee check`` names it."""
     honest = settee.docinfo.DocInfo.to_value
     with settee.open(path, shards=1) as db:
-        # An honest row before the forged one: a range reads both in one batch.
         db.put({"_id": "before", "a": 0})
     with monkeypatch.context() as patched:
         patched.setattr(
@@ -853,6 +849,16 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
         with settee.open(path, shards=1) as db:
             db.put({"_id": "doc", "a": 1})
     assert any("'doc'" in p for p in check_database(path)), forgery
+    return path
+
+
+@pytest.mark.parametrize("forgery", sorted(_MALFORMED_VALUES))
+def test_every_read_of_a_malformed_stored_value_is_corruption(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, forgery: str
+) -> None:
+    """``settee check`` reports the value, and a read that needs it answers
+    CorruptionError; a read that does not may answer."""
+    path = _with_forged_value(str(tmp_path / "db"), monkeypatch, forgery)
     reads: dict[str, Callable[[Any], Any]] = {
         "get": lambda db: db.get("doc"),
         "get with revs and conflicts": lambda db: db.get("doc", revs=True, conflicts=True),
@@ -899,19 +905,7 @@ def test_a_leaf_holding_a_malformed_value_is_refused_whole(
     so every read that needs the leaf is CorruptionError, as when its crc fails
     (a read of an honest document in it too), and ``settee check`` names the
     document."""
-    path = str(tmp_path / "db")
-    honest = settee.docinfo.DocInfo.to_value
-    with settee.open(path, shards=1) as db:
-        db.put({"_id": "before", "a": 0})
-    with monkeypatch.context() as patched:
-        patched.setattr(
-            settee.docinfo.DocInfo,
-            "to_value",
-            lambda self: _MALFORMED_VALUES[forgery](honest(self)),
-        )
-        with settee.open(path, shards=1) as db:
-            db.put({"_id": "doc", "a": 1})
-    assert any("'doc'" in p for p in check_database(path)), forgery
+    path = _with_forged_value(str(tmp_path / "db"), monkeypatch, forgery)
     with settee.open(path) as db:
         for read in (
             lambda: db.get("before"),
