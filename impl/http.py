@@ -99,7 +99,7 @@ from settee.spec.attachments import check_atts_since, chunked, validate_attachme
 from settee.spec.config import OPTIONS, validate_options
 from settee.spec.docs import ValidDoc, validate_doc
 from settee.spec.errors import BadRequest, NotFound, SetteeError
-from settee.spec.values import describe
+from settee.spec.values import describe, is_sequence, plain_items
 
 __all__ = ["DEFAULT_URL", "MARKER", "URL_ENV", "Database", "cleanup", "database_name", "open"]
 
@@ -271,10 +271,15 @@ class Database:
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """``POST /db/_bulk_docs``; one result per doc (only errors with new_edits=False)."""
         self._check_open()
-        if not isinstance(docs, list | tuple):
+        # Judged and read as the engine does (``is_sequence``, ``plain_items``): an
+        # object claiming list through __class__, or a list whose __iter__ raises,
+        # was a raw TypeError or RuntimeError here (found by settee verify).
+        if not is_sequence(docs):
             raise BadRequest(f"docs must be a list of documents, not {type(docs).__name__}")
         check_bool("new_edits", new_edits)
-        valid = [self._validate(doc, new_edits=new_edits, generate_id=True) for doc in docs]
+        valid = [
+            self._validate(doc, new_edits=new_edits, generate_id=True) for doc in plain_items(docs)
+        ]
         wire = [httpwire.wire_doc(v, new_edits=new_edits, with_id=True) for v in valid]
         body = {"docs": wire, "new_edits": new_edits}
         answer = self._call("POST", "/_bulk_docs", body)
