@@ -870,10 +870,11 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
         "revs_diff": lambda db: db.revs_diff({"doc": ["1-" + "a" * 32]}),
     }
     refused = set()
+    answers = {}
     with settee.open(path) as db:
         for name, read in reads.items():
             try:
-                read(db)
+                answers[name] = read(db)
             except settee.CorruptionError:
                 refused.add(name)
             except Exception as exc:  # what this test is about: a raw error
@@ -881,6 +882,43 @@ def test_every_read_of_a_malformed_stored_value_is_corruption(
     # The winner's body entry is read the same way by every read with docs.
     if "get" in refused and ("body" in forgery or "attachment" in forgery):
         assert {"multiget with docs", "range with docs"} <= refused, (forgery, refused)
+    # A read that answers answers the honest document rightly, whatever path its
+    # neighbour's value sent the read down (found by mutation testing: the general
+    # path of a range with docs could swap or empty the rows' documents).
+    if "range with docs" in answers:
+        [before] = [r["doc"] for r in answers["range with docs"]["rows"] if r["id"] == "before"]
+        assert before["_id"] == "before" and before["a"] == 0, (forgery, before)
+
+
+def test_a_body_that_is_not_a_map_is_corruption_for_every_read_with_docs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored body whose crc holds but which is not a map (a writer bug) is
+    CorruptionError for every read that returns it, never a raw error (found by
+    mutation testing: a range with docs that did not check the type spread the
+    list into the document, a raw TypeError)."""
+    path = str(tmp_path / "db")
+    honest = settee.shard._Group.write_trees
+
+    def forged(group: Any, batch: Any) -> Any:
+        for key in group.bodies:
+            group.bodies[key] = settee.spec.format.encode_payload([1, 2])
+        return honest(group, batch)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(settee.shard._Group, "write_trees", forged)
+        with settee.open(path, shards=1) as db:
+            db.bulk_docs([{"_id": "doc", "a": 1}, {"_id": "other", "a": 2}])
+    with settee.open(path) as db:
+        for read in (
+            lambda: db.get("doc"),
+            lambda: db.all_docs(keys=["doc"], include_docs=True),
+            lambda: db.all_docs(include_docs=True),
+            lambda: db.all_docs(include_docs=True, descending=True),
+            lambda: db.changes(include_docs=True),
+        ):
+            with pytest.raises(settee.CorruptionError, match="not a map"):
+                read()
 
 
 def _shape_forgeries() -> list[str]:
