@@ -345,7 +345,7 @@ class BTree:
         nodes = cache._entries
         refer = cache._referenced.add
         root = self._root[0]
-        found = []
+        found: list[Any] = []
         for key in wanted:
             pos = root
             while True:

@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import settee
+from settee.btree import NodeCache
 from settee.file import (
     COALESCE_BYTES,
     READ_AHEAD,
@@ -33,6 +34,7 @@ from settee.file import (
     TornTailWarning,
 )
 from settee.io import CountingFileSystem, MemoryFileSystem, OsFileSystem
+from settee.snapshot import by_id_tree
 from settee.spec import format as fmt
 from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import ShardHeader, as_root
@@ -696,6 +698,24 @@ def test_damage_undecodable_payload(memfs: MemoryFileSystem) -> None:
         shard.write_header(hdr(1))
         with pytest.raises(CorruptionError, match="undecodable"):
             shard.read_term(pos)
+
+
+def test_damage_malformed_by_id_value(memfs: MemoryFileSystem) -> None:
+    """A by_id leaf holding a value that is not six fields of their types: every read
+    of the leaf from the file is CorruptionError naming the document (an honest
+    neighbour's read too); ``settee check``'s unchecked tree reads it as stored."""
+    honest = (1, False, "1-" + "a" * 32, 3, b"\x92\x80\x80", (4100, 3))
+    with ShardFile.open(memfs, PATH, create=True) as shard:
+        batch = shard.new_batch()
+        written = by_id_tree(shard, None, NodeCache()).modify(
+            batch, [("a", honest), ("b", honest[:5])], []
+        )
+        shard.write_batch(batch)
+        shard.write_header(replace(hdr(1), by_id=as_root(written.root)))
+        with pytest.raises(CorruptionError, match="'b' is malformed"):
+            by_id_tree(shard, written.root, NodeCache()).get("a")
+        unchecked = by_id_tree(shard, written.root, NodeCache(), checked=False)
+        assert unchecked.get_many(["a", "b"]) == [honest, honest[:5]]
 
 
 # -- FORMAT.md matches the bytes ----------------------------------------------------------------
