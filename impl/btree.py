@@ -47,6 +47,7 @@ __all__ = [
     "KV_NODE",
     "MAX_NODE_BYTES",
     "BTree",
+    "CheckLeaf",
     "Difference",
     "Entry",
     "Key",
@@ -77,6 +78,8 @@ _Leaf = tuple[Sequence[Any], Sequence[Entry], int, Any]
 Reduce = Callable[[Sequence[Sequence[Any]]], Any]
 Rereduce = Callable[[list[Any]], Any]
 Difference = Callable[[Any, Any], Any]
+#: Raises CorruptionError for a leaf's entries read at (path, pos) that readers cannot use.
+CheckLeaf = Callable[[Sequence[Entry], str, int], None]
 
 #: A reduction ``_Modify`` has not derived (reductions may be any value, None too).
 _UNKNOWN: Any = object()
@@ -100,9 +103,7 @@ class TermBatch(Protocol):
     def add(self, obj: Any) -> int: ...
 
 
-def decode_node(
-    raw: Any, path: str, pos: int, first_invalid: Callable[[Sequence[Entry]], int] | None = None
-) -> Node:
+def decode_node(raw: Any, path: str, pos: int, check_leaf: CheckLeaf | None = None) -> Node:
     """Turn a stored node term into ``(is_kp, keys, entries)``.
 
     Raises CorruptionError when the term is not a node: a checksummed frame can
@@ -110,9 +111,9 @@ def decode_node(
     checked here, once per node read, so that no walk meets a short entry (a raw
     IndexError) or a child at or after its parent: children are appended before
     their parent (FORMAT.md), and a pointer that is not below its node is a loop
-    a descent would never leave. ``first_invalid``, when given, names the index of
-    a leaf's first entry whose value its readers could not index unchecked (-1:
-    none), and such a leaf is CorruptionError.
+    a descent would never leave. ``check_leaf(entries, path, pos)``, when given,
+    raises CorruptionError for a leaf whose values its readers could not index
+    unchecked.
     """
     try:
         kind, entries = raw
@@ -122,11 +123,8 @@ def decode_node(
     if kind == KV_NODE:
         if any(len(e) != 2 for e in entries):
             raise CorruptionError(path, pos, "a leaf entry is not [key, value]")
-        if first_invalid is not None and (bad := first_invalid(entries)) >= 0:
-            key, value = entries[bad]
-            shown = repr(value)
-            shown = shown if len(shown) <= 200 else shown[:200] + "..."
-            raise CorruptionError(path, pos, f"the value of {key!r} is malformed: {shown}")
+        if check_leaf is not None:
+            check_leaf(entries, path, pos)
         return False, keys, entries
     if kind == KP_NODE:
         for e in entries:
@@ -208,8 +206,8 @@ class BTree:
 
     __slots__ = (
         "_cache",
+        "_check_leaf",
         "_difference",
-        "_first_invalid",
         "_path",
         "_pending",
         "_reduce",
@@ -229,7 +227,7 @@ class BTree:
         difference: Difference | None = None,
         cache: NodeCache | None = None,
         node_bytes: int = MAX_NODE_BYTES,
-        first_invalid: Callable[[Sequence[Entry]], int] | None = None,
+        check_leaf: CheckLeaf | None = None,
     ) -> None:
         if node_bytes <= _NODE_OVERHEAD:
             raise ValueError(f"node_bytes must exceed {_NODE_OVERHEAD}, got {node_bytes}")
@@ -247,7 +245,7 @@ class BTree:
         # Checks every leaf read from the store (decode_node), so that readers index
         # stored values without checking each one on every read. Leaves this
         # process's modify wrote are not checked: their values are the caller's.
-        self._first_invalid = first_invalid
+        self._check_leaf = check_leaf
 
     # -- accessors -----------------------------------------------------------
 
@@ -285,7 +283,7 @@ class BTree:
             difference=self._difference,
             cache=self._cache,
             node_bytes=self.node_bytes,
-            first_invalid=self._first_invalid,
+            check_leaf=self._check_leaf,
         )
         tree._pending = pending or None
         return tree
@@ -307,7 +305,7 @@ class BTree:
             cache._referenced.add(pos)
             return cached[0]  # type: ignore[no-any-return]
         raw, size = self._store.read_node(pos)
-        node = decode_node(raw, self._path, pos, self._first_invalid)
+        node = decode_node(raw, self._path, pos, self._check_leaf)
         cache.put(pos, node, size)
         return node
 

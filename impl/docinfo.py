@@ -36,6 +36,7 @@ __all__ = [
     "apply_edit",
     "attachments_of",
     "first_malformed",
+    "require_well_formed",
     "stored_size",
     "summaries",
     "well_formed_value",
@@ -61,7 +62,7 @@ def first_malformed(entries: Sequence[tuple[Any, Any]]) -> int:
     ``well_formed_value``, or -1.
 
     The by_id tree checks every leaf it reads from the file with this
-    (``BTree(first_invalid=...)``), once per read of the leaf (about 5 µs for a
+    (``BTree(check_leaf=require_well_formed)``), once per read of the leaf (about 5 µs for a
     4 KiB leaf, which costs 13 µs to read and decode); a leaf holding a
     malformed value is CorruptionError for every read that needs the leaf, as
     a leaf whose crc fails is (a malformed value behind a good crc is a writer
@@ -88,12 +89,14 @@ def first_malformed(entries: Sequence[tuple[Any, Any]]) -> int:
     return -1
 
 
-def require_well_formed(entries: Sequence[tuple[str, Any]]) -> None:
+def require_well_formed(
+    entries: Sequence[tuple[str, Any]], path: str = "<by_id value>", pos: int = 0
+) -> None:
     """CorruptionError naming the first ``(id, stored by_id value)`` whose value is
-    not ``well_formed_value``: for the paths that meet one anyway."""
+    not ``well_formed_value``, at ``path`` and ``pos`` when the leaf's are known."""
     index = first_malformed(entries)
     if index >= 0:
-        raise malformed_value(*entries[index])
+        raise malformed_value(*entries[index], path, pos)
 
 
 def summaries(entries: Sequence[tuple[str, Sequence[Any]]]) -> list[Summary]:
@@ -118,13 +121,15 @@ def summary_fields(doc_id: str, value: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def malformed_value(doc_id: str, value: Any) -> CorruptionError:
-    """The error for a by_id value whose fields are not what FORMAT.md says."""
-    # The value does not know its file; the node that held it passed its crc check.
+def malformed_value(
+    doc_id: str, value: Any, path: str = "<by_id value>", pos: int = 0
+) -> CorruptionError:
+    """The error for a by_id value whose fields are not what FORMAT.md says; a value
+    alone does not know its file (the node that held it passed its crc check)."""
     shown = repr(value)
     if len(shown) > 200:
         shown = shown[:200] + "..."
-    return CorruptionError("<by_id value>", 0, f"by_id value of {doc_id!r} is malformed: {shown}")
+    return CorruptionError(path, pos, f"by_id value of {doc_id!r} is malformed: {shown}")
 
 
 class DocInfo:

@@ -26,7 +26,7 @@ from settee.docinfo import (
     Summary,
     attachments_of,
     body_pointers,
-    first_malformed,
+    require_well_formed,
     summaries,
 )
 from settee.file import ShardFile
@@ -94,7 +94,7 @@ def by_id_tree(
     checked: bool = True,
 ) -> BTree:
     """The ``by_id`` tree (doc id -> DocInfo value) rooted at ``root``. Every leaf it
-    reads from the file has its values checked (``docinfo.first_malformed``):
+    reads from the file has its values checked (``docinfo.require_well_formed``):
     readers index them unchecked. ``checked=False`` reads them as they are, for
     ``settee check``, which reports each malformed value by its document."""
     return BTree(
@@ -105,7 +105,7 @@ def by_id_tree(
         difference=_difference_by_id,
         cache=cache,
         node_bytes=node_bytes,
-        first_invalid=first_malformed if checked else None,
+        check_leaf=require_well_formed if checked else None,
     )
 
 
@@ -199,7 +199,7 @@ class Snapshot:
         ``_all_docs`` rows and a plain ``Database.get`` render it: its body (empty
         when not stored) and attachment stubs. Everything comes from the by_id
         value's clear fields (their types checked when the by_id tree read their
-        leaf, ``docinfo.first_malformed``), trusted as
+        leaf, ``docinfo.require_well_formed``), trusted as
         FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
