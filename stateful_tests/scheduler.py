@@ -29,8 +29,9 @@ returns, before it takes the rest of its group, and a thread waiting for the
 scheduler's own lock (on its way to park) counts as running. Measured under
 load (two CPU hogs on two cores, each seeded scenario run twice with the
 same choices): two schedules in 1 of 700 scenarios, down from about 1 in
-100. When it happens Hypothesis reports ``FlakyStrategyDefinition`` while
-shrinking a failure (``settee verify`` keeps the first failing run's report).
+100. When it happens Hypothesis reports ``FlakyStrategyDefinition``: after a
+failure, ``settee verify`` keeps the first failing run's report; before any,
+``campaigns.run_interleavings`` starts the campaign again.
 
 Blocked is known exactly, not guessed from time: a profile hook on the
 controlled threads notes when one enters a C call that can block
@@ -57,6 +58,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -182,14 +184,12 @@ class Scheduler:
         self.active = True
         for t in clients:
             t.start()
-        wait = self.stall
         try:
             while True:
                 parked = self._settle()
                 if not parked:
                     if all(not t.is_alive() for t in clients):
                         return
-                    wait = 0.1  # the blocked clients will never run again
                     stuck = [t.name for t in clients if t.is_alive()]
                     self._fail(
                         f"a call never returned: {stuck} blocked, and every other controlled "
@@ -204,8 +204,19 @@ class Scheduler:
                     self._cond.notify_all()
         finally:
             self.release_all()
-            for t in clients:
-                t.join(wait)
+            self._wind_down(clients)
+
+    def _wind_down(self, clients: list[threading.Thread]) -> None:
+        """Let the released clients finish, but wait no longer once every thread still
+        alive is blocked: nothing will wake it (a mutant's request nobody answers, left
+        behind when a run fails or Hypothesis stops it mid-schedule; joining each for
+        ``stall`` seconds cost 10 s per such run)."""
+        deadline = time.monotonic() + self.stall
+        while any(t.is_alive() for t in clients) and time.monotonic() < deadline:
+            with self._cond:
+                if self._settled():
+                    return
+            time.sleep(0.0005)
 
     def _pick(self, parked: list[_Thread]) -> _Thread | None:
         """The parked thread to release, or None after deferring one (see ``DEFER_ODDS``)."""

@@ -205,3 +205,31 @@ def test_differing_draws_without_a_failed_run_are_not_a_finding(monkeypatch: Any
     monkeypatch.setattr(campaigns, "_capture", differing_draws)
     summary = campaigns.run_interleavings("settee:open", max_examples=1, seed=0)
     assert summary.failures == 0 and summary.reproducer == ""
+
+
+def test_a_campaign_cut_short_by_differing_draws_starts_again(monkeypatch: Any) -> None:
+    """Differing draws before any run failed (Hypothesis raises FlakyStrategyDefinition
+    inside a run, from the draw) do not end the campaign with the race as its report:
+    it starts again with the same seed and still catches the mutant (in CI the race
+    once came at example 33 of this campaign, before the catch at 47, and the
+    mutant escaped with the race as its reproducer)."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from settee.proof.stateful import campaigns
+
+    calls = []
+    real = campaigns.run_scheduled
+
+    def race_once(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 5:
+            raise FlakyStrategyDefinition("Inconsistent data generation! (simulated race)")
+        return real(*args)
+
+    monkeypatch.setattr(campaigns, "run_scheduled", race_once)
+    summary = campaigns.run_interleavings(
+        "settee.proof.stateful.mutants:enqueue_outside_lock", seed=0, shrink=False
+    )
+    assert summary.failures, summary.text()[:2000]
+    assert "a call never returned" in summary.reproducer, summary.reproducer[:2000]
+    assert "simulated race" not in summary.reproducer
