@@ -82,8 +82,11 @@ def first_malformed(entries: Sequence[tuple[Any, Any]]) -> int:
             and type(winner) is str
             and type(active) is int
             and type(revs) is bytes
-            # None (no body stored), or [pos, size(, attachments)].
-            and (entry is None or (type(entry) is tuple and 2 <= len(entry) <= 3))
+            # [pos, size(, attachments)]: every leaf keeps its body (strict mode and
+            # settee check hold writers to it), so the winner's is stored; a nil one
+            # sent get through the revision blob and a range to an empty document.
+            and type(entry) is tuple
+            and 2 <= len(entry) <= 3
         ):
             return index
     return -1
