@@ -129,8 +129,12 @@ def _first_live(
                     got += chunk
                 else:
                     got += [e for e in chunk if not e[1][DELETED]]
-        merged = sorted(itertools.chain(*read), key=_by_id, reverse=query.descending)
-        if _certain(merged, stop, [read[index][-1][0] for index in open_shards], query):
+        # Only each shard's first ``quota`` entries are merged (a leaf often gives
+        # more; a shard that ran out holds fewer): what a shard read past them counts
+        # as unread, so its bound is the last one merged.
+        window = read if quota is None else [got[:quota] for got in read]
+        merged = sorted(itertools.chain(*window), key=_by_id, reverse=query.descending)
+        if _certain(merged, stop, [window[index][-1][0] for index in open_shards], query):
             return merged[:stop], read
         quota = 2 * quota  # type: ignore[operator]  # quota is None only when stop is
 
