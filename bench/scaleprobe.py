@@ -10,10 +10,12 @@ three:
 * ``descent``: ``by_id`` lookups alone (the B+tree part of a get);
 * ``rest``: ``get`` minus ``descent`` (arguments, revisions, body pread and decode).
 
-It also prints the trees' encoded size against ``cache_bytes``: when the trees
-fit, no read touches the file for a node, so growth in ``descent`` is the cost
-of walking more decoded nodes in memory, not of misses. Issue 16 bounds the growth
-of ``get`` from 10k to 1M documents at ×1.3; this shows which part grows.
+It also counts the nodes the timed descents read from the file (node cache
+misses per descent) and prints the trees' encoded size against ``cache_bytes``
+(a get reads only by_id): with no node read from the file, growth in
+``descent`` is the cost of walking more decoded nodes in memory (CPU cache and
+TLB misses), not of the node cache. Issue 16 bounds the growth of ``get`` from
+10k to 1M documents at ×1.3; this shows which part grows.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import settee
 from bench.stores import doc_id, load_settee
@@ -58,18 +61,37 @@ def probe(docs: int) -> dict[str, float]:
             trees = [shard.current().by_id for shard in db.shards]
             pairs = [(trees[shard_of(i, len(trees))], i) for i in ids]
             get = _best_us(lambda: [db.get(i) for i in ids], len(ids))
+            file_reads = _count_node_reads(trees)
             descent = _best_us(lambda: [tree.get(i) for tree, i in pairs], len(ids))
+            node_reads = file_reads[0] / (3 * len(ids))  # before tree_bytes reads them all
             by_id, by_seq = tree_bytes(db)
             cache = db.config["cache_bytes"]
         return {
             "get": get,
             "descent": descent,
             "rest": get - descent,
+            "node_reads": node_reads,
+            "by_id_mb": by_id / 1e6,
             "trees_mb": (by_id + by_seq) / 1e6,
             "cache_mb": cache / 1e6,
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _count_node_reads(trees: list[Any]) -> list[int]:
+    """A counter of the nodes ``trees`` read from their files from now on (node cache
+    misses): each store's ``read_node`` is wrapped on the instance."""
+    count = [0]
+    for store in {id(tree.store): tree.store for tree in trees}.values():
+        honest = store.read_node
+
+        def counted(pos: int, honest: Callable[[int], Any] = honest) -> Any:
+            count[0] += 1
+            return honest(pos)
+
+        store.read_node = counted
+    return count
 
 
 def main(argv: list[str]) -> int:
@@ -83,8 +105,10 @@ def main(argv: list[str]) -> int:
         )
         print(
             f"{docs:>9,} docs: get {got['get']:6.2f} µs = descent {got['descent']:5.2f}"
-            f" + rest {got['rest']:5.2f}; trees {got['trees_mb']:.0f} MB of a"
-            f" {got['cache_mb']:.0f} MB cache; vs first size: {growth}"
+            f" + rest {got['rest']:5.2f}; node reads from the file per descent"
+            f" {got['node_reads']:.3f}; trees {got['trees_mb']:.0f} MB (by_id"
+            f" {got['by_id_mb']:.0f} MB) of a {got['cache_mb']:.0f} MB cache;"
+            f" vs first size: {growth}"
         )
     return 0
 
