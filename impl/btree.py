@@ -54,6 +54,7 @@ __all__ = [
     "Node",
     "NodeCache",
     "NodeStore",
+    "Tally",
     "TermBatch",
     "decode_node",
 ]
@@ -75,6 +76,28 @@ Entry = tuple[Any, ...]
 Node = tuple[bool, Sequence[Any], Sequence[Entry]]
 # What leaf iteration yields: a leaf's keys, its entries, and a start/stop index.
 _Leaf = tuple[Sequence[Any], Sequence[Entry], int, Any]
+
+
+class Tally:
+    """What ``fold_chunks`` counts on its way down to ``start``, for a caller that
+    needs both the rows from ``start`` and how many come before it in fold order
+    (``_all_docs``: its rows and its ``offset``): ``count(reduction)`` of every
+    subtree wholly before ``start`` plus ``count_leaf(entries, i, reduction)`` of
+    the leaf it falls in, as ``count_before`` counts (descending: the entries above
+    ``start``). ``value`` is None until the fold has produced its first chunk; a
+    separate ``count_before`` walked the same nodes again, a tenth of a range read.
+    """
+
+    __slots__ = ("count", "count_leaf", "value")
+
+    def __init__(
+        self, count: Callable[[Any], int], count_leaf: Callable[[Sequence[Entry], int, Any], int]
+    ) -> None:
+        self.count = count
+        self.count_leaf = count_leaf
+        self.value: int | None = None
+
+
 Reduce = Callable[[Sequence[Sequence[Any]]], Any]
 Rereduce = Callable[[list[Any]], Any]
 Difference = Callable[[Any, Any], Any]
@@ -423,24 +446,28 @@ class BTree:
         *,
         descending: bool = False,
         inclusive_end: bool = True,
+        tally: Tally | None = None,
     ) -> Iterator[tuple[Sequence[Entry], Any]]:
         """``fold``'s entries a leaf at a time: lists of ``[key, value]`` in fold
         order, each a new list (the entries themselves are shared with the cache),
         each with its whole leaf's stored reduction. A caller that filters or counts
         rows does it per list, not per generator step, and can skip a leaf's
         entries when the reduction says none of them would pass its filter.
+        ``tally``, if given, counts what comes before ``start`` (``Tally``).
         """
         if self._root is None:
+            if tally is not None:
+                tally.value = 0
             return iter(())
         if descending:
-            return self._chunks_rev(start, end, inclusive_end)
-        return self._chunks_fwd(start, end, inclusive_end)
+            return self._chunks_rev(start, end, inclusive_end, tally)
+        return self._chunks_fwd(start, end, inclusive_end, tally)
 
     def _chunks_fwd(
-        self, start: Key | None, end: Key | None, incl: bool
+        self, start: Key | None, end: Key | None, incl: bool, tally: Tally | None
     ) -> Iterator[tuple[Sequence[Entry], Any]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
-        for keys, entries, i, red in self._leaves_fwd(self._root, start, end):
+        for keys, entries, i, red in self._leaves_fwd(self._root, start, end, tally):
             if end is None:
                 yield entries[i:], red
                 continue
@@ -449,16 +476,27 @@ class BTree:
             if stop < len(keys):
                 return
 
-    def _leaves_fwd(self, root: Any, start: Key | None, end: Key | None) -> Iterator[_Leaf]:
+    def _leaves_fwd(
+        self, root: Any, start: Key | None, end: Key | None, tally: Tally | None = None
+    ) -> Iterator[_Leaf]:
         """The leaves from the one ``start`` falls in onwards, each with the index of
         its first entry at or after ``start`` and its stored reduction; walked with
         an explicit path rather than nested generators, whose every step cost a
-        frame per level."""
+        frame per level. ``tally`` counts on the way down, as ``count_before``."""
         path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
         pos, red = root
+        total = 0
         while True:
             is_kp, keys, entries = self.node(pos)
             i = 0 if start is None else bisect_left(keys, start)
+            if tally is not None:
+                if not is_kp:
+                    tally.value, tally = total + tally.count_leaf(entries, i, red), None
+                elif i < len(entries):
+                    total += self._cache.running_totals(pos, entries, tally.count)[i]
+                else:
+                    tally.value = total + self._cache.running_totals(pos, entries, tally.count)[i]
+                    tally = None
             if not is_kp:
                 yield keys, entries, i, red
             elif i < len(entries):
@@ -480,10 +518,10 @@ class BTree:
                 return
 
     def _chunks_rev(
-        self, start: Key | None, end: Key | None, incl: bool
+        self, start: Key | None, end: Key | None, incl: bool, tally: Tally | None
     ) -> Iterator[tuple[Sequence[Entry], Any]]:
         assert self._root is not None  # fold_chunks() handles the empty tree
-        for keys, entries, hi, red in self._leaves_rev(self._root, start, end, incl):
+        for keys, entries, hi, red in self._leaves_rev(self._root, start, end, incl, tally):
             lo = 0
             if end is not None:
                 lo = bisect_left(keys, end) if incl else bisect_right(keys, end)
@@ -492,21 +530,38 @@ class BTree:
                 return
 
     def _leaves_rev(
-        self, root: Any, start: Key | None, end: Key | None, incl: bool
+        self,
+        root: Any,
+        start: Key | None,
+        end: Key | None,
+        incl: bool,
+        tally: Tally | None = None,
     ) -> Iterator[_Leaf]:
         """``_leaves_fwd`` backwards: each leaf with the index just past its last
-        entry at or before ``start``, and its stored reduction."""
+        entry at or before ``start``, and its stored reduction. ``tally`` counts the
+        entries above ``start`` on the way down."""
         path: list[list[Any]] = []  # [keys, entries, child being walked] per inner node
         pos, red = root
+        total = 0
         while True:
             is_kp, keys, entries = self.node(pos)
             if not is_kp:
                 hi = len(keys) if start is None else bisect_right(keys, start)
+                if tally is not None:
+                    count_leaf = tally.count_leaf
+                    above = count_leaf(entries, len(entries), red) - count_leaf(entries, hi, red)
+                    tally.value, tally = total + above, None
                 yield keys, entries, hi, red
             else:
                 top = len(keys) - 1
                 if start is not None:
                     top = min(bisect_left(keys, start), top)
+                if tally is not None:
+                    # The children after ``top`` hold only keys above ``start``.
+                    totals = self._cache.running_totals(pos, entries, tally.count)
+                    total += totals[-1] - totals[top + 1]
+                    if top < 0:
+                        tally.value, tally = total, None
                 if top >= 0:
                     path.append([keys, entries, top])
                     _, pos, red = entries[top]
@@ -593,12 +648,23 @@ class BTree:
         """
         if self._root is None:
             return 0
+        if self._pending is not None:
+            self.node(self._root[0])  # admits the written batch to the cache
+        cache = self._cache
+        nodes, refer, totals = cache._entries, cache._referenced.add, cache.running_totals
+        find = bisect_right if inclusive else bisect_left
         total = 0
-        totals = self._cache.running_totals
         pos, red = self._root
         while True:
-            is_kp, keys, entries = self.node(pos)
-            i = bisect_right(keys, key) if inclusive else bisect_left(keys, key)
+            # The cache hit inline, as in ``get_many``: every range read counts its offset
+            # so, and two Python calls per level were a third of this walk.
+            cached = nodes.get(pos)
+            if cached is None:
+                is_kp, keys, entries = self.node(pos)
+            else:
+                refer(pos)
+                is_kp, keys, entries = cached[0]
+            i = find(keys, key)
             if not is_kp:
                 return total + count_leaf(entries, i, red)
             total += totals(pos, entries, count)[i]

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from settee.btree import MAX_NODE_BYTES, BTree, NodeCache
+from settee.btree import MAX_NODE_BYTES, BTree, NodeCache, Tally
 from settee.docinfo import (
     ACTIVE,
     DELETED,
@@ -317,6 +317,13 @@ class Snapshot:
         ):
             yield DocInfo.from_value(key, value)
 
+    def live_tally(self) -> Tally:
+        """A ``Tally`` for ``by_id.fold_chunks``: after its first chunk, what
+        ``live_before`` of the fold's start answers, counted on the fold's own way
+        down (a fold that raised TypeError, IndexError or KeyError met a malformed
+        reduction: ``malformed_reduction``)."""
+        return Tally(_live_docs, _live_in_leaf)
+
     def live_before(self, key: str, *, descending: bool) -> int:
         """Live documents that sort before ``key`` in fold order: the offset
         contribution of this shard, in O(log n) from stored reductions
@@ -326,7 +333,7 @@ class Snapshot:
                 key, inclusive=descending, count=_live_docs, count_leaf=_live_in_leaf
             )
         except (TypeError, IndexError, KeyError):  # crc held: a writer bug
-            raise self._malformed_reduction("by_id") from None
+            raise self.malformed_reduction("by_id") from None
         return self.counts()[LIVE_DOCS] - live if descending else live
 
     def counts(self) -> list[int]:
@@ -335,10 +342,10 @@ class Snapshot:
         if red is None:
             return [0, 0, 0]
         if not isinstance(red, tuple | list) or len(red) != 3:
-            raise self._malformed_reduction("by_id")
+            raise self.malformed_reduction("by_id")
         return list(red)
 
-    def _malformed_reduction(self, tree: str) -> CorruptionError:
+    def malformed_reduction(self, tree: str) -> CorruptionError:
         return CorruptionError(self.file.path, 0, f"a {tree} reduction is malformed")
 
     def changes_after(self, since: int) -> int:
@@ -350,7 +357,7 @@ class Snapshot:
             )
             return (self.by_seq.full_reduce() or 0) - before  # type: ignore[no-any-return]
         except TypeError:  # crc held: a writer bug
-            raise self._malformed_reduction("by_seq") from None
+            raise self.malformed_reduction("by_seq") from None
 
     def changes(self, since: int) -> Iterator[tuple[int, str, str, bool]]:
         """``(seq, id, winning rev, deleted)`` for every doc changed after ``since``."""

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from settee.btree import Tally
 from settee.docinfo import DELETED, WINNER, Summary, require_well_formed, summaries
 from settee.snapshot import DELETED_DOCS, Snapshot
 from settee.spec import revtree
@@ -36,20 +37,30 @@ def all_docs(snaps: list[Snapshot], query: AllDocsArgs) -> dict[str, Any]:
         rows = _key_rows(snaps, query)
         offset = None
     else:
-        rows = _range_rows(snaps, query)
+        # The offset's counts come from the folds' own descents (``Tally``); a range
+        # that reads no row (limit=0) counts them apart.
+        tallies = None if query.startkey is None else [snap.live_tally() for snap in snaps]
+        rows = _range_rows(snaps, query, tallies)
         before = 0
-        if query.startkey is not None:
-            before = sum(s.live_before(query.startkey, descending=query.descending) for s in snaps)
+        if tallies is not None:
+            before = sum(
+                snap.live_before(query.startkey, descending=query.descending)
+                if tally.value is None
+                else tally.value
+                for snap, tally in zip(snaps, tallies, strict=True)
+            )
         offset = min(total, before + query.skip)
     return {"total_rows": total, "offset": offset, "rows": rows}
 
 
-def _range_rows(snaps: list[Snapshot], query: AllDocsArgs) -> list[dict[str, Any]]:
+def _range_rows(
+    snaps: list[Snapshot], query: AllDocsArgs, tallies: list[Tally] | None = None
+) -> list[dict[str, Any]]:
     if query.limit == 0:
         return []  # however far skip reaches: no row is read for nothing
     first = _clamp(query.skip)
     stop = None if query.limit is None else _clamp(query.skip + query.limit)
-    entries, read = _first_live(snaps, query, stop)
+    entries, read = _first_live(snaps, query, stop, tallies)
     entries = entries[first:stop]
     docs: dict[str, Any] = {}
     if query.include_docs and entries:
@@ -89,7 +100,7 @@ _by_id = operator.itemgetter(0)
 
 
 def _first_live(
-    snaps: list[Snapshot], query: AllDocsArgs, stop: int | None
+    snaps: list[Snapshot], query: AllDocsArgs, stop: int | None, tallies: list[Tally] | None = None
 ) -> tuple[list[_Entry], list[list[_Entry]]]:
     """The first ``stop`` live ``by_id`` entries of all shards together (all of them
     if ``stop`` is None), in fold order; and every shard's entries read, by shard
@@ -102,7 +113,7 @@ def _first_live(
     and sorted in C. The rows are certain once ``stop`` entries come at or before
     the *bound*, the last id read of the shards not yet exhausted that comes first
     in fold order (the lowest ascending, the highest descending): nothing unread
-    can come before it.
+    can come before it. ``tallies``, one per shard, count on the folds' way down.
     """
     chunks = [
         snap.by_id.fold_chunks(
@@ -110,8 +121,9 @@ def _first_live(
             query.endkey,
             descending=query.descending,
             inclusive_end=query.inclusive_end,
+            tally=None if tallies is None else tallies[index],
         )
-        for snap in snaps
+        for index, snap in enumerate(snaps)
     ]
     read: list[list[_Entry]] = [[] for _ in snaps]
     open_shards = set(range(len(snaps)))
@@ -120,7 +132,10 @@ def _first_live(
         for index in sorted(open_shards):
             got = read[index]
             while quota is None or len(got) < quota:
-                leaf = next(chunks[index], None)
+                try:
+                    leaf = next(chunks[index], None)
+                except (TypeError, IndexError, KeyError):  # crc held: a writer bug
+                    raise snaps[index].malformed_reduction("by_id") from None
                 if leaf is None:
                     open_shards.discard(index)
                     break
