@@ -740,7 +740,7 @@ class _Modify:
             is_kp, entries, red = False, self.modify_kv([], [], 0, len(self.keys)), _UNKNOWN
         else:
             node = self.node(root[0])
-            changed = self.changed_entries(node, 0, len(self.keys), root[1])
+            changed = self.changed_entries(node, 0, len(self.keys), root[1], rightmost=True)
             if changed is None:
                 return root
             is_kp, (entries, red) = node[0], changed
@@ -748,9 +748,9 @@ class _Modify:
             return None
         if is_kp and len(entries) == 1:
             return self.collapse(entries[0])
-        kps = self.write(is_kp, entries, red)
+        kps = self.write(is_kp, entries, red, rightmost=True)
         while len(kps) > 1:
-            kps = self.write(True, kps)
+            kps = self.write(True, kps, rightmost=True)
         return [kps[0][1], kps[0][2]]
 
     def collapse(self, kp: Entry) -> list[Any]:
@@ -762,29 +762,38 @@ class _Modify:
                 return [pos, red]
             pos, red = entries[0][1], entries[0][2]
 
-    def modify_node(self, pos: int, lo: int, hi: int, red: Any) -> list[Entry] | None:
+    def modify_node(
+        self, pos: int, lo: int, hi: int, red: Any, rightmost: bool
+    ) -> list[Entry] | None:
         """New kp entries replacing the subtree at ``pos`` (whose reduction its parent
-        stores as ``red``); None if unchanged."""
+        stores as ``red``; ``rightmost``: the last node of its level); None if
+        unchanged."""
         node = self.node(pos)
-        changed = self.changed_entries(node, lo, hi, red)
+        changed = self.changed_entries(node, lo, hi, red, rightmost)
         if changed is None:
             return None
         new, red = changed
-        return self.write(node[0], new, red) if new else []
+        return self.write(node[0], new, red, rightmost=rightmost) if new else []
 
     def changed_entries(
-        self, node: Node, lo: int, hi: int, red: Any
+        self, node: Node, lo: int, hi: int, red: Any, rightmost: bool
     ) -> tuple[list[Entry], Any] | None:
         """``node``'s entries after the actions ``lo:hi``, and their reduction when
         it is derived (``modify_kp``), else ``_UNKNOWN``; None if unchanged."""
         is_kp, keys, entries = node
         if is_kp:
-            return self.modify_kp(keys, entries, lo, hi, red)
+            return self.modify_kp(keys, entries, lo, hi, red, rightmost)
         leaf = self.modify_kv(keys, entries, lo, hi)
         return None if leaf is None else (leaf, _UNKNOWN)
 
     def modify_kp(
-        self, keys: Sequence[Any], entries: Sequence[Entry], lo: int, hi: int, red: Any
+        self,
+        keys: Sequence[Any],
+        entries: Sequence[Entry],
+        lo: int,
+        hi: int,
+        red: Any,
+        rightmost: bool,
     ) -> tuple[list[Entry], Any] | None:
         """The node's new entries and their reduction (``_UNKNOWN`` unless the tree
         has a ``difference``: then the old ``red`` with the replaced children's
@@ -800,7 +809,7 @@ class _Modify:
             # Keys above the last child's last_key also go to the last child.
             mid = hi if c == last else bisect_right(acts, keys[c], lo, hi)
             child = entries[c]
-            new = self.modify_node(child[1], lo, mid, child[2])
+            new = self.modify_node(child[1], lo, mid, child[2], rightmost and c == last)
             if new is not None:
                 out.extend(entries[copied:c])
                 out.extend(new)
@@ -841,10 +850,18 @@ class _Modify:
         out.extend(entries[copied:])
         return out
 
-    def write(self, is_kp: bool, entries: list[Entry], red: Any = _UNKNOWN) -> list[Entry]:
+    def write(
+        self, is_kp: bool, entries: list[Entry], red: Any = _UNKNOWN, *, rightmost: bool = False
+    ) -> list[Entry]:
         """Append ``entries`` as one or more nodes; return their kp entries. ``red``:
         the reduction of all of ``entries`` when the caller knows it (used when they
         fit in one node).
+
+        A split of the last node of its level (``rightmost``) fills each node but
+        the last as far as it goes, where others split into nodes of equal size:
+        keys written in order (by_seq always, by_id for ids that grow) only ever
+        reach that last node, so an even split left every node behind it half
+        full for good, twice the nodes a range walks and the cache holds.
 
         Nothing is encoded twice: a node that fits is encoded whole and that
         payload is what the batch stores; when a split is needed, each entry is
@@ -857,7 +874,9 @@ class _Modify:
         if len(whole) <= self.tree.node_bytes:
             return [self.append(is_kp, kind, entries, whole, red)]
         parts = [pack.pack(e) for e in entries]
-        bounds = _chunk_bounds([len(p) for p in parts], self.limit, 2 if is_kp else 1)
+        bounds = _chunk_bounds(
+            [len(p) for p in parts], self.limit, 2 if is_kp else 1, fill=rightmost
+        )
         prefix = _NODE_PREFIX[kind]
         return [
             self.append(
@@ -884,19 +903,29 @@ class _Modify:
         return (chunk[-1][0], pos, red)
 
 
-def _chunk_bounds(sizes: list[int], limit: int, min_fanout: int) -> list[tuple[int, int]]:
+#: How full ``_chunk_bounds`` fills the nodes it leaves behind when the last node of a
+#: level splits: the room left takes a few updates that grow a value before the node
+#: splits again (PostgreSQL's B-tree fillfactor leaves 10% on its rightmost splits).
+FILL_FACTOR = 0.9
+
+
+def _chunk_bounds(
+    sizes: list[int], limit: int, min_fanout: int, *, fill: bool = False
+) -> list[tuple[int, int]]:
     """Split entries of encoded ``sizes`` into ``(lo, hi)`` runs of balanced size.
 
     Like couch_btree's chunkify, the run count is the fewest that fit and runs
-    aim at equal sizes, so a split leaves no sliver behind. A run exceeds
-    ``limit`` only when its first ``min_fanout`` entries alone do: inner nodes
-    pass 2, so even huge keys halve the entries per level and building the root
-    terminates, while a leaf's oversized entry sits alone.
+    aim at equal sizes, so a split leaves no sliver behind; with ``fill``, each
+    run but the last takes ``FILL_FACTOR`` of ``limit`` (the last may be a
+    sliver: the keys that come next are appended to it). A run exceeds ``limit``
+    only when its first ``min_fanout`` entries alone do: inner nodes pass 2, so
+    even huge keys halve the entries per level and building the root terminates,
+    while a leaf's oversized entry sits alone.
     """
     total = sum(sizes)
     if total <= limit:
         return [(0, len(sizes))]
-    target = total / -(-total // limit)
+    target = limit * FILL_FACTOR if fill else total / -(-total // limit)
     bounds, first, size = [], 0, 0
     for i, s in enumerate(sizes):
         # Close the run when this entry would cross the hard limit, or when most
@@ -905,7 +934,7 @@ def _chunk_bounds(sizes: list[int], limit: int, min_fanout: int) -> list[tuple[i
             bounds.append((first, i))
             first, size = i, 0
         size += s
-    if bounds and size + sum(sizes[bounds[-1][0] : first]) <= limit:
+    if not fill and bounds and size + sum(sizes[bounds[-1][0] : first]) <= limit:
         first = bounds.pop()[0]  # the tail fits into the run before it
     bounds.append((first, len(sizes)))
     return bounds

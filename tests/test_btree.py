@@ -28,7 +28,15 @@ from hypothesis.stateful import (
 )
 
 from settee import snapshot
-from settee.btree import KP_NODE, KV_NODE, MAX_NODE_BYTES, BTree, Difference, NodeCache
+from settee.btree import (
+    FILL_FACTOR,
+    KP_NODE,
+    KV_NODE,
+    MAX_NODE_BYTES,
+    BTree,
+    Difference,
+    NodeCache,
+)
 from settee.btree_check import check_tree
 from settee.spec.errors import CorruptionError
 from settee.spec.format import (
@@ -353,6 +361,37 @@ def test_one_leaf_change_writes_one_path_and_keeps_other_subtrees() -> None:
     assert len(before - after) == 1 and len(after - before) == 1
     assert new.get(105) == (0, "new") and new.get(111) is None
     assert tree.get(105) == (105, "v") and tree.get(111) == (111, "v")  # old snapshot intact
+
+
+def _levels(store: MemoryStore, tree: BTree) -> list[list[int]]:
+    """The encoded sizes of ``tree``'s nodes, a list per level from the root down,
+    each in key order."""
+    assert tree.root is not None
+    levels, level = [], [tree.root[0]]
+    while level:
+        levels.append([len(store.terms[pos - 1]) for pos in level])
+        nodes = [tree.node(pos) for pos in level]
+        level = [e[1] for is_kp, _, entries in nodes if is_kp for e in entries]
+    return levels
+
+
+@pytest.mark.parametrize("per_commit", [1, 7, 100])
+def test_keys_appended_in_order_leave_full_nodes_behind(per_commit: int) -> None:
+    """Keys that only grow (by_seq's always, by_id's for ids that grow) reach only the
+    last node of each level: its splits fill the nodes they leave behind to
+    FILL_FACTOR, where an even split left every one of them about half full for good
+    (twice the nodes to walk and cache; before: 1-doc commits, 14 by_id entries a
+    leaf where 24 fit)."""
+    store = MemoryStore()
+    tree = new_tree(store, node_bytes=512)
+    for lo in range(0, 3000, per_commit):
+        tree = commit(store, tree, [(i, (i, "v" * 8)) for i in range(lo, lo + per_commit)])
+    levels = _levels(store, tree)
+    assert len(levels) >= 3 and len(levels[-1]) > 20
+    for sizes in levels[1:]:  # the root may hold a few entries
+        # node_bytes less its framing, less one entry that did not fit.
+        assert min(sizes[:-1]) >= FILL_FACTOR * 512 - 60, levels
+    assert list(check_tree(tree)) == []
 
 
 def test_removing_absent_keys_writes_nothing() -> None:
