@@ -87,6 +87,9 @@ def first_malformed(entries: Sequence[tuple[Any, Any]]) -> int:
             # sent get through the revision blob and a range to an empty document.
             and type(entry) is tuple
             and 2 <= len(entry) <= 3
+            # Its position and size, which reads use as a cache key and a length.
+            and type(entry[0]) is int
+            and type(entry[1]) is int
         ):
             return index
     return -1

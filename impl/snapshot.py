@@ -164,6 +164,10 @@ class Snapshot:
         entry = value[WINNER_BODY]
         if value[DELETED] or entry is None:
             return None
+        if len(entry) == 2:  # no attachments: render_doc's answer, inline
+            body = self.file.read_body(entry[0], entry[1])
+            if type(body) is dict:
+                return {"_id": doc_id, "_rev": value[WINNER], **body}
         return self.winner_doc((doc_id, value[WINNER], False, entry))
 
     def doc_infos(self, doc_ids: list[str]) -> dict[str, DocInfo]:

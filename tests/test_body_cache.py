@@ -105,8 +105,34 @@ def test_a_closed_file_refuses_reads_its_cache_could_answer(tmp_path: Any) -> No
         file.refuse_reads()
         with pytest.raises(SetteeError, match="closed"):
             file.read_sized([pointer])
+        with pytest.raises(SetteeError, match="closed"):
+            file.read_body(*pointer)  # a plain get's one-body path
     with pytest.raises(SetteeError):
         db.get("doc0003")
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda db: db.get("doc0004"),
+        lambda db: db.all_docs(keys=["doc0004", "doc0005"], include_docs=True),
+        lambda db: db.all_docs(include_docs=True),
+    ],
+    ids=["get", "multiget", "range"],
+)
+def test_a_hit_marks_its_body_referenced(tmp_path: Any, read: Callable[[Any], Any]) -> None:
+    """Every read served from the cache marks what it used (CLOCK's reference bit),
+    so eviction gives it another lap: a hit that did not would leave a body read
+    over and over as the first to go."""
+    with _open(tmp_path) as db:
+        db.bulk_docs([_doc(4), _doc(5)])
+        db.all_docs(include_docs=True)  # admits both bodies
+        cache = db.shards[0].snapshot.file.body_cache
+        pos = db.shards[0].snapshot.doc_info("doc0004").winner_body[0]
+        assert cache._entries.get(pos) is not None
+        cache._referenced.clear()
+        read(db)
+        assert pos in cache._referenced
 
 
 def test_compaction_reads_the_new_file_through_a_new_cache(tmp_path: Any) -> None:
