@@ -370,6 +370,16 @@ class ShardFile:
         positions = [pos for pos, _ in pointers]
         if set(map(type, positions)) != _ONLY_INT:  # the loop names a bad position
             return None
+        return self.cached_bodies(positions)
+
+    def cached_bodies(self, positions: list[int]) -> list[Any] | None:
+        """The terms of the bodies at ``positions`` (ints, as a checked by_id leaf
+        holds them) when every one is in the body cache, else None (the caller
+        then reads them with ``read_sized``): a range's bodies without a pointer
+        tuple each, nor a check of each position's type."""
+        cache = self.body_cache
+        if cache is None:
+            return None
         hits = list(map(cache._entries.get, positions))
         if None in hits:
             return None

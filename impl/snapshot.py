@@ -228,12 +228,19 @@ class Snapshot:
         collects the body pointers (``body_pointers``), one renders. The summaries'
         loop and tuples were a tenth of a range with docs, and their tuples work
         for the cyclic collector."""
-        pointers = body_pointers(entries)
-        if None in pointers:  # a row without a stored body: the general path
-            rows: list[dict[str, Any]] = [{} for _ in entries]
-            self.fill_docs(rows, summaries(entries))
-            return [row["doc"] for row in rows]
-        read = self.file.read_sized(pointers)  # type: ignore[arg-type]  # no None: checked
+        # A checked leaf's winner bodies are [int pos, int size, ...]: a range whose
+        # bodies are all cached reads them by position alone.
+        try:
+            read = self.file.cached_bodies([v[WINNER_BODY][0] for _, v in entries])
+        except TypeError:  # a body not stored: only a value this process wrote can be so
+            read = None
+        if read is None:
+            pointers = body_pointers(entries)
+            if None in pointers:  # a row without a stored body: the general path
+                rows: list[dict[str, Any]] = [{} for _ in entries]
+                self.fill_docs(rows, summaries(entries))
+                return [row["doc"] for row in rows]
+            read = self.file.read_sized(pointers)  # type: ignore[arg-type]  # no None: checked
         docs = []
         for (doc_id, value), body in zip(entries, read, strict=True):
             entry = value[WINNER_BODY]

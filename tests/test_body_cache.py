@@ -107,6 +107,8 @@ def test_a_closed_file_refuses_reads_its_cache_could_answer(tmp_path: Any) -> No
             file.read_sized([pointer])
         with pytest.raises(SetteeError, match="closed"):
             file.read_body(*pointer)  # a plain get's one-body path
+        with pytest.raises(SetteeError, match="closed"):
+            file.cached_bodies([pointer[0]])  # a range's path
     with pytest.raises(SetteeError):
         db.get("doc0003")
 
