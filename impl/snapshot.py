@@ -207,8 +207,13 @@ class Snapshot:
         FORMAT.md "by_id" says (``settee check`` and strict mode recompute them);
         the revision blob is not decoded. The bodies are read in one ``read_sized``
         call."""
-        pointers = [(e[0], e[1]) for _, _, _, e in summaries if e is not None]
-        read = self.file.read_sized(pointers)
+        try:  # every body cached: by position alone, as ``entry_docs``
+            read = self.file.cached_bodies([e[0] for _, _, _, e in summaries])
+        except TypeError:  # a body not stored
+            read = None
+        if read is None:
+            pointers = [(e[0], e[1]) for _, _, _, e in summaries if e is not None]
+            read = self.file.read_sized(pointers)
         if len(read) == len(rows):  # every row has a body: no row to skip in the loop
             every = zip(rows, summaries, read, strict=True)
             for row, (doc_id, winner, deleted, entry), body in every:
