@@ -648,22 +648,12 @@ class BTree:
         """
         if self._root is None:
             return 0
-        if self._pending is not None:
-            self.node(self._root[0])  # admits the written batch to the cache
-        cache = self._cache
-        nodes, refer, totals = cache._entries, cache._referenced.add, cache.running_totals
+        totals = self._cache.running_totals
         find = bisect_right if inclusive else bisect_left
         total = 0
         pos, red = self._root
         while True:
-            # The cache hit inline, as in ``get_many``: every range read counts its offset
-            # so, and two Python calls per level were a third of this walk.
-            cached = nodes.get(pos)
-            if cached is None:
-                is_kp, keys, entries = self.node(pos)
-            else:
-                refer(pos)
-                is_kp, keys, entries = cached[0]
+            is_kp, keys, entries = self.node(pos)
             i = find(keys, key)
             if not is_kp:
                 return total + count_leaf(entries, i, red)
