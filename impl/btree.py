@@ -22,7 +22,10 @@ or under ``node_bytes`` unless it is a leaf of a single entry (an oversized
 entry sits alone) or an inner node of two entries (inner nodes keep a fan-out
 of at least 2, so that huge keys cannot make a tree grow without bound). Like
 CouchDB we never merge under-full nodes on removal; a child that becomes empty
-is dropped, and compaction rebuilds.
+is dropped, and compaction rebuilds. A node that overflows splits into nodes of
+equal size, as couch_btree's chunkify does, except the last node of its level:
+it leaves the nodes before it ``FILL_FACTOR`` full, since keys that only grow
+(by_seq's, growing ids) never come back to them.
 
 A root is ``[pos, reduction]`` (or ``None`` for the empty tree); it is what
 shard headers store.
