@@ -195,9 +195,10 @@ def run_interleavings(
         # No run failed, so there is nothing to report; the counts of the runs
         # checked so far stay in ``stats``.
         summary.failures, summary.reproducer, summary.replay = 0, "", ""
-    if summary.failures and failed and not summary.replay:
+    if summary.failures and failed and (not summary.replay or _FLAKY in summary.reproducer):
         # Hypothesis could not run the failing example again (its schedule drew
-        # other choices): the first failing run's report is all there is.
+        # other choices, or it ran into the race on the way): the first failing
+        # run's report is what is known to have failed.
         summary.reproducer += f"\nthe first failing run, as it happened:\n{failed[0]}"
     _fill(summary, stats)
     summary.seconds = time.monotonic() - started

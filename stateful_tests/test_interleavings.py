@@ -233,3 +233,29 @@ def test_a_campaign_cut_short_by_differing_draws_starts_again(monkeypatch: Any) 
     assert summary.failures, summary.text()[:2000]
     assert "a call never returned" in summary.reproducer, summary.reproducer[:2000]
     assert "simulated race" not in summary.reproducer
+
+
+def test_a_failure_then_differing_draws_is_still_reported(monkeypatch: Any) -> None:
+    """A run that failed stays the campaign's finding though Hypothesis then stops
+    on differing draws (as it may while replaying the failure): only a stop with
+    no failed run starts the campaign again (found by mutation testing: a restart
+    on any such stop reported the real failure as no failure)."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from settee.proof.stateful import campaigns
+
+    calls = []
+    real = campaigns.run_scheduled
+
+    def fail_then_race(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 5:
+            raise RuntimeError("real failure")
+        if len(calls) > 5:
+            raise FlakyStrategyDefinition("Inconsistent data generation! (simulated race)")
+        return real(*args)
+
+    monkeypatch.setattr(campaigns, "run_scheduled", fail_then_race)
+    summary = campaigns.run_interleavings("settee:open", seed=0, shrink=False)
+    assert summary.failures, summary.text()[:2000]
+    assert "real failure" in summary.reproducer, summary.reproducer[:2000]

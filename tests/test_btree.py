@@ -36,6 +36,7 @@ from settee.btree import (
     BTree,
     Difference,
     NodeCache,
+    _chunk_bounds,
 )
 from settee.btree_check import check_tree
 from settee.spec.errors import CorruptionError
@@ -375,7 +376,7 @@ def _levels(store: MemoryStore, tree: BTree) -> list[list[int]]:
     return levels
 
 
-@pytest.mark.parametrize("per_commit", [1, 7, 100])
+@pytest.mark.parametrize("per_commit", [1, 7, 100, 3000])
 def test_keys_appended_in_order_leave_full_nodes_behind(per_commit: int) -> None:
     """Keys that only grow (by_seq's always, by_id's for ids that grow) reach only the
     last node of each level: its splits fill the nodes they leave behind to
@@ -392,6 +393,30 @@ def test_keys_appended_in_order_leave_full_nodes_behind(per_commit: int) -> None
         # node_bytes less its framing, less one entry that did not fit.
         assert min(sizes[:-1]) >= FILL_FACTOR * 512 - 60, levels
     assert list(check_tree(tree)) == []
+
+
+def test_a_split_inside_the_tree_halves_its_node() -> None:
+    """Only the last node of a level fills when it splits: a node inside the tree
+    splits into equal halves (couch_btree's chunkify), so keys inserted between
+    existing ones leave no sliver behind (found by mutation testing: every split
+    filling to FILL_FACTOR passed the suite)."""
+    store = MemoryStore()
+    tree = new_tree(store, node_bytes=512)
+    for key in range(0, 3000, 2):
+        tree = commit(store, tree, [(key, (key, "v" * 8))])
+    for key in range(1, 400, 2):  # into the first leaves, one at a time
+        tree = commit(store, tree, [(key, (key, "v" * 8))])
+    leaves = _levels(store, tree)[-1]
+    assert min(leaves[:-1]) >= 0.4 * 512, leaves
+    assert list(check_tree(tree)) == []
+
+
+def test_a_filled_split_leaves_its_sliver_last() -> None:
+    """With ``fill`` every run but the last takes FILL_FACTOR of the limit and the
+    rest stays a run of its own, where the next appended keys go; an even split
+    folds a tail that fits into the run before it."""
+    assert _chunk_bounds([10] * 84, 300, 1, fill=True) == [(0, 27), (27, 54), (54, 81), (81, 84)]
+    assert _chunk_bounds([10] * 84, 300, 1) == [(0, 28), (28, 56), (56, 84)]
 
 
 def test_removing_absent_keys_writes_nothing() -> None:

@@ -955,6 +955,14 @@ def _shape_forgeries() -> list[str]:
     )
 
 
+def test_every_winner_body_forgery_is_refused_by_the_leaf_check() -> None:
+    """A winner body entry whose shape or field types are wrong is a malformed value
+    (FORMAT.md "by_id": ``[int pos, int size(, attachments)]``), refused with its
+    whole leaf, never answered from whatever a read makes of it."""
+    forged = {name for name in _MALFORMED_VALUES if name.startswith(("winner body", "live winner"))}
+    assert forged and forged <= set(_shape_forgeries()), forged - set(_shape_forgeries())
+
+
 @pytest.mark.parametrize("forgery", _shape_forgeries())
 def test_a_leaf_holding_a_malformed_value_is_refused_whole(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, forgery: str
