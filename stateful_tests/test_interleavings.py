@@ -10,8 +10,10 @@ returns. ``close()`` and ``compact()`` are operations of the clients.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -207,6 +209,26 @@ def test_differing_draws_without_a_failed_run_are_not_a_finding(monkeypatch: Any
     assert summary.failures == 0 and summary.reproducer == ""
 
 
+#: What Hypothesis says when two runs of one choice prefix draw differently.
+_RACE = "Inconsistent data generation! (simulated race)"
+
+
+def _script_runs(monkeypatch: Any, error_at: Callable[[int], BaseException | None]) -> None:
+    """The campaign's n-th scheduled run (from 1) raises ``error_at(n)`` instead of
+    running, where that is not None."""
+    from settee.proof.stateful import campaigns
+
+    real, calls = campaigns.run_scheduled, itertools.count(1)
+
+    def scripted(*args: Any) -> Any:
+        error = error_at(next(calls))
+        if error is not None:
+            raise error
+        return real(*args)
+
+    monkeypatch.setattr(campaigns, "run_scheduled", scripted)
+
+
 def test_a_campaign_cut_short_by_differing_draws_starts_again(monkeypatch: Any) -> None:
     """Differing draws before any run failed (Hypothesis raises FlakyStrategyDefinition
     inside a run, from the draw) do not end the campaign with the race as its report:
@@ -217,16 +239,7 @@ def test_a_campaign_cut_short_by_differing_draws_starts_again(monkeypatch: Any) 
 
     from settee.proof.stateful import campaigns
 
-    calls = []
-    real = campaigns.run_scheduled
-
-    def race_once(*args: Any) -> Any:
-        calls.append(args)
-        if len(calls) == 5:
-            raise FlakyStrategyDefinition("Inconsistent data generation! (simulated race)")
-        return real(*args)
-
-    monkeypatch.setattr(campaigns, "run_scheduled", race_once)
+    _script_runs(monkeypatch, lambda n: FlakyStrategyDefinition(_RACE) if n == 5 else None)
     summary = campaigns.run_interleavings(
         "settee.proof.stateful.mutants:enqueue_outside_lock", seed=0, shrink=False
     )
@@ -244,18 +257,12 @@ def test_a_failure_then_differing_draws_is_still_reported(monkeypatch: Any) -> N
 
     from settee.proof.stateful import campaigns
 
-    calls = []
-    real = campaigns.run_scheduled
+    def error_at(n: int) -> BaseException | None:
+        if n == 5:
+            return RuntimeError("real failure")
+        return FlakyStrategyDefinition(_RACE) if n > 5 else None
 
-    def fail_then_race(*args: Any) -> Any:
-        calls.append(args)
-        if len(calls) == 5:
-            raise RuntimeError("real failure")
-        if len(calls) > 5:
-            raise FlakyStrategyDefinition("Inconsistent data generation! (simulated race)")
-        return real(*args)
-
-    monkeypatch.setattr(campaigns, "run_scheduled", fail_then_race)
+    _script_runs(monkeypatch, error_at)
     summary = campaigns.run_interleavings("settee:open", seed=0, shrink=False)
     assert summary.failures, summary.text()[:2000]
     assert "real failure" in summary.reproducer, summary.reproducer[:2000]
