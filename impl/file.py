@@ -380,12 +380,13 @@ class ShardFile:
         cache = self.body_cache
         if cache is None:
             return None
-        hits = list(map(cache._entries.get, positions))
-        if None in hits:
+        try:  # a miss is None, which _payload_of cannot index: no search for it
+            payloads = list(map(_payload_of, map(cache._entries.get, positions)))
+        except TypeError:
             return None
         self._reads.enter(self.path)  # a closed file refuses, cached or not
         try:
-            terms = list(map(_decode_body, map(_payload_of, hits)))
+            terms = list(map(_decode_body, payloads))
         finally:
             self._reads.leave()
         cache._referenced.update(positions)

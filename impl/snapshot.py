@@ -227,12 +227,14 @@ class Snapshot:
         for row, summary in zip(rows, summaries, strict=True):
             self._fill_doc(row, summary, None if summary[3] is None else next(bodies))
 
-    def entry_docs(self, entries: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """The winning documents of ``(id, stored by_id value)`` entries (a range's
-        rows), as ``fill_docs`` renders them, without a summary per row: one pass
-        collects the body pointers (``body_pointers``), one renders. The summaries'
-        loop and tuples were a tenth of a range with docs, and their tuples work
-        for the cyclic collector."""
+    def entry_docs(
+        self, entries: Sequence[tuple[str, Sequence[Any]]], docs: dict[str, Any]
+    ) -> None:
+        """Set ``docs[id]`` to the winning document of each ``(id, stored by_id value)``
+        entry (a range's rows), as ``fill_docs`` renders them, without a summary per
+        row: one pass collects the body pointers (``body_pointers``), one renders.
+        The summaries' loop and tuples were a tenth of a range with docs, and their
+        tuples work for the cyclic collector."""
         # A checked leaf's winner bodies are [int pos, int size, ...]: a range whose
         # bodies are all cached reads them by position alone (one list, not a
         # helper's second one: this is every range with docs).
@@ -245,19 +247,18 @@ class Snapshot:
             if None in pointers:  # a row without a stored body: the general path
                 rows: list[dict[str, Any]] = [{} for _ in entries]
                 self.fill_docs(rows, summaries(entries))
-                return [row["doc"] for row in rows]
+                docs.update((k, row["doc"]) for (k, _), row in zip(entries, rows, strict=True))
+                return
             read = self.file.read_sized(pointers)  # type: ignore[arg-type]  # no None: checked
-        docs = []
         for (doc_id, value), body in zip(entries, read, strict=True):
             entry = value[WINNER_BODY]
             if not value[DELETED] and type(body) is dict and len(entry) == 2:
                 # render_doc's answer for a live document without attachments, inline.
-                docs.append({"_id": doc_id, "_rev": value[WINNER], **body})
+                docs[doc_id] = {"_id": doc_id, "_rev": value[WINNER], **body}
             else:
                 row: dict[str, Any] = {}
                 self._fill_doc(row, (doc_id, value[WINNER], value[DELETED], entry), body)
-                docs.append(row["doc"])
-        return docs
+                docs[doc_id] = row["doc"]
 
     def _fill_doc(self, row: dict[str, Any], summary: Summary, body: Any) -> None:
         """``fill_docs`` for one row whose body (None when not stored) was read."""

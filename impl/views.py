@@ -70,7 +70,7 @@ def _range_rows(
         for index, got in enumerate(read):
             mine = _made_the_cut(got, entries, query.descending)
             if mine:
-                docs.update(zip(map(_by_id, mine), snaps[index].entry_docs(mine), strict=True))
+                snaps[index].entry_docs(mine, docs)
     try:
         if query.include_docs:
             return [
