@@ -6,7 +6,11 @@ settee (4 shards, fsync off), then runs the workload twice under
 ``CALLS`` (default 300), each after the same warm-up (every document read once,
 then 300 calls; inserts: 20 batches), and prints the difference per call.
 Workloads: get, multiget, multiget_docs, range, range_docs (reads of 100 ids or
-rows, as the seed workloads) and insert (100-document batches).
+rows, as the seed workloads), all_docs (every row) and insert (100-document
+batches). Options: ``--shards=N`` (default 4), ``--read-mode=serialized``,
+``--body-cache=BYTES``; ``python -m bench.instructions all_docs 10 --shards=1
+--body-cache=0 --read-mode=serialized`` against the same without the read mode
+is the bench's sequential all_docs pair.
 
 Why: on this machine wall-clock timings vary about ±10% from one run to the
 next, so a change worth a few percent cannot be told apart by timing it. An
@@ -35,7 +39,8 @@ from bench.stores import doc_id, load_settee, make_doc
 __all__ = ["main"]
 
 _DOCS = 20_000
-_WORKLOADS = ("get", "multiget", "multiget_docs", "range", "range_docs", "insert")
+_WORKLOADS = ("get", "multiget", "multiget_docs", "range", "range_docs", "all_docs", "insert")
+_OPTIONS = {"--shards": "shards", "--read-mode": "read_mode", "--body-cache": "body_cache_bytes"}
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -47,6 +52,8 @@ def _step(name: str, db: Any, rng: random.Random, next_id: list[int]) -> Callabl
         return lambda: db.all_docs(
             keys=[doc_id(rng.randrange(_DOCS)) for _ in range(100)], include_docs=docs_too
         )
+    if name == "all_docs":
+        return lambda: db.all_docs()
     if name.startswith("range"):
         docs_too = name.endswith("_docs")
         return lambda: db.all_docs(
@@ -61,12 +68,12 @@ def _step(name: str, db: Any, rng: random.Random, next_id: list[int]) -> Callabl
     return insert
 
 
-def _child(source: str, name: str, calls: int) -> None:
+def _child(source: str, name: str, calls: int, options: dict[str, Any]) -> None:
     """Open a copy of ``source``, warm up, then make ``calls`` measured calls."""
     path = tempfile.mkdtemp(prefix="settee-instructions-")
     try:
         shutil.copytree(source, os.path.join(path, "db"))
-        with settee.open(os.path.join(path, "db"), fsync=False) as db:
+        with settee.open(os.path.join(path, "db"), fsync=False, **options) as db:
             step = _step(name, db, random.Random(1), [_DOCS])
             if name == "insert":
                 warm = 20
@@ -79,10 +86,10 @@ def _child(source: str, name: str, calls: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _count(source: str, name: str, calls: int) -> int:
+def _count(source: str, name: str, calls: int, flags: list[str]) -> int:
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
     command += ["--cachegrind-out-file=/dev/null", sys.executable, "-m", "bench.instructions"]
-    command += ["--child", source, name, str(calls)]
+    command += ["--child", source, name, str(calls), *flags]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     found = _REFS.search(run.stderr)
@@ -91,9 +98,24 @@ def _count(source: str, name: str, calls: int) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+def _options(flags: list[str]) -> dict[str, Any]:
+    """``settee.open`` options of ``--name=value`` flags (``_OPTIONS``)."""
+    options: dict[str, Any] = {}
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        if name not in _OPTIONS:
+            raise SystemExit(f"unknown option {flag!r}; known: {', '.join(_OPTIONS)}")
+        options[_OPTIONS[name]] = value if name == "--read-mode" else int(value)
+    return options
+
+
 def main(argv: list[str]) -> int:
+    flags = [a for a in argv if a.startswith("--") and a != "--child"]
+    argv = [a for a in argv if a not in flags]
+    options = _options(flags)
+    shards = options.pop("shards", 4)
     if argv[:1] == ["--child"]:
-        _child(argv[1], argv[2], int(argv[3]))
+        _child(argv[1], argv[2], int(argv[3]), options)
         return 0
     if not argv or argv[0] not in _WORKLOADS:
         print(__doc__)
@@ -106,10 +128,11 @@ def main(argv: list[str]) -> int:
     work = tempfile.mkdtemp(prefix="settee-instructions-")
     try:
         source = os.path.join(work, "db")
-        with settee.open(source, shards=4, fsync=False) as db:
+        with settee.open(source, shards=shards, fsync=False) as db:
             load_settee(db, 0, _DOCS)
-        base = _count(source, name, 0)
-        measured = _count(source, name, calls)
+        child_flags = [f for f in flags if not f.startswith("--shards")]
+        base = _count(source, name, 0, child_flags)
+        measured = _count(source, name, calls, child_flags)
         print(f"{name:14s} {(measured - base) / calls:12,.0f} instructions per call")
     finally:
         shutil.rmtree(work, ignore_errors=True)

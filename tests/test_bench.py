@@ -234,3 +234,15 @@ def test_scaling_measures_the_peers_growth_in_the_same_run(smoke_run: tuple[Path
         assert "target" not in theirs or not theirs["target"]
     summary = (out / "performance.md").read_text(encoding="utf-8")
     assert "on the same sizes in the same run:" in summary and "sqlite3 get ×" in summary
+
+
+def test_instruction_counts_take_the_options_of_the_pairs_they_explain() -> None:
+    """``bench.instructions``' flags become ``settee.open`` options (the read-mode
+    pair's comment cites a count taken with them); an unknown one stops the run
+    instead of counting a store that is not the one asked for."""
+    from bench import instructions
+
+    options = instructions._options(["--shards=1", "--body-cache=0", "--read-mode=serialized"])
+    assert options == {"shards": 1, "body_cache_bytes": 0, "read_mode": "serialized"}
+    with pytest.raises(SystemExit, match="unknown option '--shard=1'"):
+        instructions._options(["--shard=1"])
