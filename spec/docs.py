@@ -377,9 +377,9 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
                 f"hex digits, or up to {MAX_HASH_LENGTH} printable ASCII characters but "
                 "'\"' and '\\' (not 32)"
             )
+        # Positions fall by one per id, so a hash repeated in ids (CouchDB takes
+        # ["a", "a"]) still names distinct revisions: no duplicate to refuse.
         path.append(format_rev(start - i, hash_))
-    if len(set(path)) != len(path):
-        raise BadRequest("_revisions.ids repeats a hash: each revision appears once")
     return tuple(path)
 
 

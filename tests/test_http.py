@@ -2152,3 +2152,64 @@ def test_a_damaged_attachment_chunk_stops_the_answer_and_is_logged(
         assert any("stopped after 65536 bytes" in r.getMessage() for r in caplog.records)
     finally:
         handle.stop()
+
+
+def test_deleted_conflicts_listed_in_winner_order(client: Client, db: str) -> None:
+    """GET ?deleted_conflicts=true lists the deleted losing leaves highest
+    {pos, hash} first, the order couch_doc:to_doc_info sorts leaves in and the
+    order ?conflicts=true lists the live ones; the existing test sees a single
+    deleted leaf. (Found by mutation testing: deleted_conflicts sorted ascending by rev string.)"""
+    root = "0" * 32
+
+    def branch(top: int, h: str, deleted: bool) -> dict[str, Any]:
+        ids = [h * 32] * (top - 1) + [root]
+        doc: dict[str, Any] = {"_id": "d", "v": h, "_revisions": {"start": top, "ids": ids}}
+        if deleted:
+            doc["_deleted"] = True
+        return doc
+
+    docs = [branch(4, "e", False), branch(3, "b", True), branch(2, "c", True), branch(3, "d", True)]
+    r = client("POST", f"{db}/_bulk_docs", {"docs": docs, "new_edits": False})
+    assert (r.status, r.json) == (201, [])
+    doc = client("GET", f"{db}/d?conflicts=true&deleted_conflicts=true").json
+    assert doc["_rev"] == "4-" + "e" * 32 and "_conflicts" not in doc
+    assert doc["_deleted_conflicts"] == ["3-" + "d" * 32, "3-" + "b" * 32, "2-" + "c" * 32]
+
+
+def test_all_docs_start_key_and_end_key_aliases(client: Client, db: str) -> None:
+    """`start_key` and `end_key` are aliases of `startkey` and `endkey`
+    (docs.couchdb.org api/database/bulk-api "GET /{db}/_all_docs": "start_key
+    (json) – Alias for startkey", "end_key (json) – Alias for endkey"), in the
+    query string and in a POST body alike. (Found by mutation testing: one alias dropped
+    from _all_docs_result, so the bound was silently ignored.)"""
+    for i in range(5):
+        put(client, db, f"k{i}", {"i": i})
+
+    def ids(r: Any) -> list[str]:
+        assert r.status == 200, r.raw
+        return [row["id"] for row in r.json["rows"]]
+
+    assert ids(client("GET", f'{db}/_all_docs?start_key="k1"&end_key="k3"')) == ["k1", "k2", "k3"]
+    assert ids(client("GET", f'{db}/_all_docs?start_key="k3"')) == ["k3", "k4"]
+    assert ids(client("GET", f'{db}/_all_docs?end_key="k1"')) == ["k0", "k1"]
+    desc = client("GET", f'{db}/_all_docs?descending=true&start_key="k3"&end_key="k1"')
+    assert ids(desc) == ["k3", "k2", "k1"]
+    excl = client("GET", f'{db}/_all_docs?end_key="k2"&inclusive_end=false')
+    assert ids(excl) == ["k0", "k1"]
+    posted = client("POST", f"{db}/_all_docs", {"start_key": "k2", "end_key": "k3"})
+    assert ids(posted) == ["k2", "k3"]
+    assert client("GET", f'{db}/_all_docs?start_key="k1"').json["offset"] == 1
+
+
+def test_put_of_a_tombstone_answers_200(client: Client, db: str) -> None:
+    """A PUT whose document has `"_deleted": true` deletes it and answers 200, not
+    201, exactly as DELETE does: chttpd_db:update_doc maps {Accepted=false,
+    Deleted=true} to `ok` (200) and only a live write to `created` (201). (Found
+    by mutation testing: every PUT answered 201.)"""
+    rev = put(client, db, "t", {"v": 1})
+    r = client("PUT", f"{db}/t", {"_rev": rev, "_deleted": True})
+    assert r.status == 200, r.raw
+    assert r.json["ok"] is True and r.json["rev"].startswith("2-")
+    assert client("GET", f"{db}/t").status == 404
+    # recreating on top of the tombstone is a live write again: 201
+    assert client("PUT", f"{db}/t", {"v": 2}).status == 201

@@ -330,6 +330,9 @@ def test_validate_doc_revisions_path() -> None:
     assert docs.validate_doc(doc, new_edits=False).revisions == ("3-c", "2-b", "1-a")
     del doc["_rev"]  # CouchDB accepts _revisions alone
     assert docs.validate_doc(doc, new_edits=False).rev == "3-c"
+    # A hash may repeat: positions tell the revisions apart (couch_doc:parse_revs).
+    same = {"_id": "a", "_revisions": {"start": 3, "ids": ["c", "c", "c"]}}
+    assert docs.validate_doc(same, new_edits=False).revisions == ("3-c", "2-c", "1-c")
 
 
 @pytest.mark.parametrize(
@@ -421,3 +424,59 @@ def test_replicator_and_access_fields_are_body_members() -> None:
     assert valid.body == {"x": 1, **fields}
     rendered = docs.render_doc("a", "1-a", False, valid.body)
     assert list(rendered) == ["_id", "_rev", "x", *fields]
+
+
+def test_leaf_order_compares_positions_as_numbers() -> None:
+    """couch_doc:to_doc_info sorts leaves descending by {not deleted, {Pos, RevId}},
+    Pos an integer: 11 > 10 > 9 although "9" > "11" > "10" as text. _conflicts and
+    _deleted_conflicts keep that order (§3). (Found by mutation testing: _winner_key kept the
+    position a str; conflicts sorted by rev string; deleted_conflicts
+    sorted by rev string.)"""
+    branches = {
+        h: [f"{n}-{h}" for n in range(top, 1, -1)] + ["1-a"]
+        for top, h in ((11, "x"), (10, "y"), (9, "z"))
+    }
+    tree = chain(*branches["x"])
+    for h in ("y", "z"):
+        tree, _ = revtree.merge_path(tree, branches[h], False)
+    assert revtree.winner(tree) == "11-x"
+    assert revtree.leaves(tree) == ["11-x", "10-y", "9-z"]
+    assert revtree.conflicts(tree) == ["10-y", "9-z"]
+    # the same leaves, the two losers deleted
+    dead = chain(*branches["x"])
+    for h in ("y", "z"):
+        dead, _ = revtree.merge_path(dead, branches[h], True)
+    assert revtree.winner(dead) == "11-x" and revtree.conflicts(dead) == []
+    assert revtree.deleted_conflicts(dead) == ["10-y", "9-z"]
+    # every leaf deleted: the tombstone at 11 still wins
+    gone, _ = revtree.merge_path(dead, ["12-x", "11-x"], True)
+    assert revtree.winner(gone) == "12-x" and revtree.is_deleted(gone)
+
+
+def test_deleted_conflicts_in_winner_order() -> None:
+    """_deleted_conflicts lists deleted losing leaves highest {pos, hash} first, as
+    couch_doc:to_json_obj reads them from the sorted #doc_info.revs. (Found by mutation testing.)"""
+    tree = chain("4-w", "3-a", "2-a", "1-a")
+    tree, _ = revtree.merge_path(tree, ["3-b", "2-b", "1-a"], True)
+    tree, _ = revtree.merge_path(tree, ["2-c", "1-a"], True)
+    tree, _ = revtree.merge_path(tree, ["3-d", "2-d", "1-a"], True)
+    assert revtree.deleted_conflicts(tree) == ["3-d", "3-b", "2-c"]
+
+
+def test_body_fields_are_couchdbs_list() -> None:
+    """couch_doc:transfer_fields keeps exactly these `_`-fields in the body; the
+    existing test_replicator_and_access_fields_are_body_members derives its list
+    from BODY_FIELDS itself, so a name dropped from the set passed it (found by
+    mutation testing: such a name was refused in every document)."""
+    names = [
+        "_access",
+        "_replication_id",
+        "_replication_state",
+        "_replication_state_reason",
+        "_replication_state_time",
+        "_replication_stats",
+    ]
+    assert frozenset(names) == docs.BODY_FIELDS
+    for name in names:
+        valid = docs.validate_doc({"_id": "a", name: 1}, new_edits=True)
+        assert valid.body == {name: 1}

@@ -464,3 +464,22 @@ def test_spooled_data_is_only_what_a_spool_writer_made(engine: Any) -> None:
     with pytest.raises(BadRequest, match="closed"):
         engine.put({"_id": "sp", "_attachments": {"a": {"data": spooled}}})
     every_shard_accepts_writes(engine)
+
+
+def test_revisions_path_may_start_at_the_largest_position(engine: Any) -> None:
+    """`_revisions.start` is a position a caller names, so it may be 2**63-1 as `_rev`
+    may (SEMANTICS.md §2.2: N <= MAX_REV_POS); one above is refused. The existing
+    test names the top position only through `_rev`. (Found by mutation testing: `start >=
+    MAX_REV_POS` refused the largest allowed start.)"""
+    top = {"start": MAX_REV_POS, "ids": [H, "b" * 32]}
+    assert engine.bulk_docs([{"_id": "top", "_revisions": top, "v": 1}], new_edits=False) == []
+    assert engine.get("top", revs=True) == {
+        "_id": "top",
+        "_rev": f"{MAX_REV_POS}-{H}",
+        "v": 1,
+        "_revisions": top,
+    }
+    over = {"start": MAX_REV_POS + 1, "ids": [H]}
+    with pytest.raises(BadRequest):
+        engine.bulk_docs([{"_id": "over", "_revisions": over}], new_edits=False)
+    every_shard_accepts_writes(engine)

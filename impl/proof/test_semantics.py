@@ -1864,3 +1864,51 @@ def test_an_edit_whose_revision_is_already_held_merges_into_it(engine: Any) -> N
     assert engine.get("x", conflicts=True) == {"_id": "x", "_rev": tomb}
     assert engine.get("x", revs=True)["_revisions"]["ids"] == [tomb.split("-")[1], r1.split("-")[1]]
     assert engine.info()["doc_count"] == 1  # x live, y deleted
+
+
+def test_winner_and_conflicts_compare_positions_as_numbers(engine: Any) -> None:
+    """Leaves at positions 11, 10 and 9 order 11, 10, 9 whatever their hashes: the
+    position is an integer, not text ("9" > "11" > "10" as strings).
+    couch_doc:to_doc_info sorts leaves descending by {not deleted, {Pos, RevId}}
+    with Pos an integer; docs.couchdb.org replication/conflicts: "the revision with
+    the longest revision history list becomes the winning revision"; _conflicts
+    and possible_ancestors list the other leaves in that order (§3, §10).
+    (Found by mutation testing: _winner_key kept the position as a str; conflicts sorted
+    by rev string.)"""
+    root = "1-" + H["0"]
+    for top, h in ((11, "1"), (10, "2"), (9, "f")):
+        path = [f"{n}-{H[h]}" for n in range(top, 1, -1)] + [root]
+        replicate(engine, "a", path, {"top": top})
+    winner, conflicts = "11-" + H["1"], ["10-" + H["2"], "9-" + H["f"]]
+    doc = engine.get("a", conflicts=True)
+    assert doc == {"_id": "a", "_rev": winner, "top": 11, "_conflicts": conflicts}
+    assert engine.all_docs()["rows"][0]["value"] == {"rev": winner}
+    (entry,) = engine.changes()["results"]
+    assert entry["changes"] == [{"rev": winner}]
+    assert engine.revs_diff({"a": ["12-" + H["3"]]}) == {
+        "a": {"missing": ["12-" + H["3"]], "possible_ancestors": [winner, *conflicts]}
+    }
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "_access",
+        "_replication_id",
+        "_replication_state",
+        "_replication_state_reason",
+        "_replication_state_time",
+        "_replication_stats",
+    ],
+)
+def test_body_special_fields_are_stored_and_returned(engine: Any, field: str) -> None:
+    """The `_`-fields couch_doc:transfer_fields keeps as body members (the
+    replicator's state fields, and `_access`) are accepted in any database,
+    stored and returned in the body in document order (§2.1). Named here one by
+    one, not read from settee.spec.docs.BODY_FIELDS, so dropping one from that set
+    is caught. (Found by mutation testing: one name dropped, so the field was refused.)"""
+    rev = engine.put({"_id": "a", "x": 1, field: {"v": [1, "two"]}, "y": 2})["rev"]
+    assert engine.get("a") == {"_id": "a", "_rev": rev, "x": 1, field: {"v": [1, "two"]}, "y": 2}
+    assert list(engine.get("a")) == ["_id", "_rev", "x", field, "y"]
+    (result,) = engine.bulk_docs([{"_id": "b", field: "s"}])
+    assert result["ok"] is True and engine.get("b")[field] == "s"
