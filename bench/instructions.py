@@ -4,13 +4,13 @@
 settee (4 shards, fsync off), then runs the workload twice under
 ``valgrind --tool=cachegrind``, once with no measured calls and once with
 ``CALLS`` (default 300), each after the same warm-up (every document read once,
-then 300 calls; inserts: 20 batches), and prints the difference per call.
+then 300 calls; 3 of all_docs and changes; inserts: 20 batches), and prints the difference per call.
 Workloads: get, multiget, multiget_docs, range, range_docs (reads of 100 ids or
-rows, as the seed workloads), all_docs (every row) and insert (100-document
-batches). Options: ``--shards=N`` (default 4), ``--read-mode=serialized``,
+rows, as the seed workloads), all_docs and changes (every row) and insert
+(100-document batches). Options: ``--shards=N`` (default 4), ``--read-mode=serialized``,
 ``--body-cache=BYTES``; ``python -m bench.instructions all_docs 10 --shards=1
 --body-cache=0 --read-mode=serialized`` against the same without the read mode
-is the bench's sequential all_docs pair.
+is the bench's sequential all_docs pair (and changes its changes pair).
 
 Why: on this machine wall-clock timings vary about ±10% from one run to the
 next, so a change worth a few percent cannot be told apart by timing it. An
@@ -39,7 +39,17 @@ from bench.stores import doc_id, load_settee, make_doc
 __all__ = ["main"]
 
 _DOCS = 20_000
-_WORKLOADS = ("get", "multiget", "multiget_docs", "range", "range_docs", "all_docs", "insert")
+_WORKLOADS = (
+    "get",
+    "multiget",
+    "multiget_docs",
+    "range",
+    "range_docs",
+    "all_docs",
+    "changes",
+    "insert",
+)
+_WHOLE = ("all_docs", "changes")  # workloads whose call reads every row
 _OPTIONS = {"--shards": "shards", "--read-mode": "read_mode", "--body-cache": "body_cache_bytes"}
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
@@ -54,6 +64,8 @@ def _step(name: str, db: Any, rng: random.Random, next_id: list[int]) -> Callabl
         )
     if name == "all_docs":
         return lambda: db.all_docs()
+    if name == "changes":
+        return lambda: db.changes()
     if name.startswith("range"):
         docs_too = name.endswith("_docs")
         return lambda: db.all_docs(
@@ -77,6 +89,8 @@ def _child(source: str, name: str, calls: int, options: dict[str, Any]) -> None:
             step = _step(name, db, random.Random(1), [_DOCS])
             if name == "insert":
                 warm = 20
+            elif name in _WHOLE:
+                warm = 3  # each call reads every row: a few make the caches warm
             else:
                 db.all_docs(include_docs=True)
                 warm = 300

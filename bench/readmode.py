@@ -123,13 +123,11 @@ class _Pair:
         # One full pass pulls the files into the page cache and the node caches
         # of both sides alike, so neither pays the first-touch cost in a sample.
         # The sides take turns every _WARM_STEP rows, so their cached nodes are
-        # decoded, and so allocated, side by side: with one side warmed whole
-        # before the other, the sequential all_docs pair read from ×0.94 to ×1.01,
-        # moving with the order the copies were opened, while parallel runs fewer
-        # instructions per call than serialized (76.8M against 77.2M: ``python -m
-        # bench.instructions all_docs 20 --shards=1 --body-cache=0``, then with
-        # ``--read-mode=serialized``): where the nodes lay in memory, not how reads
-        # reach the file.
+        # decoded, and so allocated, side by side rather than one side's after the
+        # other's whole. Where the nodes lie in memory moves the sequential pairs a
+        # few percent either way, though both sides run the same instructions within
+        # 1% (``python -m bench.instructions all_docs 20 --shards=1 --body-cache=0``,
+        # then with ``--read-mode=serialized``; README).
         dbs = list(self.dbs.values())
         for lo in range(0, self.cfg.docs, _WARM_STEP):
             for db in dbs:
