@@ -2213,3 +2213,217 @@ def test_put_of_a_tombstone_answers_200(client: Client, db: str) -> None:
     assert client("GET", f"{db}/t").status == 404
     # recreating on top of the tombstone is a live write again: 201
     assert client("PUT", f"{db}/t", {"v": 2}).status == 201
+
+
+def test_selector_filter_with_all_docs_style_lists_only_the_leaves_that_pass(
+    client: Client, db: str
+) -> None:
+    """couch_changes:filter/3 for {selector, Style, ...}: open_revs then filter_revs,
+    so with style=all_docs a row's changes are the leaves whose own body matches."""
+    winner, loser = make_conflict(client, db, "c")  # the winner holds v="b", the loser v="a"
+    body = {"selector": {"v": "a"}}
+    styled = client("POST", f"{db}/_changes?filter=_selector&style=all_docs", body)
+    assert styled.status == 200, styled.raw
+    [row] = styled.json["results"]
+    assert row["id"] == "c" and row["changes"] == [{"rev": loser}]
+    # main_only judges the winner alone, which does not match
+    assert client("POST", f"{db}/_changes?filter=_selector", body).json["results"] == []
+    both = client("POST", f"{db}/_changes?filter=_selector&style=all_docs", {"selector": {}})
+    assert both.json["results"][0]["changes"] == [{"rev": winner}, {"rev": loser}]
+
+
+def test_heartbeat_zero_is_refused_on_every_feed(client: Client, db: str) -> None:
+    """chttpd_db:parse_changes_query takes a heartbeat only `when HeartbeatInteger > 0`,
+    for any feed; 0 is 400 bad_request (a zero heartbeat would spin on newlines)."""
+    for feed in ("normal", "longpoll", "continuous"):
+        r = client("GET", f"{db}/_changes?feed={feed}&heartbeat=0&timeout=100", timeout=5)
+        assert (r.status, r.json["error"]) == (400, "bad_request"), feed
+    # CouchDB's changes_test.exs: a negative and a non-integer heartbeat, its reasons.
+    below = "The heartbeat value should be a positive integer (in milliseconds)."
+    garbled = "Invalid heartbeat value. Expecting a positive integer value (in milliseconds)."
+    for value, reason in (("-1000", below), ("a1000", garbled)):
+        r = client("GET", f"{db}/_changes?feed=longpoll&heartbeat={value}", timeout=5)
+        assert (r.status, r.json) == (400, {"error": "bad_request", "reason": reason}), value
+
+
+def test_changes_etag_changes_when_a_document_is_updated(client: Client, db: str) -> None:
+    """The normal feed's ETag is made from the database info (update_seq included):
+    an update that leaves doc_count alone must not be answered 304."""
+    rev = put(client, db, "a", {"v": 1})
+    tag = client("GET", f"{db}/_changes").headers["ETag"]
+    new = client("PUT", f"{db}/a", {"_rev": rev, "v": 2}).json["rev"]
+    again = client("GET", f"{db}/_changes", headers={"If-None-Match": tag})
+    assert again.status == 200 and again.headers["ETag"] != tag
+    assert [r["changes"] for r in again.json["results"]] == [[{"rev": new}]]
+
+
+def test_continuous_feed_ends_as_soon_as_its_limit_is_sent(client: Client, db: str) -> None:
+    """couch_changes stops a continuous feed once `limit` rows went out (then the
+    last_seq line); it does not wait for the timeout."""
+    for doc_id in ("a", "b", "c"):
+        put(client, db, doc_id, {})
+    t0 = time.monotonic()
+    r = client("GET", f"{db}/_changes?feed=continuous&limit=2&timeout=20000")
+    lines = [json.loads(line) for line in r.raw.splitlines() if line.strip()]
+    assert time.monotonic() - t0 < 5
+    assert len(lines) == 3 and all("id" in row for row in lines[:2])
+    assert set(lines[-1]) == {"last_seq", "pending"} and lines[-1]["pending"] == 1
+
+
+def test_open_revs_names_each_revision_once(client: Client, db: str) -> None:
+    """fabric_doc_open_revs collects replies in a dict, so a revision asked for twice
+    is answered once (a replicator's open_revs may repeat a rev)."""
+    rev = put(client, db, "d", {"v": 1})
+    gone = "9-" + "f" * 32
+    ask = urllib.parse.quote(json.dumps([rev, rev, gone, gone]))
+    got = client("GET", f"{db}/d?open_revs={ask}", headers={"Accept": "application/json"}).json
+    assert got == [{"ok": {"_id": "d", "_rev": rev, "v": 1}}, {"missing": gone}]
+
+
+def test_revs_info_calls_a_deleted_ancestor_deleted(client: Client, db: str) -> None:
+    """couch_db:doc_meta_info: a revision on the path whose leaf record says deleted is
+    `deleted`, whether or not its (tombstone) body is still stored."""
+    first = put(client, db, "d", {"v": 1})
+    tomb = client("DELETE", f"{db}/d?rev={first}").json["rev"]
+    again = put(client, db, "d", {"v": 3})  # recreated: extends the tombstone's branch
+    info = client("GET", f"{db}/d?revs_info=true").json["_revs_info"]
+    assert info == [
+        {"rev": again, "status": "available"},
+        {"rev": tomb, "status": "deleted"},
+        {"rev": first, "status": "available"},
+    ]
+
+
+def test_attachment_if_none_match_with_its_etag_is_304(client: Client, db: str) -> None:
+    """chttpd_db:db_attachment_req GET answers through chttpd:etag_respond with the
+    quoted base64 md5 as ETag: the same ETag in If-None-Match is 304, no body."""
+    rev = put(client, db, "d", {})
+    client("PUT", f"{db}/d/a.txt?rev={rev}", raw=b"hello", headers={"Content-Type": "text/plain"})
+    first = client("GET", f"{db}/d/a.txt")
+    tag = first.headers["ETag"]
+    assert tag == '"XUFAKrxLKna5cZ2REBfFkg=="'
+    assert first.headers["Cache-Control"] == "must-revalidate"  # chttpd_db sends it
+    cached = client("GET", f"{db}/d/a.txt", headers={"If-None-Match": tag})
+    assert (cached.status, cached.raw, cached.headers["ETag"]) == (304, b"", tag)
+    other = client("GET", f"{db}/d/a.txt", headers={"If-None-Match": '"other"'})
+    assert (other.status, other.raw) == (200, b"hello")
+
+
+def test_attachment_delete_codes(client: Client, db: str) -> None:
+    """db_attachment_req DELETE: an attachment the revision lacks is 404 "Document is
+    missing attachment" (get_existing_attachment); with no rev the new #doc{} has no
+    revs, so an existing document answers 409 conflict."""
+    rev = put(client, db, "d", {"_attachments": {"a": {"content_type": "x/y", "data": ""}}})
+    absent = client("DELETE", f"{db}/d/nope?rev={rev}")
+    assert (absent.status, absent.json) == (
+        404,
+        {"error": "not_found", "reason": "Document is missing attachment"},
+    )
+    norev = client("DELETE", f"{db}/d/a")
+    assert (norev.status, norev.json["error"]) == (409, "conflict")
+    # Without a rev the document and the attachment are looked up first: 404 for
+    # either missing (chttpd_db opens the doc, then get_existing_attachment).
+    gone = client("DELETE", f"{db}/nosuchdoc/a")
+    assert (gone.status, gone.json["error"]) == (404, "not_found")
+    lacks = client("DELETE", f"{db}/d/nope")
+    assert (lacks.status, lacks.json) == (
+        404,
+        {"error": "not_found", "reason": "Document is missing attachment"},
+    )
+    assert client("GET", f"{db}/d/a").status == 200  # no refusal changed anything
+
+
+def test_attachment_put_keeps_the_request_content_type(client: Client, db: str) -> None:
+    """db_attachment_req PUT: the attachment's type is the request's Content-Type
+    (application/octet-stream only when there is none)."""
+    rev = put(client, db, "d", {})
+    stored = client(
+        "PUT", f"{db}/d/x.png?rev={rev}", raw=b"PNG", headers={"Content-Type": "image/png"}
+    )
+    assert stored.status == 201, stored.raw
+    assert client("GET", f"{db}/d/x.png").headers["Content-Type"] == "image/png"
+    assert client("GET", f"{db}/d").json["_attachments"]["x.png"]["content_type"] == "image/png"
+
+
+def test_attachment_rev_and_if_match_must_agree(client: Client, db: str) -> None:
+    """chttpd_db:extract_header_rev: ?rev= and If-Match naming different revisions is
+    400 "Document rev and etag have different values"; If-Match alone names the rev."""
+    rev = put(client, db, "d", {})
+    other = '"1-' + "0" * 32 + '"'
+    clash = client(
+        "PUT", f"{db}/d/a?rev={rev}", raw=b"x", headers={"Content-Type": "x/y", "If-Match": other}
+    )
+    assert (clash.status, clash.json["error"]) == (400, "bad_request")
+    assert "_attachments" not in client("GET", f"{db}/d").json
+    by_header = client(
+        "PUT", f"{db}/d/a", raw=b"x", headers={"Content-Type": "x/y", "If-Match": f'"{rev}"'}
+    )
+    assert by_header.status == 201, by_header.raw
+
+
+def test_deleting_a_missing_local_document_is_404(client: Client, db: str) -> None:
+    """chttpd_db:db_doc_req DELETE opens the document first "to handle the 404 case";
+    that holds for _local/ ids too: nothing to delete is not a successful delete."""
+    gone = client("DELETE", f"{db}/_local/never")
+    assert (gone.status, gone.json) == (404, MISSING)
+    assert client("PUT", f"{db}/_local/once", {"v": 1}).status == 201
+    assert client("DELETE", f"{db}/_local/once?rev=0-1").status == 200
+    again = client("DELETE", f"{db}/_local/once")
+    assert (again.status, again.json) == (404, MISSING)
+
+
+def test_find_without_limit_returns_25_documents(client: Client, db: str) -> None:
+    """mango_opts:validate_find: `limit` defaults to 25; the bookmark pages on."""
+    docs = [{"_id": f"d{i:02}", "n": i} for i in range(30)]
+    assert client("POST", f"{db}/_bulk_docs", {"docs": docs}).status == 201
+    first = client("POST", f"{db}/_find", {"selector": {"n": {"$gte": 0}}}).json
+    assert [d["_id"] for d in first["docs"]] == [f"d{i:02}" for i in range(25)]
+    rest = client(
+        "POST", f"{db}/_find", {"selector": {"n": {"$gte": 0}}, "bookmark": first["bookmark"]}
+    ).json
+    assert [d["_id"] for d in rest["docs"]] == [f"d{i:02}" for i in range(25, 30)]
+
+
+def test_find_past_the_last_page_hands_back_the_same_bookmark(client: Client, db: str) -> None:
+    """mango_json_bookmark:create: with no row read the answer's bookmark is the one
+    the request sent, so a client polling for more resumes from the same place
+    (not from "nil", which would start over)."""
+    docs = [{"_id": f"d{i}", "n": i} for i in range(3)]
+    assert client("POST", f"{db}/_bulk_docs", {"docs": docs}).status == 201
+    query: dict[str, Any] = {"selector": {"n": {"$gte": 0}}, "limit": 3}
+    page = client("POST", f"{db}/_find", query).json
+    assert len(page["docs"]) == 3 and page["bookmark"] != "nil"
+    after = client("POST", f"{db}/_find", {**query, "bookmark": page["bookmark"]}).json
+    assert after["docs"] == [] and after["bookmark"] == page["bookmark"]
+
+
+def test_an_index_never_answers_for_documents_it_leaves_out(client: Client, db: str) -> None:
+    """`$exists: false` asks for documents without the field, which a json index on
+    that field does not hold (mango_idx_view:is_usable needs every indexed field to
+    be required): the query must still find them."""
+    put(client, db, "with", {"f": 1})
+    put(client, db, "without", {"g": 1})
+    made = client("POST", f"{db}/_index", {"index": {"fields": ["f"]}, "ddoc": "f", "name": "f"})
+    assert made.status == 200
+    found = client("POST", f"{db}/_find", {"selector": {"f": {"$exists": False}}}).json
+    assert [d["_id"] for d in found["docs"]] == ["without"]
+    assert (
+        client("POST", f"{db}/_explain", {"selector": {"f": {"$exists": False}}}).json["index"][
+            "name"
+        ]
+        == "_all_docs"
+    )
+
+
+def test_a_sort_must_follow_the_index_field_order(client: Client, db: str) -> None:
+    """mango_idx_view:is_usable: the sort fields must be a prefix of the index's
+    fields in their order; an index on [a, b] cannot serve sort [b, a]."""
+    for i, (a, b) in enumerate([(1, 3), (2, 2), (3, 1)]):
+        put(client, db, f"d{i}", {"a": a, "b": b})
+    ask = {"index": {"fields": ["a", "b"]}, "ddoc": "ab", "name": "ab"}
+    assert client("POST", f"{db}/_index", ask).status == 200
+    selector = {"a": {"$gt": None}, "b": {"$gt": None}}
+    good = client("POST", f"{db}/_find", {"selector": selector, "sort": ["a", "b"]}).json
+    assert [d["_id"] for d in good["docs"]] == ["d0", "d1", "d2"]
+    bad = client("POST", f"{db}/_find", {"selector": selector, "sort": ["b", "a"]})
+    assert (bad.status, bad.json["error"]) == (400, "no_usable_index")

@@ -1912,3 +1912,24 @@ def test_body_special_fields_are_stored_and_returned(engine: Any, field: str) ->
     assert list(engine.get("a")) == ["_id", "_rev", "x", field, "y"]
     (result,) = engine.bulk_docs([{"_id": "b", field: "s"}])
     assert result["ok"] is True and engine.get("b")[field] == "s"
+
+
+def test_compact_stems_every_document_to_the_sessions_revs_limit(opener: Any, reopen: Any) -> None:
+    """§12: compact() stems every document with the session's revs_limit, as
+    CouchDB's compactor copies trees stemmed to the database's _revs_limit; a
+    stemmed revision is then unknown (get(rev=) NotFound, missing in revs_diff)."""
+    db = opener.open()
+    revs = [db.put({"_id": "a", "v": 0})["rev"]]
+    for n in range(1, 6):
+        revs.append(db.put({"_id": "a", "_rev": revs[-1], "v": n})["rev"])
+    assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 6
+    db = reopen(db, revs_limit=2)
+    db.compact()
+    got = db.get("a", revs=True)
+    assert got["_rev"] == revs[-1] and got["v"] == 5
+    assert got["_revisions"] == {"start": 6, "ids": [hash_of(revs[-1]), hash_of(revs[-2])]}
+    with pytest.raises(NotFound):
+        db.get("a", rev=revs[0])
+    assert db.revs_diff({"a": [revs[0]]})["a"]["missing"] == [revs[0]]
+    db = reopen(db)  # and it stays stemmed
+    assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 2

@@ -68,12 +68,14 @@ def _put(
 
 
 def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
-    if rev is None:
-        raise HTTPError(409, "conflict", "Document update conflict.")
+    # Without a rev, chttpd_db first opens the document and finds the attachment
+    # (404 for either missing), and only then answers the edit's conflict.
     doc = entry.db.get(doc_id, rev=rev)
     attachments = _stubs(doc)
     if name not in attachments:
         raise HTTPError(404, "not_found", _MISSING)
+    if rev is None:
+        raise HTTPError(409, "conflict", "Document update conflict.")
     del attachments[name]
     doc["_attachments"] = attachments
     return validated_write(entry, doc)
@@ -161,12 +163,15 @@ async def handle_attachment(
         tag = '"' + att["digest"].removeprefix("md5-") + '"'
         headers = {
             "Content-Type": att["content_type"],
+            "Cache-Control": "must-revalidate",  # as chttpd_db's attachment GET sends
             "ETag": tag,
             "Content-MD5": att["digest"].removeprefix("md5-"),
             "Accept-Ranges": "bytes",
         }
         if request.headers.get("If-None-Match") == tag:
-            return web.Response(status=304, headers={"ETag": tag})
+            return web.Response(
+                status=304, headers={"ETag": tag, "Cache-Control": "must-revalidate"}
+            )
         wanted = None
         # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;
         # another version goes whole, or a resumed download would splice two.

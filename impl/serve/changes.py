@@ -85,6 +85,28 @@ class ChangesFilter:
     passes: Callable[[dict[str, Any]], bool] | None = None
 
 
+def _heartbeat_ms(value: str) -> int:
+    """``heartbeat``'s milliseconds (``true``: 60,000), refused as
+    chttpd_db:parse_changes_query refuses it: 400 bad_request, with its reasons."""
+    if value == "true":
+        return 60_000
+    try:
+        beat = int(value)
+    except ValueError:
+        raise HTTPError(
+            400,
+            "bad_request",
+            "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
+        ) from None
+    if beat <= 0:
+        raise HTTPError(
+            400,
+            "bad_request",
+            "The heartbeat value should be a positive integer (in milliseconds).",
+        )
+    return beat
+
+
 def _parse_filter(
     name: str | None, query: Mapping[str, str], body: Mapping[str, Any], method: str
 ) -> ChangesFilter | None:
@@ -171,14 +193,7 @@ def _parse(
     changes_filter = _parse_filter(query.get("filter"), query, body, method)
     heartbeat = None
     if "heartbeat" in query:
-        beat = 60_000 if query["heartbeat"] == "true" else query_int(query, "heartbeat")
-        if not beat:
-            raise HTTPError(
-                400,
-                "bad_request",
-                "The heartbeat value should be a positive integer (ms).",
-            )
-        heartbeat = min(beat, max_timeout_ms) / 1000
+        heartbeat = min(_heartbeat_ms(query["heartbeat"]), max_timeout_ms) / 1000
     timeout = min(query_int(query, "timeout", max_timeout_ms) or 0, max_timeout_ms) / 1000
     return ChangesQuery(
         feed=feed,
