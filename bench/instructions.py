@@ -8,7 +8,7 @@ then 300 calls; 3 of all_docs and changes; inserts: 20 batches), and prints the 
 Workloads: get, multiget, multiget_docs, range, range_docs (reads of 100 ids or
 rows, as the seed workloads), all_docs and changes (every row) and insert
 (100-document batches). Options: ``--shards=N`` (default 4), ``--read-mode=serialized``,
-``--body-cache=BYTES``; ``python -m bench.instructions all_docs 10 --shards=1
+``--body-cache=BYTES``; ``python -m bench.instructions all_docs 20 --shards=1
 --body-cache=0 --read-mode=serialized`` against the same without the read mode
 is the bench's sequential all_docs pair (and changes its changes pair).
 

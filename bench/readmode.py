@@ -124,10 +124,8 @@ class _Pair:
         # of both sides alike, so neither pays the first-touch cost in a sample.
         # The sides take turns every _WARM_STEP rows, so their cached nodes are
         # decoded, and so allocated, side by side rather than one side's after the
-        # other's whole. Where the nodes lie in memory moves the sequential pairs a
-        # few percent either way, though both sides run the same instructions within
-        # 1% (``python -m bench.instructions all_docs 20 --shards=1 --body-cache=0``,
-        # then with ``--read-mode=serialized``; README).
+        # other's whole: where the nodes lie in memory likely moved the all_docs
+        # pair (bench/README.md, "How a number is made").
         dbs = list(self.dbs.values())
         for lo in range(0, self.cfg.docs, _WARM_STEP):
             for db in dbs:

@@ -34,6 +34,7 @@ from settee.serve.protocol import (
     encode_json,
     etag_of,
     method_not_allowed,
+    parse_integer,
     query_bool,
     query_int,
     query_json,
@@ -90,14 +91,13 @@ def _heartbeat_ms(value: str) -> int:
     chttpd_db:parse_changes_query refuses it: 400 bad_request, with its reasons."""
     if value == "true":
         return 60_000
-    try:
-        beat = int(value)
-    except ValueError:
+    beat = parse_integer(value)
+    if beat is None:
         raise HTTPError(
             400,
             "bad_request",
             "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
-        ) from None
+        )
     if beat <= 0:
         raise HTTPError(
             400,

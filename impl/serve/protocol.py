@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "etag",
     "etag_of",
     "method_not_allowed",
+    "parse_integer",
     "query_bool",
     "query_int",
     "query_json",
@@ -178,15 +180,23 @@ def query_bool(query: Mapping[str, str], name: str, default: bool = False) -> bo
     )
 
 
+#: What Erlang's ``list_to_integer`` (CouchDB's query parser) takes: ASCII digits
+#: with an optional sign. Python's ``int`` also takes ``1_000``, spaces and other
+#: scripts' digits; the length bound is ``int``'s own (a longer one is refused).
+_INTEGER = re.compile(r"[+-]?[0-9]{1,4300}")
+
+
+def parse_integer(value: str) -> int | None:
+    """``value`` as CouchDB parses an integer query parameter, or None."""
+    return int(value) if _INTEGER.fullmatch(value) else None
+
+
 def query_int(query: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     value = query.get(name)
     if value is None:
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
+    number = parse_integer(value)
+    if number is None or number < 0:
         raise HTTPError(
             400, "query_parse_error", f"Invalid value for {name}: {value!r}, expected an int >= 0"
         )
