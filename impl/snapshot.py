@@ -232,9 +232,9 @@ class Snapshot:
     ) -> None:
         """Set ``docs[id]`` to the winning document of each ``(id, stored by_id value)``
         entry (a range's rows), as ``fill_docs`` renders them, without a summary per
-        row: one pass collects the body pointers (``body_pointers``), one renders.
-        The summaries' loop and tuples were a tenth of a range with docs, and their
-        tuples work for the cyclic collector."""
+        row: one pass reads the bodies (from the body cache by position, else by
+        ``body_pointers``), one renders. The summaries' loop and tuples were a tenth
+        of a range with docs, and their tuples work for the cyclic collector."""
         # A checked leaf's winner bodies are [int pos, int size, ...]: a range whose
         # bodies are all cached reads them by position alone (one list, not a
         # helper's second one: this is every range with docs).

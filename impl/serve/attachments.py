@@ -170,7 +170,7 @@ async def handle_attachment(
         }
         if request.headers.get("If-None-Match") == tag:
             return web.Response(
-                status=304, headers={"ETag": tag, "Cache-Control": "must-revalidate"}
+                status=304, headers={k: headers[k] for k in ("ETag", "Cache-Control")}
             )
         wanted = None
         # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;
