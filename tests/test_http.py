@@ -2443,3 +2443,31 @@ def test_a_sort_must_follow_the_index_field_order(client: Client, db: str) -> No
     assert [d["_id"] for d in good["docs"]] == ["d0", "d1", "d2"]
     bad = client("POST", f"{db}/_find", {"selector": selector, "sort": ["b", "a"]})
     assert (bad.status, bad.json["error"]) == (400, "no_usable_index")
+
+
+def test_open_revs_answers_in_couchdb_order(client: Client, db: str) -> None:
+    """fabric_doc_open_revs sorts its replies: found documents first, then missing
+    revs, each by (position as a number, hash) ascending, tombstones among the rest
+    and the winner not first (chttpd_db_doc_get_tests: open_revs=all gives 2-revb
+    before the winning 2-revc)."""
+    low, tomb, high = "9-" + "f" * 32, "9-" + "0" * 32, "10-" + "a" * 32
+    leaves = [
+        {"_id": "o", "_rev": low, "v": "low"},
+        {"_id": "o", "_rev": high, "v": "high"},
+        {"_id": "o", "_rev": tomb, "_deleted": True},
+    ]
+    r = client("POST", f"{db}/_bulk_docs", {"docs": leaves, "new_edits": False})
+    assert (r.status, r.json) == (201, [])
+    accept = {"Accept": "application/json"}
+    every = client("GET", f"{db}/o?open_revs=all", headers=accept).json
+    assert [entry["ok"]["_rev"] for entry in every] == [tomb, low, high]
+    assert every[0]["ok"]["_deleted"] is True
+    gone_high, gone_low = "11-" + "1" * 32, "8-" + "e" * 32
+    ask = urllib.parse.quote(json.dumps([gone_high, high, gone_low, low]))
+    some = client("GET", f"{db}/o?open_revs={ask}", headers=accept).json
+    assert some == [
+        {"ok": {"_id": "o", "_rev": low, "v": "low"}},
+        {"ok": {"_id": "o", "_rev": high, "v": "high"}},
+        {"missing": gone_low},
+        {"missing": gone_high},
+    ]

@@ -18,7 +18,7 @@ from settee.docinfo import DocInfo
 from settee.spec import revtree
 from settee.spec.docs import validate_docid
 from settee.spec.errors import NotFound
-from settee.spec.revs import is_valid_rev
+from settee.spec.revs import is_valid_rev, parse_rev
 from settee.spec.routing import shard_of
 from settee.tokens import decode_token
 
@@ -87,8 +87,11 @@ def open_revs(
     atts_since: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """CouchDB's ``open_revs``: ``revs=None`` means ``all`` (every leaf, tombstones
-    included, winner first). Each entry is ``{"ok": doc}`` or ``{"missing": rev}``;
-    with ``latest`` a non-leaf rev is replaced by the leaves that descend from it."""
+    included). Each entry is ``{"ok": doc}`` or ``{"missing": rev}``, each rev once;
+    with ``latest`` a non-leaf rev is replaced by the leaves that descend from it.
+    The order is CouchDB's, not the request's: fabric_doc_open_revs sorts its
+    replies, so found documents come first, then missing revs, each by
+    ``(position, hash)`` ascending (the winner is not first)."""
     info = doc_info(db, doc_id)
     tree = info.tree if info is not None else {}
     if revs is None:
@@ -100,16 +103,17 @@ def open_revs(
                 wanted.extend(r for r in _descendant_leaves(tree, rev) if r not in wanted)
             elif rev not in wanted:
                 wanted.append(rev)
-    out: list[dict[str, Any]] = []
-    for rev in wanted:
+    found: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
+    for rev in sorted(wanted, key=parse_rev):
         try:
             doc = db.get(
                 doc_id, rev=rev, revs=revisions, attachments=attachments, atts_since=atts_since
             )
-            out.append({"ok": doc})
+            found.append({"ok": doc})
         except NotFound:
-            out.append({"missing": rev})
-    return out
+            missing.append({"missing": rev})
+    return found + missing
 
 
 def revs_info(db: settee.Database, doc_id: str, rev: str) -> list[dict[str, str]]:
