@@ -259,7 +259,10 @@ def warn_if_lost(file: ShardFile, slot: Slot | None) -> None:
 
 
 def _behind(slot: Slot, token: Any) -> bool:
-    """Whether ``slot`` names an earlier commit of the same file than ``token`` does."""
+    """Whether ``slot`` names an earlier commit of the same file than ``token`` does.
+    It decides only which commit the handle goes on following, never what the read
+    that asks gets (both of ``_at``'s branches answer the slot's own commit), so no
+    answer depends on its generation test: a mutation round found none."""
     return isinstance(token, Slot) and token.generation == slot.generation and slot.seq < token.seq
 
 

@@ -1957,8 +1957,9 @@ def test_uuids_are_sent_with_cache_busting_headers(client: Client) -> None:
 
 def test_attachment_byte_ranges(client: Client, db: str) -> None:
     """chttpd_db serves one Range of an attachment stored as is with 206 and
-    Content-Range (attachments.rst "HTTP Range Requests"); a range past the end is
-    416; several ranges or an invalid one get the whole attachment."""
+    Content-Range (attachments.rst "HTTP Range Requests"); a range past the end or
+    running backward is 416; bytes=0- (attachment_ranges_test.exs: "a 200"),
+    several ranges or another unit get the whole attachment."""
     rev = put(client, db, "d", {})
     data = bytes(range(256)) * 300  # two chunks: a range may span them
     r = client("PUT", f"{db}/d/f?rev={rev}", raw=data, headers={"Content-Type": "x/y"})
@@ -1978,12 +1979,33 @@ def test_attachment_byte_ranges(client: Client, db: str) -> None:
         assert r.status == 206, spec
         assert r.raw == data[first : last + 1], spec
         assert r.headers["Content-Range"] == f"bytes {first}-{last}/{len(data)}", spec
-    r = get(f"bytes={len(data)}-")
-    assert r.status == 416 and r.headers["Content-Range"] == f"bytes */{len(data)}"
-    for whole in ("bytes=0-1,4-5", "bytes=5-2", "lines=1-2"):
+    for unsatisfiable in (f"bytes={len(data)}-", "bytes=5-2"):
+        r = get(unsatisfiable)
+        assert r.status == 416, unsatisfiable
+        assert r.headers["Content-Range"] == f"bytes */{len(data)}", unsatisfiable
+    for whole in ("bytes=0-", "bytes=0-1,4-5", "lines=1-2"):
         r = get(whole)
         assert (r.status, r.raw) == (200, data), whole
+        assert "Content-Range" not in r.headers, whole
     assert client("GET", f"{db}/d/f").headers["Accept-Ranges"] == "bytes"
+    empty = client("PUT", f"{db}/e/f", raw=b"", headers={"Content-Type": "x/y"})
+    assert empty.status == 201
+    r = client("GET", f"{db}/e/f", headers={"Range": "bytes=0-"})
+    assert (r.status, r.raw) == (200, b"")
+
+
+def test_if_none_match_takes_a_list_and_weak_tags(client: Client, db: str) -> None:
+    """chttpd:etag_match splits If-None-Match at commas and spaces and drops W/: a
+    document, an attachment and the changes feed answer 304 for a list naming their
+    ETag or for its weak form."""
+    rev = put(client, db, "d", {"v": 1})
+    rev = client("PUT", f"{db}/d/a?rev={rev}", raw=b"abc", headers={"Content-Type": "x/y"})
+    for path in (f"{db}/d", f"{db}/d/a", f"{db}/_changes"):
+        tag = client("GET", path).headers["ETag"]
+        for header in (f'"other", {tag}', f"W/{tag}", f'W/"other",W/{tag}'):
+            r = client("GET", path, headers={"If-None-Match": header})
+            assert r.status == 304, (path, header)
+        assert client("GET", path, headers={"If-None-Match": '"other"'}).status == 200
 
 
 def test_normal_changes_feed_has_an_etag(client: Client, db: str) -> None:
@@ -2471,3 +2493,26 @@ def test_open_revs_answers_in_couchdb_order(client: Client, db: str) -> None:
         {"missing": gone_low},
         {"missing": gone_high},
     ]
+
+
+def test_attachment_writes_name_a_revision_the_document_holds(client: Client, db: str) -> None:
+    """chttpd_db:db_attachment_req opens a write's rev with fabric:open_revs: a rev the
+    document lacks is 409 missing_rev (attachments_test.exs "delete attachment" and
+    "saves binary"), and a write under an id no write accepts is 400 illegal_docid
+    (COUCHDB-565), while a read of one is 404 missing."""
+    rev = put(client, db, "d", {})
+    put_raw = {"Content-Type": "text/plain"}
+    r = client("PUT", f"{db}/d/a.txt?rev={rev}", raw=b"x", headers=put_raw)
+    assert r.status == 201
+    missing_rev = {"error": "not_found", "reason": "missing_rev"}
+    r = client("DELETE", f"{db}/d/a.txt?rev=4-garbage")
+    assert (r.status, r.json) == (409, missing_rev)
+    r = client("PUT", f"{db}/d/b.txt?rev=1-{'a' * 32}", raw=b"x", headers=put_raw)
+    assert (r.status, r.json) == (409, missing_rev)
+    r = client("PUT", f"{db}/nodoc/b.txt?rev=1-{'a' * 32}", raw=b"x", headers=put_raw)
+    assert (r.status, r.json) == (409, missing_rev)
+    r = client("PUT", f"{db}/_nonexistant/attachment.txt", raw=b"x", headers=put_raw)
+    assert (r.status, r.json["error"]) == (400, "illegal_docid")
+    r = client("GET", f"{db}/_nonexistant/attachment.txt")
+    assert (r.status, r.json) == (404, MISSING)
+    assert client("GET", f"{db}/d/a.txt").raw == b"x"

@@ -160,11 +160,11 @@ async def _route_in_db(
         return await find.handle_index(state, request, entry, rest[1:])
     if head == "_design" and len(rest) == 2:
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
+    design = head.startswith("_design/") or (head == "_design" and len(rest) > 1)
+    if request.method in ("GET", "HEAD") and head.startswith("_") and not design:
+        # chttpd_db opens any id it is asked for: one no write accepts is missing.
+        raise settee.NotFound("missing")
     if len(rest) == 1:
-        reading = request.method in ("GET", "HEAD")
-        if reading and head.startswith("_") and not head.startswith("_design/"):
-            # chttpd_db opens any id it is asked for: one no write accepts is missing.
-            raise settee.NotFound("missing")
         return await docs.handle_doc(state, request, entry, head)
     if head == "_design" and len(rest) == 4 and rest[2] == "_view":
         return await viewquery.handle_view(state, request, entry, rest[1], rest[3])
@@ -173,6 +173,6 @@ async def _route_in_db(
         return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))
     if head == "_design" and len(rest) > 2:
         raise HTTPError(404, "not_found", f"settee serve does not serve {rest[2]} yet")
-    if not head.startswith("_"):
-        return await attachments.handle_attachment(state, request, entry, head, "/".join(rest[1:]))
-    raise HTTPError(404, "not_found", "Document is missing attachment")
+    # Any other id with a path is an attachment (chttpd_db:db_req's last clause): a
+    # write under an id no write accepts is illegal_docid, a read of it missing.
+    return await attachments.handle_attachment(state, request, entry, head, "/".join(rest[1:]))

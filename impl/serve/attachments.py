@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve.docs import MAX_LOCATION, validated_write
-from settee.serve.protocol import HTTPError, method_not_allowed, reply, respond
+from settee.serve.docs import MAX_LOCATION, check_doc, validated_write
+from settee.serve.protocol import HTTPError, etag_matches, method_not_allowed, reply, respond
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.spool import Spooled
@@ -53,14 +53,23 @@ def _stubs(doc: dict[str, Any]) -> dict[str, Any]:
     return {name: {"stub": True} for name in doc.get("_attachments", {})}
 
 
+def _revision(db: settee.Database, doc_id: str, rev: str) -> dict[str, Any]:
+    """The revision a write names, as chttpd_db's attachment PUT/DELETE opens it
+    (fabric:open_revs): one the document does not hold is 409 ``missing_rev``."""
+    try:
+        return db.get(doc_id, rev=rev)
+    except settee.NotFound:
+        raise HTTPError(409, "not_found", "missing_rev") from None
+
+
 def _put(
     entry: DbEntry, doc_id: str, name: str, data: Spooled, content_type: str, rev: str | None
 ) -> dict[str, Any]:
-    db = entry.db
     if rev is None:
         doc: dict[str, Any] = {"_id": doc_id}
+        check_doc(doc)  # chttpd_db: couch_db:validate_docid, before the write's own checks
     else:
-        doc = db.get(doc_id, rev=rev)
+        doc = _revision(entry.db, doc_id, rev)
     attachments = _stubs(doc)
     attachments[name] = {"content_type": content_type, "data": data}  # spooled: never whole
     doc["_attachments"] = attachments
@@ -70,7 +79,7 @@ def _put(
 def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
     # Without a rev, chttpd_db first opens the document and finds the attachment
     # (404 for either missing), and only then answers the edit's conflict.
-    doc = entry.db.get(doc_id, rev=rev)
+    doc = entry.db.get(doc_id) if rev is None else _revision(entry.db, doc_id, rev)
     attachments = _stubs(doc)
     if name not in attachments:
         raise HTTPError(404, "not_found", _MISSING)
@@ -87,9 +96,10 @@ _ONE_RANGE = re.compile(r"bytes=(?:([0-9]{1,19})-([0-9]{0,19})|-([0-9]{1,19}))")
 
 def _byte_range(header: str | None, length: int) -> tuple[int, int] | None:
     """The inclusive byte range ``[first, last]`` a ``Range`` header asks of ``length``
-    bytes; None to send them all (no header, several ranges, or a form that is not
-    ``bytes=``: RFC 9110 lets a server ignore Range); 416 when no byte of it exists.
-    CouchDB answers one range of an attachment stored as is with 206 (chttpd_db)."""
+    bytes; None to send them all (no header, ``bytes=0-``, several ranges, or a form
+    that is not ``bytes=``: RFC 9110 lets a server ignore Range); 416 when no byte
+    of it exists or it runs backward. CouchDB answers one range of an attachment
+    stored as is with 206 (chttpd_db:parse_ranges)."""
     if header is None:
         return None
     found = _ONE_RANGE.fullmatch(header.strip())
@@ -102,9 +112,11 @@ def _byte_range(header: str | None, length: int) -> tuple[int, int] | None:
             first = length  # no byte: unsatisfiable below
     else:
         first = int(first_text)
+        if first == 0 and not last_text:
+            return None  # chttpd_db:parse_ranges: bytes=0- is the whole entity, a 200
         last = min(int(last_text), length - 1) if last_text else length - 1
         if last_text and int(last_text) < first:
-            return None  # an invalid range is ignored (RFC 9110 §14.1.1)
+            last = -1  # a backward range: CouchDB refuses it (parse_ranges), below
     if first >= length or first > last:
         raise HTTPError(
             416,
@@ -168,7 +180,7 @@ async def handle_attachment(
             "Content-MD5": att["digest"].removeprefix("md5-"),
             "Accept-Ranges": "bytes",
         }
-        if request.headers.get("If-None-Match") == tag:
+        if etag_matches(request.headers, tag):
             return web.Response(
                 status=304, headers={k: headers[k] for k in ("ETag", "Cache-Control")}
             )

@@ -32,6 +32,7 @@ from settee.serve.protocol import (
     HTTPError,
     decode_object,
     encode_json,
+    etag_matches,
     etag_of,
     method_not_allowed,
     parse_integer,
@@ -312,7 +313,7 @@ async def handle_changes(
         # chttpd_db's etag_respond: an ETag of the database's state (its info), so a
         # client polling an unchanged database gets 304 without the feed.
         tag = await state.run(_changes_etag, entry.db)
-        if request.headers.get("If-None-Match") == tag:
+        if etag_matches(request.headers, tag):
             return web.Response(status=304, headers={"ETag": tag})
         page = await state.run(_page, entry.db, q, q.since)
         page.headers["ETag"] = tag

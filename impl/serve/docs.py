@@ -24,6 +24,7 @@ from settee.serve.protocol import (
     decode_json,
     decode_object,
     etag,
+    etag_matches,
     method_not_allowed,
     query_bool,
     reply,
@@ -202,7 +203,7 @@ async def _send_related(
     state: State, request: web.BaseRequest, db: settee.Database, doc: mime.Related
 ) -> web.StreamResponse:
     tag = etag(doc.rev)
-    if request.headers.get("If-None-Match") == tag:
+    if etag_matches(request.headers, tag):
         return web.Response(status=304, headers={"ETag": tag})
     boundary = mime.new_boundary()
     headers = {"Content-Type": doc.content_type(boundary), "ETag": tag}
@@ -260,7 +261,7 @@ async def _handle_get(
     if isinstance(result, list):
         return respond(await state.run(reply, 200, result))
     tag = etag(result["_rev"])
-    if request.headers.get("If-None-Match") == tag:
+    if etag_matches(request.headers, tag):
         return web.Response(status=304, headers={"ETag": tag})
     return respond(await state.run(reply, 200, result, {"ETag": tag}))
 

@@ -28,6 +28,7 @@ __all__ = [
     "encode_json",
     "error_reply",
     "etag",
+    "etag_matches",
     "etag_of",
     "method_not_allowed",
     "parse_integer",
@@ -154,6 +155,13 @@ def etag_of(state: str) -> str:
     """A quoted ETag naming ``state`` (an md5, base64url), as couch_httpd:make_etag."""
     digest = hashlib.md5(state.encode("utf-8", "surrogatepass"), usedforsecurity=False).digest()
     return '"' + base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=") + '"'
+
+
+def etag_matches(headers: Mapping[str, str], tag: str) -> bool:
+    """Whether ``If-None-Match`` names ``tag``, as chttpd:etag_match reads it: a list
+    split at commas and spaces, each entry's weak prefix ``W/`` dropped."""
+    named = re.split(r"[, ]+", headers.get("If-None-Match", ""))
+    return tag in (entry.removeprefix("W/") for entry in named)
 
 
 def etag(rev: str) -> str:
