@@ -10,6 +10,7 @@ import base64
 import contextlib
 import http.client
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -2516,3 +2517,49 @@ def test_attachment_writes_name_a_revision_the_document_holds(client: Client, db
     r = client("GET", f"{db}/_nonexistant/attachment.txt")
     assert (r.status, r.json) == (404, MISSING)
     assert client("GET", f"{db}/d/a.txt").raw == b"x"
+
+
+def test_every_response_carries_chttpds_headers(client: Client, db: str) -> None:
+    """chttpd sends Server, X-Couch-Request-ID and X-CouchDB-Body-Time with every
+    response (basics_test.exs checks them on HEAD /db/id?open_revs=all), streamed
+    ones too; a client's own request id comes back when chttpd:nonce/1 keeps it."""
+    rev = put(client, db, "d", {})
+    client("PUT", f"{db}/d/a?rev={rev}", raw=b"abc", headers={"Content-Type": "x/y"})
+    paths = ("/", f"{db}/d", f"{db}/d?open_revs=all", f"{db}/d/a", f"{db}/_changes?feed=longpoll")
+    for path in paths:
+        for method in ("GET", "HEAD"):
+            r = client(method, path)
+            assert r.headers["Server"] == "settee", (method, path)
+            assert r.headers["X-CouchDB-Body-Time"] == "0", (method, path)
+            assert re.fullmatch(r"[0-9a-f]{10}", r.headers["X-Couch-Request-ID"]), (method, path)
+    assert client("GET", "/nodb").headers["X-Couch-Request-ID"]
+    mine = client("GET", f"{db}/d/a", headers={"X-Couch-Request-ID": "my-id_42"})
+    assert mine.headers["X-Couch-Request-ID"] == "my-id_42"
+    for refused in ("a" * 37, "no spaces", "é"):
+        r = client("GET", "/", headers={"X-Couch-Request-ID": refused})
+        assert re.fullmatch(r"[0-9a-f]{10}", r.headers["X-Couch-Request-ID"]), refused
+
+
+def test_system_database_names_and_names_no_database_has(client: Client) -> None:
+    """couch_db:validate_dbname accepts its SYSTEM_DATABASES (alone or after a valid
+    prefix), which CouchDB's setup creates (_users, _replicator); any other name
+    outside the rule is refused on create with the rule's reason, and is simply a
+    database that does not exist for every other request (fabric answers 404)."""
+    for name in ("_users", "_replicator", "_global_changes", "acme/_replicator"):
+        quoted = "/" + urllib.parse.quote(name, safe="")
+        assert client("PUT", quoted).status == 201, name
+        assert client("GET", quoted).json["db_name"] == name
+        assert name in client("GET", "/_all_dbs").json
+        assert client("PUT", f"{quoted}/d", {"v": 1}).status == 201
+    for bad in ("_foo", "_users2", "Abc", "%2F_users"):
+        r = client("PUT", f"/{bad}")
+        assert (r.status, r.json["error"]) == (400, "illegal_database_name"), bad
+        assert "Only lowercase characters (a-z)" in r.json["reason"], bad
+        for method in ("GET", "HEAD", "DELETE"):
+            r = client(method, f"/{bad}")
+            assert r.status == 404, (method, bad)
+            if method != "HEAD":
+                assert r.json == NO_DB, (method, bad)
+    assert client("GET", "/_all_dbs/_all_docs").status == 404
+    assert client("DELETE", "/_users").status == 200
+    assert "_users" not in client("GET", "/_all_dbs").json

@@ -8,6 +8,9 @@ too: ``/a%2Fb/c%2Fd`` is document ``c/d`` in database ``a/b``.
 from __future__ import annotations
 
 import logging
+import re
+import secrets
+from collections.abc import Mapping
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -19,7 +22,7 @@ from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
 
-__all__ = ["dispatch"]
+__all__ = ["CouchRequest", "dispatch"]
 
 log = logging.getLogger("settee.serve")
 
@@ -50,7 +53,29 @@ _DB_ROUTES = {
     "_view_cleanup": viewquery.handle_view_cleanup,
 }
 
-_COMMON_HEADERS = {"Cache-Control": "must-revalidate", "Server": "settee"}
+#: What chttpd:nonce/1 takes from a client's X-Couch-Request-ID: at most 36 of these.
+_REQUEST_ID = re.compile(r"[0-9A-Za-z_-]{1,36}")
+
+
+class CouchRequest(web.BaseRequest):
+    """A request whose every response, streamed or not, carries the headers chttpd
+    sends with each: ``Server``, ``Cache-Control`` (unless the handler set one),
+    ``X-Couch-Request-ID`` (the client's, when chttpd:nonce/1 would keep it, else
+    ten random hex digits) and ``X-CouchDB-Body-Time`` (chttpd:timing/0; settee
+    does not time body reads, so it is "0", CouchDB's value for no body)."""
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        # aiohttp calls this after a response's own headers are set, before any is
+        # sent: the one place a streamed answer (attachments, feeds) passes too.
+        response.headers.setdefault("Cache-Control", "must-revalidate")
+        response.headers["Server"] = "settee"  # over aiohttp's own, set just before
+        response.headers["X-Couch-Request-ID"] = _request_id(self.headers)
+        response.headers.setdefault("X-CouchDB-Body-Time", "0")
+
+
+def _request_id(headers: Mapping[str, str]) -> str:
+    given = headers.get("X-Couch-Request-ID", "")
+    return given if _REQUEST_ID.fullmatch(given) else secrets.token_hex(5)
 
 
 async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse:
@@ -73,10 +98,7 @@ async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse
             # aiohttp does not linger reading a body that stopped arriving.
             response.force_close()
             request.content.feed_eof()
-    if not response.prepared:
-        for name, value in _COMMON_HEADERS.items():
-            response.headers.setdefault(name, value)  # a handler's own Cache-Control stands
-    return response
+    return response  # CouchRequest adds the common headers as it is sent
 
 
 def _last_value_wins(request: web.BaseRequest) -> web.BaseRequest:
@@ -106,8 +128,9 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     first = parts[0] if parts else ""
     if len(parts) <= 1 and first in _SERVER_ROUTES:
         return await _SERVER_ROUTES[first](state, request)
-    if first.startswith("_"):
-        raise HTTPError(400, "illegal_database_name", f"Name: '{first}'. Unknown endpoint.")
+    # Any other first segment names a database, as chttpd_db:handle_request takes
+    # it: creating one checks the name (system databases such as _users included),
+    # every other request on a name no database has is 404.
     rest = parts[1:]
     if not rest and request.method in ("PUT", "DELETE"):
         return await dbs.handle_db(state, request, first)

@@ -7,8 +7,9 @@
   _settings/<name>.json  its settings the engine does not store (``revs_limit``)
 ```
 
-CouchDB database names start with a lowercase letter, so ``_local`` never
-clashes with one. Databases are opened on first use and stay open until the
+CouchDB database names start with a lowercase letter or are one of its system
+databases (``_users``, ``_replicator``, ...), so ``_local``, ``_settings`` and
+``_views`` never clash with one. Databases are opened on first use and stay open until the
 server stops or the database is deleted. Every method blocks (file I/O,
 fsync): the app calls them on its worker threads, never on the event loop.
 """
@@ -35,7 +36,7 @@ from settee.serve.protocol import HTTPError
 from settee.serve.viewindex import ViewIndex
 from settee.spec.errors import CorruptionError
 
-__all__ = ["DbEntry", "Notifier", "Registry", "check_db_name"]
+__all__ = ["DbEntry", "Notifier", "Registry", "check_db_name", "is_db_name"]
 
 # couch_db:validate_dbname: a lowercase letter, then lowercase letters, digits, _$()+-/
 # Matched whole (fullmatch): with ``match``, ``$`` also matches before a final
@@ -44,8 +45,24 @@ _DB_NAME = re.compile(r"[a-z][a-z0-9_$()+/-]*")
 _MAX_NAME = 238
 
 
+#: couch_db.hrl's SYSTEM_DATABASES: names a database may have outside the rule.
+_SYSTEM_DBS = frozenset({"_dbs", "_global_changes", "_metadata", "_nodes", "_replicator", "_users"})
+
+
+def is_db_name(name: str) -> bool:
+    """couch_db:validate_dbname: the rule, or a system database's name, alone or
+    after a prefix the rule accepts (``_users``, ``accounts/_replicator``)."""
+    if len(name) > _MAX_NAME:
+        return False
+    if _DB_NAME.fullmatch(name):
+        return True
+    prefix, slash, base = name.rpartition("/")
+    return base in _SYSTEM_DBS and (not slash or _DB_NAME.fullmatch(prefix) is not None)
+
+
 def check_db_name(name: str) -> None:
-    if not _DB_NAME.fullmatch(name) or len(name) > _MAX_NAME:
+    """400 illegal_database_name unless a database may be created as ``name``."""
+    if not is_db_name(name):
         raise HTTPError(
             400,
             "illegal_database_name",
@@ -141,8 +158,10 @@ class Registry:
         return self._open.get(name)
 
     def get(self, name: str) -> DbEntry:
-        """The open database ``name``; 404 when it does not exist."""
-        check_db_name(name)
+        """The open database ``name``; 404 when it does not exist (or cannot: only
+        creating a database checks its name, as fabric does)."""
+        if not is_db_name(name):
+            raise db_missing()
         entry = self._open.get(name)
         if entry is not None:
             return entry
@@ -185,7 +204,8 @@ class Registry:
         """CouchDB's ``PUT /{db}/_revs_limit``. The engine takes ``revs_limit`` per
         session, so it is stored beside the database (for its next open) and set on
         the open handle, which the requests running meanwhile go on using."""
-        check_db_name(name)
+        if not is_db_name(name):
+            raise db_missing()
         with self._lock:
             entry = self._opened(name)
             write_json_durably(
@@ -213,8 +233,10 @@ class Registry:
             self._open[name] = DbEntry(name, db, self._local(name))
 
     def delete(self, name: str) -> None:
-        """Close and remove ``name`` with its local documents; 404 if missing."""
-        check_db_name(name)
+        """Close and remove ``name`` with its local documents; 404 if missing (a name
+        no database can have is missing too: chttpd answers DELETE /Abc so)."""
+        if not is_db_name(name):
+            raise db_missing()
         with self._lock:
             self._check_running()
             entry = self._open.pop(name, None)
@@ -241,10 +263,9 @@ class Registry:
         """Every database, sorted."""
         found = []
         for entry in os.listdir(self.root):
-            if entry.startswith("_"):
-                continue
             name = entry.replace("%2F", "/")
-            if _DB_NAME.fullmatch(name) and self._exists(name):
+            # The server's own folders (_local, _settings, _views) are no such name.
+            if is_db_name(name) and self._exists(name):
                 found.append(name)
         return sorted(found)
 

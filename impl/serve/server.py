@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from settee.serve.app import dispatch
+from settee.serve.app import CouchRequest, dispatch
 from settee.serve.options import merge_options
 from settee.serve.registry import Registry
 from settee.serve.sockets import apply_buffers, listening_socket
@@ -81,6 +81,10 @@ class _PolicyServer(web.Server):
     def __init__(self, handler: Any, *, policy: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._policy = policy
+
+    def _make_request(self, *args: Any) -> web.BaseRequest:
+        # web.Server's own factory, with the request class that adds chttpd's headers.
+        return CouchRequest(*args, self._loop)
 
     def __call__(self) -> RequestHandler:
         stall = self._policy["idle_timeout"] / 1000
