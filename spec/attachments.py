@@ -211,9 +211,16 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
         # base64 (Python's base64.encodebytes, MIME tools); any other stray byte is
         # refused.
         text = plain_str(data).translate(_BASE64_WHITESPACE)
+        if len(text) % 4 or text.endswith("==="):
+            # Python's decoder takes a stray '=' after whole groups ('YWJj='); Erlang's,
+            # and so couch_att:inline_from_json, refuses it (attachments_test.exs).
+            raise ValueError("not whole groups of four")
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (UnicodeEncodeError, binascii.Error, ValueError):
-        raise BadRequest(f"attachment {name!r}: data is not valid base64") from None
+        # couch_att's words, so a client matching CouchDB's reason finds them.
+        raise BadRequest(
+            f"Invalid attachment data for {name}: give base64 in groups of four characters"
+        ) from None
     return Inline(name, plain_str(content_type), raw, revpos)
 
 

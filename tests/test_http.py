@@ -2563,3 +2563,13 @@ def test_system_database_names_and_names_no_database_has(client: Client) -> None
     assert client("GET", "/_all_dbs/_all_docs").status == 404
     assert client("DELETE", "/_users").status == 200
     assert "_users" not in client("GET", "/_all_dbs").json
+
+
+def test_inline_data_that_is_not_whole_base64_is_400(client: Client, db: str) -> None:
+    """attachments_test.exs "errors for bad attachment": data "notBase64Encoded="
+    (sixteen characters and a stray '=') is 400, and nothing is stored."""
+    bad = {"_attachments": {"foo.txt": {"content_type": "text/plain", "data": "notBase64Encoded="}}}
+    r = client("PUT", f"{db}/bad_doc", bad)
+    assert (r.status, r.json["error"]) == (400, "bad_request")
+    assert r.json["reason"].startswith("Invalid attachment data for foo.txt")
+    assert client("GET", f"{db}/bad_doc").status == 404
