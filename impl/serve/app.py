@@ -71,6 +71,10 @@ class CouchRequest(web.BaseRequest):
         response.headers["Server"] = "settee"  # over aiohttp's own, set just before
         response.headers["X-Couch-Request-ID"] = _request_id(self.headers)
         response.headers.setdefault("X-CouchDB-Body-Time", "0")
+        if response.status == 304:
+            # mochiweb sends its empty body's length (basics_test.exs: "A document
+            # read with etag works" reads Content-Length "0"); aiohttp sends none.
+            response.headers["Content-Length"] = "0"
 
 
 def _request_id(headers: Mapping[str, str]) -> str:
