@@ -17,6 +17,7 @@ from settee.docinfo import DocInfo
 from settee.serve import mime, revs
 from settee.serve.docs import (
     check_doc,
+    docid_problem,
     handle_post_doc,
     new_doc_id,
     revisions_win,
@@ -402,15 +403,16 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
     new_edits = payload.get("new_edits", True)
     if not isinstance(new_edits, bool):
         raise HTTPError(400, "bad_request", "`new_edits` parameter must be a boolean.")
+    for doc in docs:  # every one before any is stored (couch_db:doc_from_json_obj_validate)
+        check_doc(doc)
     # _local/ documents are stored last: a request refused (a 400 for another
     # document) must have stored none of them (found in review).
     local_docs = {i: doc for i, doc in enumerate(docs) if _is_local(doc)}
     docs = [doc for i, doc in enumerate(docs) if i not in local_docs]
     prepared = []
     for doc in docs:
-        if isinstance(doc, dict) and not doc.get("_id"):
+        if "_id" not in doc:  # only when absent: check_doc refused "" and null
             doc = {**doc, "_id": new_doc_id()}
-        check_doc(doc)
         doc = revisions_win(doc)
         if not new_edits and "_rev" not in doc and "_revisions" not in doc:
             raise HTTPError(
@@ -497,8 +499,11 @@ def _bulk_get_one(
     if not isinstance(item, dict):
         return _bulk_error(None, None, "bad_request", "document must be a JSON object")
     doc_id, rev = item.get("id"), item.get("rev")
-    if doc_id is None:
+    if "id" not in item:
         return _bulk_error(None, None, "bad_request", "document id missed")
+    problem = docid_problem(doc_id)  # chttpd_db:bulk_get_parse_doc_id
+    if problem is not None:
+        return _bulk_error(doc_id, None, "illegal_docid", problem)
     if rev is not None and revs.parse_rev_list([rev]) is None:
         return _bulk_error(doc_id, rev, "bad_request", f"Invalid rev format {rev!r}")
     since = item.get("atts_since")

@@ -4,9 +4,11 @@ The engine has no local documents (SEMANTICS.md: ``_local/`` ids are refused),
 so the server keeps them beside the database, one JSON file per document in
 ``<dir>/_local/<database>/`` (named by a hash of the id, which may hold any
 character). They never show in ``_changes`` or ``_all_docs``, which is the
-point: replicators store their checkpoints here. Revisions follow CouchDB's
-local documents, ``0-1``, ``0-2``, ...: an update must name the current
-revision (none for a new document), else 409. A change rewrites that
+point: replicators store their checkpoints here. Revisions follow CouchDB 3's
+local documents, which are never checked for conflicts (couch_db:before_docs_update
+sets them apart; couch_db_updater:increment_local_doc_revs numbers them): a
+write naming ``0-N`` stores ``0-N+1`` whatever is stored, one naming none
+stores ``0-1``, and a deletion answers ``0-0``. A change rewrites that
 document's file alone, by write-temp, fsync, rename, fsync-directory, so an
 acknowledged checkpoint survives a crash and a torn file never appears.
 
@@ -26,25 +28,55 @@ import shutil
 import threading
 from typing import Any
 
-from settee.serve.protocol import HTTPError
+from settee.serve.protocol import HTTPError, encode_json, etag_of
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
-from settee.spec.errors import Conflict, CorruptionError, NotFound, SetteeError
+from settee.spec.errors import CorruptionError, NotFound, SetteeError
 
-__all__ = ["LocalDocs", "local_rev", "write_json_durably"]
+__all__ = ["LocalDocs", "couch_rev", "local_etag", "local_rev", "write_json_durably"]
 
 _META = ("_id", "_rev", "_deleted", "_revisions")
+
+
+def _invalid_rev() -> HTTPError:
+    return HTTPError(400, "bad_request", "Invalid rev format")
+
+
+def couch_rev(value: Any) -> str:
+    """``value`` if couch_doc:parse_rev reads it (digits, ``-``, and a hash that is
+    hexadecimal when it has 32 characters and the position is not 0), else 400
+    "Invalid rev format". A local document's rev is read this way, not by
+    settee's stricter rules, so ``0-5`` passes."""
+    pos, dash, hash_ = value.partition("-") if isinstance(value, str) else ("", "", "")
+    if not (dash and pos.isascii() and pos.isdigit()):
+        raise _invalid_rev()
+    # Not int(pos): a 5,000-digit position is a ValueError past Python's limit.
+    if pos.strip("0") and len(hash_) == 32 and not _is_hex(hash_):
+        raise _invalid_rev()  # binary:decode_hex fails
+    return value
+
+
+def _is_hex(text: str) -> bool:
+    return text.isascii() and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def local_rev(value: Any) -> int:
     """The number N of a local revision ``0-N`` (ASCII digits, at most 19 of them:
     ``int()`` of 5,000 was a 500, and ``isdigit()`` took other scripts' digits);
-    400 for anything else."""
-    digits = value[2:] if isinstance(value, str) and value.startswith("0-") else ""
+    anything else is "Invalid rev format", as couch_db_updater answers a rev
+    whose position is not 0 or whose hash is not an integer."""
+    couch_rev(value)
+    digits = value[2:] if value.startswith("0-") else ""
     if digits.isascii() and digits.isdigit() and len(digits) <= 19:
         return int(digits)
-    shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
-    raise HTTPError(400, "bad_request", f"Invalid rev format {shown!r} for a _local document")
+    raise _invalid_rev()
+
+
+def local_etag(doc: dict[str, Any]) -> str:
+    """The ETag of a local document as read: of its rev and body, as
+    couch_httpd:doc_etag makes one for ``_local/`` ids, since two writes without
+    ``_rev`` both store ``0-1`` and the rev alone would not tell them apart."""
+    return etag_of(encode_json(doc).decode("utf-8", "surrogatepass"))
 
 
 def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
@@ -140,14 +172,27 @@ class LocalDocs:
         return {"_id": doc_id, "_rev": f"0-{entry['rev']}", **entry["body"]}
 
     def put(self, doc_id: str, doc: dict[str, Any], rev: str | None) -> str:
-        """Store ``doc`` (a ``_deleted`` one removes it); the new rev, ``0-0`` on delete."""
-        given = 0 if rev is None else local_rev(rev)
+        """Store ``doc`` (a ``_deleted`` one removes it); the new rev, ``0-0`` on
+        delete. No conflict is possible: ``rev`` only numbers the new revision
+        (couch_db_updater:increment_local_doc_revs)."""
+        return str(self.write(doc_id, doc, rev)["_rev"])
+
+    def write(self, doc_id: str, doc: dict[str, Any], rev: str | None) -> dict[str, Any]:
+        """``put``, answering the document as ``get`` reads it now (``_id`` and
+        ``_rev`` ``0-0`` alone for a deletion)."""
+        deleted = doc.get("_deleted", False)
+        if not isinstance(deleted, bool):
+            # couch_doc:transfer_fields takes only a boolean _deleted.
+            raise HTTPError(400, "doc_validation", "Bad special document member: _deleted")
+        given = 0
+        if rev is not None and deleted:
+            couch_rev(rev)  # a deletion is numbered 0-0 before its rev is read as a number
+        elif rev is not None:
+            given = local_rev(rev)
         try:
             doc_id.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: it could not be stored as JSON
-            raise HTTPError(400, "bad_request", "Invalid _local document id.") from None
-        if not isinstance(doc.get("_deleted", False), bool):
-            raise HTTPError(400, "bad_request", "_deleted must be true or false")
+            raise HTTPError(400, "illegal_docid", "Document id must be valid UTF-8") from None
         # The same rules as a document's body: what is stored must encode (no lone
         # surrogates) and read back as it was (no ints past 64 bits, no NaN).
         body = normalise_body(
@@ -155,18 +200,14 @@ class LocalDocs:
         )
         with self._lock:
             entry = self._entry(doc_id)
-            current = 0 if entry is None else entry["rev"]
-            if given != current:
-                raise Conflict()
-            if doc.get("_deleted") is True:
-                if entry is None:
-                    raise NotFound("missing")
-                self._remove(doc_id)
-                return "0-0"
-            entry = {"id": doc_id, "rev": current + 1, "body": body}
+            if deleted:
+                if entry is not None:
+                    self._remove(doc_id)
+                return {"_id": doc_id, "_rev": "0-0"}
+            entry = {"id": doc_id, "rev": given + 1, "body": body}
             write_json_durably(self._file(doc_id), entry, fsync=self._fsync)
             self._cache[doc_id] = entry
-            return f"0-{current + 1}"
+        return {"_id": doc_id, "_rev": f"0-{given + 1}", **body}
 
     def _remove(self, doc_id: str) -> None:
         os.remove(self._file(doc_id))

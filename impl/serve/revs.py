@@ -15,10 +15,11 @@ from typing import Any
 
 import settee
 from settee.docinfo import DocInfo
+from settee.serve.protocol import HTTPError
 from settee.spec import revtree
 from settee.spec.docs import validate_docid
-from settee.spec.errors import NotFound
-from settee.spec.revs import is_valid_rev, parse_rev
+from settee.spec.errors import BadRequest, NotFound
+from settee.spec.revs import check_rev, is_valid_rev, parse_rev
 from settee.spec.routing import shard_of
 from settee.tokens import decode_token
 
@@ -28,10 +29,33 @@ __all__ = [
     "deleted_conflicts",
     "doc_info",
     "doc_infos",
-    "latest_leaf",
     "open_revs",
+    "request_rev",
+    "request_revs",
     "revs_info",
 ]
+
+#: couch_doc:parse_rev's one reason for every revision it cannot read.
+INVALID_REV = "Invalid rev format"
+
+
+def request_rev(value: Any) -> str:
+    """A revision a request names (``?rev=``, ``If-Match``, ``_rev``, ``open_revs``
+    items), or 400 ``bad_request`` "Invalid rev format", couch_doc:parse_rev's
+    answer. settee's own stricter rules (no leading zero, N >= 1, see
+    spec/revs.py) refuse a few revs CouchDB reads; those get the same answer."""
+    try:
+        return check_rev(value)
+    except BadRequest:
+        raise HTTPError(400, "bad_request", INVALID_REV) from None
+
+
+def request_revs(value: Any) -> list[str]:
+    """A JSON list of revisions (``open_revs``, ``atts_since``), as
+    couch_doc:parse_revs reads it: a non-list is "Invalid list of revisions"."""
+    if not isinstance(value, list):
+        raise HTTPError(400, "bad_request", "Invalid list of revisions")
+    return [request_rev(rev) for rev in value]
 
 
 def doc_info(db: settee.Database, doc_id: str) -> DocInfo | None:
@@ -64,16 +88,6 @@ def doc_infos(db: settee.Database, doc_ids: list[str]) -> dict[str, DocInfo]:
 
 def _descendant_leaves(tree: dict[str, list[Any]], rev: str) -> list[str]:
     return [leaf for leaf in revtree.leaves(tree) if rev in revtree.path_to_root(tree, leaf)]
-
-
-def latest_leaf(db: settee.Database, doc_id: str, rev: str) -> str:
-    """``?rev=R&latest=true``: the leaf descending from ``R`` (the winning one when
-    the branch forks), ``R`` itself when it is a leaf or unknown (then a 404)."""
-    info = doc_info(db, doc_id)
-    if info is None or rev not in info.tree:
-        return rev
-    leaves = _descendant_leaves(info.tree, rev)
-    return leaves[0] if leaves else rev
 
 
 def open_revs(

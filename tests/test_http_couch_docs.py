@@ -1,0 +1,293 @@
+"""Document requests as CouchDB 3 answers them, checked against its source:
+COPY (chttpd_db:db_doc_req), ``batch=ok``, couch_doc:validate_docid's and
+transfer_fields's reasons, "Invalid rev format" (couch_doc:parse_rev), GET with
+``latest``, the ETag of answers with meta information (chttpd_db:send_doc) and
+``_local`` documents, whose revisions CouchDB never checks (couch_db_updater).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from tests import test_http
+from tests.test_http import MISSING, Client, make_conflict, put
+
+# tests/test_http.py's fixtures: one server for this module, a fresh database per test.
+server, client, db = test_http.server, test_http.client, test_http.db
+
+INVALID_REV = {"error": "bad_request", "reason": "Invalid rev format"}
+
+
+def _copy(client: Client, path: str, destination: str | None, **headers: str) -> Any:
+    given = headers | ({"Destination": destination} if destination is not None else {})
+    return client("COPY", path, headers=given)
+
+
+def _illegal(reason: str) -> dict[str, str]:
+    return {"error": "illegal_docid", "reason": reason}
+
+
+def _invalid(reason: str) -> dict[str, str]:
+    return {"error": "doc_validation", "reason": reason}
+
+
+# -- COPY ----------------------------------------------------------------------------------------
+
+
+def test_copy_writes_the_source_with_its_attachments_under_the_destination(
+    client: Client, db: str
+) -> None:
+    rev = put(client, db, "src", {"v": 1})
+    attached = client(
+        "PUT", f"{db}/src/note.txt?rev={rev}", raw=b"hello", headers={"Content-Type": "text/plain"}
+    )
+    assert attached.status == 201
+    copied = _copy(client, f"{db}/src", "dst")
+    assert copied.status == 201
+    assert copied.json == {"ok": True, "id": "dst", "rev": copied.json["rev"]}
+    assert copied.headers["ETag"] == f'"{copied.json["rev"]}"'
+    assert copied.headers["Location"].endswith(f"{db}/dst")
+    assert client("GET", f"{db}/dst").json["v"] == 1
+    assert client("GET", f"{db}/dst/note.txt").raw == b"hello"
+
+
+def test_copy_over_an_existing_destination_needs_its_rev(client: Client, db: str) -> None:
+    put(client, db, "src", {"v": "new"})
+    old = put(client, db, "dst", {"v": "old"})
+    assert _copy(client, f"{db}/src", "dst").status == 409
+    over = _copy(client, f"{db}/src", f"dst?rev={old}")
+    assert over.status == 201 and over.json["rev"].startswith("2-")
+    assert client("GET", f"{db}/dst").json["v"] == "new"
+    assert _copy(client, f"{db}/src", "dst?rev=junk").json == INVALID_REV
+
+
+def test_copy_of_a_named_revision_and_of_design_and_local_documents(
+    client: Client, db: str
+) -> None:
+    first = put(client, db, "src", {"v": 1})
+    put(client, db, "src", {"v": 2, "_rev": first})
+    assert _copy(client, f"{db}/src?rev={first}", "old").status == 201
+    assert client("GET", f"{db}/old").json["v"] == 1
+    put(client, db, "_design/a", {"views": {}})
+    assert _copy(client, f"{db}/_design/a", "_design/b").status == 201
+    assert client("GET", f"{db}/_design/b").json["views"] == {}
+    client("PUT", f"{db}/_local/x", {"seq": 7})
+    local = _copy(client, f"{db}/_local/x", "_local/y")
+    assert (local.status, local.json["rev"]) == (201, "0-1")
+    assert client("GET", f"{db}/_local/y").json == {"_id": "_local/y", "_rev": "0-1", "seq": 7}
+
+
+def test_copy_destination_is_unquoted_and_its_url_encoded(client: Client, db: str) -> None:
+    put(client, db, "src", {"v": 1})
+    copied = _copy(client, f"{db}/src", "a%2Fb+c")
+    assert copied.json["id"] == "a/b c"
+    assert copied.headers["Location"].endswith(f"{db}/a%2Fb%20c")
+
+
+def test_copy_refuses_a_missing_or_absolute_destination(client: Client, db: str) -> None:
+    put(client, db, "src", {"v": 1})
+    missing = _copy(client, f"{db}/src", None)
+    assert (missing.status, missing.json) == (
+        400,
+        {"error": "bad_request", "reason": "Destination header is mandatory for COPY."},
+    )
+    absolute = _copy(client, f"{db}/src", "http://elsewhere/db/dst")
+    assert absolute.json == {"error": "bad_request", "reason": "Destination URL must be relative."}
+    assert _copy(client, f"{db}/src", "_bad").json == _illegal(
+        "Only reserved document ids may start with underscore."
+    )
+    assert _copy(client, f"{db}/nope", "dst").json == MISSING
+
+
+def test_a_document_path_offers_copy_in_its_405(client: Client, db: str) -> None:
+    answer = client("PATCH", f"{db}/doc", {})
+    assert answer.status == 405
+    assert answer.json["reason"] == "Only DELETE,GET,HEAD,PUT,COPY allowed"
+    assert answer.headers["Allow"] == "DELETE,GET,HEAD,PUT,COPY"
+
+
+# -- batch=ok ------------------------------------------------------------------------------------
+
+
+def test_batch_put_with_identical_ids_is_accepted_twice(client: Client, db: str) -> None:
+    """batch_save_test.exs: both are 202 with no rev; the second write conflicts
+    and is logged, not answered (chttpd_db spawns it)."""
+    for value in (1, 2):
+        answer = client("PUT", f"{db}/same?batch=ok", {"v": value})
+        assert (answer.status, answer.json) == (202, {"ok": True, "id": "same"})
+    assert client("GET", f"{db}/same").json["v"] == 1
+
+
+def test_batch_post_of_an_existing_id_is_accepted(client: Client, db: str) -> None:
+    put(client, db, "there", {"v": 1})
+    answer = client("POST", f"{db}?batch=ok", {"_id": "there", "v": 2})
+    assert (answer.status, answer.json) == (202, {"ok": True, "id": "there"})
+    assert client("GET", f"{db}/there").json["v"] == 1
+    refused = client("PUT", f"{db}/x?batch=ok", {"_rev": "junk"})
+    assert (refused.status, refused.json) == (400, INVALID_REV)
+
+
+# -- document ids --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "reason"),
+    [
+        (5, "Document id must be a string"),
+        (None, "Document id must be a string"),
+        ("", "Document id must not be empty"),
+        ("_design/", "Illegal document id `_design/`"),
+        ("_local/", "Illegal document id `_local/`"),
+        ("_nope", "Only reserved document ids may start with underscore."),
+    ],
+    ids=["int", "null", "empty", "design", "local", "underscore"],
+)
+def test_bad_ids_posted_or_bulk(client: Client, db: str, doc_id: Any, reason: str) -> None:
+    posted = client("POST", db, {"_id": doc_id})
+    assert (posted.status, posted.json) == (400, _illegal(reason))
+    bulk = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "fine"}, {"_id": doc_id}]})
+    assert (bulk.status, bulk.json) == (400, _illegal(reason))
+    assert client("GET", f"{db}/fine").status == 404
+
+
+def test_an_id_that_is_not_utf8_is_refused(client: Client, db: str) -> None:
+    posted = client("POST", db, raw=b'{"_id": "a\\ud800"}')
+    assert (posted.status, posted.json) == (400, _illegal("Document id must be valid UTF-8"))
+    put_ = client("PUT", f"{db}/ok", raw=b'{"_id": "\\ud800"}')
+    assert put_.json == _illegal("Document id must be valid UTF-8")
+
+
+def test_an_absent_id_is_still_generated(client: Client, db: str) -> None:
+    posted = client("POST", db, {"v": 1})
+    assert posted.status == 201 and len(posted.json["id"]) == 32
+    rows = client("POST", f"{db}/_bulk_docs", {"docs": [{"v": 1}]}).json
+    assert len(rows[0]["id"]) == 32
+
+
+def test_bulk_get_answers_a_bad_id_with_an_error_row(client: Client, db: str) -> None:
+    asked = {"docs": [{"id": "_nope"}, {"id": 5}, {"id": ""}]}
+    results = client("POST", f"{db}/_bulk_get", asked).json["results"]
+    reasons = [
+        "Only reserved document ids may start with underscore.",
+        "Document id must be a string",
+        "Document id must not be empty",
+    ]
+    for result, item, reason in zip(results, asked["docs"], reasons, strict=True):
+        error = {"id": item["id"], "rev": None} | _illegal(reason)
+        assert result == {"id": item["id"], "docs": [{"error": error}]}
+
+
+# -- revisions -----------------------------------------------------------------------------------
+
+
+def test_a_malformed_rev_anywhere_is_invalid_rev_format(client: Client, db: str) -> None:
+    put(client, db, "d", {"v": 1})
+    bad = urllib.parse.quote(json.dumps(["junk"]))
+    answers = [
+        client("GET", f"{db}/d?rev=junk"),
+        client("GET", f"{db}/d?rev=junk&latest=true"),
+        client("GET", f"{db}/d?open_revs={bad}"),
+        client("GET", f"{db}/d?atts_since={bad}&attachments=true"),
+        client("PUT", f"{db}/d?rev=junk", {"v": 2}),
+        client("PUT", f"{db}/d", {"v": 2}, headers={"If-Match": '"junk"'}),
+        client("PUT", f"{db}/d", {"v": 2, "_rev": "junk"}),
+        client("PUT", f"{db}/d", {"v": 2, "_rev": 5}),
+        client("POST", db, {"_id": "e", "_rev": "one-1"}),
+        client("DELETE", f"{db}/d?rev=junk"),
+        client("DELETE", f"{db}/d", headers={"If-Match": "junk"}),
+    ]
+    assert [(a.status, a.json) for a in answers] == [(400, INVALID_REV)] * len(answers)
+    not_a_list = client("GET", f"{db}/d?open_revs=%7B%7D")
+    assert not_a_list.json == {"error": "bad_request", "reason": "Invalid list of revisions"}
+
+
+@pytest.mark.parametrize(
+    ("members", "reason"),
+    [
+        ({"_deleted": "yes"}, "Bad special document member: _deleted"),
+        ({"_attachments": []}, "Bad special document member: _attachments"),
+        ({"_revisions": []}, "Bad special document member: _revisions"),
+        ({"_revisions": {"start": "1", "ids": []}}, "_revisions.start isn't an integer."),
+        ({"_revisions": {"start": 1, "ids": "x"}}, "_revisions.ids isn't a array."),
+        ({"_revisions": {"start": 1, "ids": [1]}}, "RevId isn't a string"),
+        ({"_revisions": {"start": 1, "ids": ["z" * 32]}}, "RevId isn't a valid hexadecimal"),
+    ],
+    ids=["deleted", "attachments", "revisions", "start", "ids", "id-type", "id-hex"],
+)
+def test_malformed_special_members_are_doc_validation(
+    client: Client, db: str, members: dict[str, Any], reason: str
+) -> None:
+    answer = client("PUT", f"{db}/d", {"v": 1, **members})
+    assert (answer.status, answer.json) == (400, _invalid(reason))
+
+
+def test_get_with_latest_answers_the_winner_whatever_the_rev(client: Client, db: str) -> None:
+    """chttpd_db's GET sets Rev to nil with latest: a loser's rev and a rev the
+    document never had both answer the winning revision."""
+    winner, loser = make_conflict(client, db, "c")
+    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == winner
+    assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").json["_rev"] == winner
+    assert client("GET", f"{db}/c?rev={loser}").json["_rev"] == loser
+
+
+# -- ETag and meta information -------------------------------------------------------------------
+
+
+def test_no_etag_on_a_get_with_meta_information(client: Client, db: str) -> None:
+    rev = put(client, db, "d", {"v": 1})
+    tag = f'"{rev}"'
+    for query in ("meta=true", "revs_info=true", "local_seq=true"):
+        answer = client("GET", f"{db}/d?{query}", headers={"If-None-Match": tag})
+        assert answer.status == 200 and "ETag" not in answer.headers, query
+    # Without conflicts there is no meta, and the ETag stays (doc_meta_info).
+    for query in ("conflicts=true", "deleted_conflicts=true", "revs=true", f"rev={rev}"):
+        assert client("GET", f"{db}/d?{query}").headers["ETag"] == tag, query
+    make_conflict(client, db, "c")
+    assert "ETag" not in client("GET", f"{db}/c?conflicts=true").headers
+
+
+# -- _local documents ----------------------------------------------------------------------------
+
+
+def test_local_writes_never_conflict(client: Client, db: str) -> None:
+    """couch_db_updater:increment_local_doc_revs: no rev stores 0-1, 0-N stores
+    0-N+1, whatever is stored (CouchDB 3 splits local docs off before any check)."""
+    path = f"{db}/_local/cp"
+    assert [client("PUT", path, {"n": n}).json["rev"] for n in (1, 2)] == ["0-1", "0-1"]
+    assert client("PUT", path, {"n": 3, "_rev": "0-7"}).json["rev"] == "0-8"
+    assert client("PUT", path, {"n": 4, "_rev": "0-1"}).json["rev"] == "0-2"
+    assert client("GET", path).json == {"_id": "_local/cp", "_rev": "0-2", "n": 4}
+    fresh = client("PUT", f"{db}/_local/fresh?rev=0-5", {"n": 5})
+    assert (fresh.status, fresh.json["rev"]) == (201, "0-6")
+    assert client("PUT", path, {"_rev": "1-abc"}).json == INVALID_REV
+    assert client("PUT", path, {"_rev": "0-abc"}).json == INVALID_REV
+
+
+def test_local_deletes_need_no_rev_but_an_existing_document(client: Client, db: str) -> None:
+    client("PUT", f"{db}/_local/d", {"n": 1})
+    gone = client("DELETE", f"{db}/_local/d")
+    assert (gone.status, gone.json) == (200, {"ok": True, "id": "_local/d", "rev": "0-0"})
+    assert client("GET", f"{db}/_local/d").json == MISSING
+    assert client("DELETE", f"{db}/_local/d").status == 404
+    client("PUT", f"{db}/_local/d", {"n": 1})
+    assert client("DELETE", f"{db}/_local/d?rev=0-9").status == 200
+    never = client("PUT", f"{db}/_local/never", {"_deleted": True})
+    assert (never.status, never.json["rev"]) == (200, "0-0")
+
+
+def test_local_etags_tell_two_bodies_of_one_rev_apart(client: Client, db: str) -> None:
+    """couch_httpd:doc_etag hashes a local document's body with its rev: two writes
+    without _rev both store 0-1."""
+    first = client("PUT", f"{db}/_local/e", {"n": 1}).headers["ETag"]
+    assert client("GET", f"{db}/_local/e").headers["ETag"] == first
+    again = client("GET", f"{db}/_local/e", headers={"If-None-Match": first})
+    assert again.status == 304
+    second = client("PUT", f"{db}/_local/e", {"n": 2}).headers["ETag"]
+    assert second != first
+    assert client("GET", f"{db}/_local/e", headers={"If-None-Match": first}).status == 200
