@@ -29,6 +29,7 @@ log = logging.getLogger("settee.serve")
 _SERVER_ROUTES = {
     "": dbs.handle_root,
     "_all_dbs": dbs.handle_all_dbs,
+    "_dbs_info": dbs.handle_dbs_info,
     "_uuids": dbs.handle_uuids,
     "_up": dbs.handle_up,
     "_session": dbs.handle_session,
@@ -51,6 +52,7 @@ _DB_ROUTES = {
     "_find": find.handle_find,
     "_explain": find.handle_explain,
     "_view_cleanup": viewquery.handle_view_cleanup,
+    "_temp_view": viewquery.handle_temp_view,
 }
 
 #: What chttpd:nonce/1 takes from a client's X-Couch-Request-ID: at most 36 of these.
@@ -80,6 +82,10 @@ class CouchRequest(web.BaseRequest):
 def _request_id(headers: Mapping[str, str]) -> str:
     given = headers.get("X-Couch-Request-ID", "")
     return given if _REQUEST_ID.fullmatch(given) else secrets.token_hex(5)
+
+
+#: chttpd_db's multi_all_docs_view endpoints: ``/{db}/{namespace}/queries``.
+_ALL_DOCS_QUERIES = ("_all_docs", "_design_docs", "_local_docs")
 
 
 async def dispatch(state: State, request: web.BaseRequest) -> web.StreamResponse:
@@ -181,6 +187,8 @@ async def _route_in_db(
         if head == "_local" and len(rest) > 2:
             raise HTTPError(400, "bad_request", "_local documents do not accept attachments.")
         return await docs.handle_local(state, request, entry, name)
+    if len(rest) == 2 and rest[1] == "queries" and head in _ALL_DOCS_QUERIES:
+        return await dbs.handle_all_docs_queries(state, request, entry, head)
     if head == "_compact" and len(rest) == 2:
         return await dbs.handle_compact_views(state, request, entry, rest[1])
     if head == "_index":
@@ -193,6 +201,8 @@ async def _route_in_db(
         raise settee.NotFound("missing")
     if len(rest) == 1:
         return await docs.handle_doc(state, request, entry, head)
+    if head == "_design" and len(rest) == 5 and rest[2] == "_view" and rest[4] == "queries":
+        return await viewquery.handle_view_queries(state, request, entry, rest[1], rest[3])
     if head == "_design" and len(rest) == 4 and rest[2] == "_view":
         return await viewquery.handle_view(state, request, entry, rest[1], rest[3])
     if head == "_design" and len(rest) > 2 and not rest[2].startswith("_"):

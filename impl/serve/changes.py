@@ -1,9 +1,10 @@
-"""``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous|eventsource``, ``since``,
-``limit``, ``include_docs`` (with ``conflicts``), ``style=all_docs``, the built-in
-filters ``_doc_ids``, ``_selector`` (Mango, POST) and ``_design``, ``heartbeat``,
-``timeout``, and the design functions ``filter=ddoc/name`` and ``filter=_view``
-(``view=ddoc/name``: documents the map function emits for), run by
-``settee.serve.js``; a missing design document or function is 404 as in CouchDB.
+"""``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous|eventsource``,
+``since``, ``limit``, ``include_docs`` (with ``conflicts`` and ``attachments``),
+``style=all_docs``, the built-in filters ``_doc_ids``, ``_selector`` (Mango, POST)
+and ``_design``, ``heartbeat``, ``timeout``, and the design functions
+``filter=ddoc/name`` and ``filter=_view`` (``view=ddoc/name``: documents the map
+function emits for), run by ``settee.serve.js``; a missing design document or
+function is 404 as in CouchDB.
 
 Waiting for new commits costs no polling: every write goes through this
 server (the engine's ``LOCK`` lets one process open a database), so each
@@ -27,6 +28,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
+from settee.serve.dbs import with_attachment_data
 from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,
@@ -65,6 +67,7 @@ class ChangesQuery:
     limit: int | None
     include_docs: bool
     conflicts: bool  # with include_docs: each doc's _conflicts, as GET ?conflicts=true
+    attachments: bool  # with include_docs: attachment data inline (COUCHDB-1923)
     all_leaves: bool
     filter: ChangesFilter | None
     heartbeat: float | None  # seconds
@@ -202,6 +205,7 @@ def _parse(
         limit=query_int(query, "limit"),
         include_docs=query_bool(query, "include_docs"),
         conflicts=query_bool(query, "conflicts"),
+        attachments=query_bool(query, "attachments"),
         all_leaves=style == "all_docs",
         filter=changes_filter,
         heartbeat=heartbeat,
@@ -226,6 +230,10 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
     else:
         result = _filtered_changes(db, q, since)
     result["pending"] = revs.changes_pending(db, result["last_seq"])
+    if q.include_docs and q.attachments:
+        for row in result["results"]:
+            if row.get("doc"):
+                row["doc"] = with_attachment_data(db, row["doc"])
     with_conflicts = q.conflicts and q.include_docs
     if (q.all_leaves or with_conflicts) and result["results"]:
         infos = revs.doc_infos(db, [row["id"] for row in result["results"]])

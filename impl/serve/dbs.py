@@ -1,5 +1,6 @@
-"""Server and database endpoints: ``/``, ``/_all_dbs``, ``/_uuids``, ``/_up``,
-``PUT|GET|DELETE /{db}``, ``_all_docs``, ``_bulk_docs``, ``_bulk_get``,
+"""Server and database endpoints: ``/``, ``/_all_dbs``, ``/_dbs_info``, ``/_uuids``,
+``/_up``, ``PUT|GET|DELETE /{db}``, ``_all_docs``, ``_design_docs`` and
+``_local_docs`` (each with its ``/queries``), ``_bulk_docs``, ``_bulk_get``,
 ``_revs_diff``, ``_revs_limit``, ``_compact`` and ``_ensure_full_commit``.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -38,21 +40,28 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.serve.viewquery import queries_of
 from settee.spec.arguments import check_all_docs
 from settee.spec.attachments import since_position
 from settee.spec.format import FORMAT_VERSION
 from settee.spec.keys import in_range
 
 __all__ = [
+    "MAX_DBS_INFO_KEYS",
+    "AllDocsQuery",
+    "all_docs_query",
     "check_security",
+    "decoded_query",
     "handle_active_tasks",
     "handle_all_dbs",
     "handle_all_docs",
+    "handle_all_docs_queries",
     "handle_bulk_docs",
     "handle_bulk_get",
     "handle_compact",
     "handle_compact_views",
     "handle_db",
+    "handle_dbs_info",
     "handle_design_docs",
     "handle_ensure_full_commit",
     "handle_local_docs",
@@ -64,6 +73,7 @@ __all__ = [
     "handle_security",
     "handle_session",
     "handle_uuids",
+    "with_attachment_data",
 ]
 
 log = logging.getLogger("settee.serve")
@@ -102,29 +112,81 @@ async def handle_up(state: State, request: web.BaseRequest) -> web.StreamRespons
 
 async def handle_all_dbs(state: State, request: web.BaseRequest) -> web.StreamResponse:
     _only(request, "GET")
-    query = request.query
-    names = await state.run(state.registry.names)
-    start, end = query_json(query, "startkey"), query_json(query, "endkey")
-    if query_bool(query, "descending"):
-        names.reverse()
-        names = [n for n in names if _cmp(n, start) <= 0 and _cmp(n, end) >= 0]
-    else:
-        names = [n for n in names if _cmp(n, start) >= 0 and _cmp(n, end) <= 0]
-    skip = query_int(query, "skip", 0) or 0
-    limit = query_int(query, "limit")
-    names = names[skip:] if limit is None else names[skip : skip + limit]
+    names = await state.run(_listed_names, state, request.query)
     return respond(reply(200, names))
+
+
+def _listed_names(state: State, query: Mapping[str, str]) -> list[str]:
+    """The database names ``_all_dbs`` lists: chttpd_misc:handle_all_dbs_info_req
+    reads them as ``_all_docs`` of the shards database, so its range parameters
+    apply (``startkey``/``start_key``, ``endkey``/``end_key``, ``key``,
+    ``inclusive_end``, ``descending``, ``skip``, ``limit``)."""
+    q = all_docs_query(decoded_query(query))
+    names = state.registry.names()
+    if q.descending is True:
+        names.reverse()
+    sign = -1 if q.descending is True else 1
+    names = [
+        n
+        for n in names
+        if (q.start is None or sign * _cmp(n, q.start) >= 0)
+        and (q.end is None or sign * _cmp(n, q.end) < (1 if q.inclusive_end is True else 0))
+    ]
+    skip = q.skip or 0
+    return names[skip:] if q.limit is None else names[skip : skip + q.limit]
 
 
 def _cmp(name: str, key: Any) -> int:
     """``name`` against a JSON key in CouchDB's collation, as far as names need it:
-    null, booleans and numbers sort before every string, arrays and objects after.
-    A missing key (None: the parameter was not given) bounds nothing."""
-    if key is None:
-        return 0
+    null, booleans and numbers sort before every string, arrays and objects after."""
     if isinstance(key, str):
         return (name > key) - (name < key)
     return -1 if isinstance(key, list | dict) else 1
+
+
+#: chttpd_misc's ``max_db_number_for_dbs_info_req`` default.
+MAX_DBS_INFO_KEYS = 100
+
+
+async def handle_dbs_info(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    """``GET /_dbs_info``: every listed database's info (the ``_all_dbs`` parameters
+    apply); ``POST`` ``{"keys": [...]}``: the info of each named database or a
+    not_found entry (chttpd_misc:handle_dbs_info_req; server/common.rst)."""
+    _only(request, "GET,POST")
+    if request.method == "POST":
+        require_json_content(request.headers)
+        body = await state.run(decode_object, await state.read_body(request))
+        names = _dbs_info_keys(body)
+    else:
+        names = await state.run(_listed_names, state, request.query)
+    answers = [await _db_info_entry(state, name) for name in names]
+    if request.method != "POST":  # a database deleted since it was listed is left out
+        answers = [a for a in answers if "info" in a]
+    return respond(reply(200, answers))
+
+
+def _dbs_info_keys(body: dict[str, Any]) -> list[Any]:
+    keys = body.get("keys")
+    if "keys" not in body:
+        raise HTTPError(400, "bad_request", "`keys` member must exist.")
+    if not isinstance(keys, list):
+        raise HTTPError(400, "bad_request", "`keys` member must be an array.")
+    if len(keys) > MAX_DBS_INFO_KEYS:
+        raise HTTPError(400, "bad_request", "too_many_keys")
+    return keys
+
+
+async def _db_info_entry(state: State, name: Any) -> dict[str, Any]:
+    """``{"key", "info"}``, or ``{"key", "error": "not_found"}`` for whatever
+    fabric:get_db_info fails on (a missing database, a bad name, not a string)."""
+    try:
+        if not isinstance(name, str):
+            raise HTTPError(404, "not_found", "not a database name")
+        entry = await state.entry(name)
+        info = await state.run(_db_info, entry)
+    except (HTTPError, settee.SetteeError):
+        return {"key": name, "error": "not_found"}
+    return {"key": name, "info": info}
 
 
 async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResponse:
@@ -214,64 +276,122 @@ async def handle_open_db(
 # -- _all_docs --------------------------------------------------------------------------------
 
 
-def _all_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
-    return reply(200, _all_docs_result(db, query, body))
+@dataclass(frozen=True, slots=True)
+class AllDocsQuery:
+    """An ``_all_docs`` request's parameters, from one or more sources applied in
+    order (see ``all_docs_query``); values unchecked (``Database.all_docs`` checks)."""
+
+    start: Any = None
+    end: Any = None
+    keys: Any = None
+    include_docs: Any = False
+    limit: Any = None
+    skip: Any = 0
+    descending: Any = False
+    inclusive_end: Any = True
+    conflicts: Any = False
+    update_seq: Any = False
+    attachments: Any = False
 
 
-def _all_docs_result(
-    db: settee.Database, query: Mapping[str, str], body: dict[str, Any]
-) -> dict[str, Any]:
-    def param(*names: str) -> Any:
-        return _bound_param(query, body, *names)
+_FLAGS = ("include_docs", "descending", "inclusive_end", "conflicts", "update_seq", "attachments")
+_COUNTS = ("limit", "skip")
+_JSON_PARAMS = ("key", "keys", "startkey", "start_key", "endkey", "end_key")
 
-    keys = body.get("keys", query_json(query, "keys"))
-    if keys is not None and not isinstance(keys, list):
+
+def decoded_query(query: Mapping[str, str]) -> dict[str, Any]:
+    """The ``_all_docs`` parameters of a query string as JSON values, in their order."""
+    out: dict[str, Any] = {}
+    for name in query:
+        if name in _FLAGS:
+            out[name] = query_bool(query, name)
+        elif name in _COUNTS:
+            out[name] = query_int(query, name)
+        elif name in _JSON_PARAMS:
+            out[name] = query_json(query, name)
+    if "keys" in out and not isinstance(out["keys"], list):
         raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
-    startkey, endkey = param("startkey", "start_key"), param("endkey", "end_key")
-    key = param("key")
-    if key is not None:
-        startkey = endkey = key
-    include_docs = _flag(query, body, "include_docs")
+    return out
+
+
+def all_docs_query(*sources: Mapping[str, Any]) -> AllDocsQuery:
+    """The parameters of ``sources`` (decoded JSON), each over the ones before, in
+    order, as couch_mrview_http:parse_params folds them: ``key`` sets both bounds
+    and a later ``endkey`` moves one of them again."""
+    merged: dict[str, Any] = {}
+    start = end = None
+    for source in sources:
+        for name, value in source.items():
+            merged[name] = value
+            if name == "key":
+                start = end = value
+            elif name in ("startkey", "start_key"):
+                start = value
+            elif name in ("endkey", "end_key"):
+                end = value
+    known = {f: merged[f] for f in (*_FLAGS, *_COUNTS, "keys") if f in merged}
+    return AllDocsQuery(start=start, end=end, **known)
+
+
+async def _all_docs_request(state: State, request: web.BaseRequest) -> AllDocsQuery:
+    """A GET's query string, or a POST's JSON body with the query string over it:
+    couch_mrview_http:parse_body_and_query parses the query string last, so it
+    wins when both give a parameter (all_docs_test.exs, "POST edge case with
+    colliding parameters - query takes precedence")."""
+    if request.method != "POST":
+        _only(request, "GET,HEAD,POST")
+        return all_docs_query(decoded_query(request.query))
+    require_json_content(request.headers)
+    body = await state.run(decode_object, await state.read_body(request))
+    if "keys" in body and not isinstance(body["keys"], list):  # chttpd_db's POST clause
+        raise HTTPError(400, "bad_request", "`keys` body member must be an array.")
+    return all_docs_query(body, decoded_query(request.query))
+
+
+def _all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
     result = db.all_docs(
-        startkey=startkey,
-        endkey=endkey,
-        keys=keys,
-        include_docs=include_docs,
-        limit=_count(query, body, "limit", None),
-        skip=_count(query, body, "skip", 0),
-        descending=_flag(query, body, "descending"),
-        inclusive_end=_flag(query, body, "inclusive_end", True),
+        startkey=q.start,
+        endkey=q.end,
+        keys=q.keys,
+        include_docs=q.include_docs,
+        limit=q.limit,
+        skip=q.skip,
+        descending=q.descending,
+        inclusive_end=q.inclusive_end,
     )
-    if include_docs and _flag(query, body, "conflicts"):
-        revs.add_conflicts(db, [row["doc"] for row in result["rows"] if row.get("doc")])
-    if _flag(query, body, "update_seq"):
+    if q.include_docs is True:
+        docs = [row for row in result["rows"] if row.get("doc")]
+        if q.attachments is True:
+            for row in docs:
+                row["doc"] = with_attachment_data(db, row["doc"])
+        if q.conflicts is True:
+            revs.add_conflicts(db, [row["doc"] for row in docs])
+    if q.update_seq is True:
         result["update_seq"] = db.info()["update_seq"]
     return result
 
 
-def _flag(
-    query: Mapping[str, str], body: Mapping[str, Any], name: str, default: bool = False
-) -> Any:
-    return body[name] if name in body else query_bool(query, name, default)
+def with_attachment_data(db: settee.Database, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (read with stubs) with its attachments' data inline: ``attachments=true``
+    beside ``include_docs`` on ``_all_docs``, views and ``_changes`` (couch_mrview_http
+    puts ``attachments`` in the doc_options; changes_test.exs COUCHDB-1923)."""
+    if not doc.get("_attachments"):
+        return doc
+    try:
+        return db.get(doc["_id"], rev=doc["_rev"], attachments=True)
+    except settee.NotFound:  # gone since the row was read: its stubs stand
+        return doc
 
 
-def _count(query: Mapping[str, str], body: Mapping[str, Any], name: str, default: Any) -> Any:
-    return body[name] if name in body else query_int(query, name, default)
-
-
-async def _all_docs_body(state: State, request: web.BaseRequest) -> dict[str, Any]:
-    if request.method == "POST":
-        require_json_content(request.headers)
-        return await state.run(decode_object, await state.read_body(request))
-    _only(request, "GET,HEAD,POST")
-    return {}
+def _all_docs(db: settee.Database, q: AllDocsQuery) -> Any:
+    return reply(200, _all_docs_result(db, q))
 
 
 async def handle_all_docs(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
-    body = await _all_docs_body(state, request)
-    return respond(await state.run(_all_docs, entry.db, request.query, body))
+    q = await _all_docs_request(state, request)
+    return respond(await state.run(_all_docs, entry.db, q))
 
 
 #: The id range that holds every design document ("_design/" and "_design0"
@@ -279,83 +399,58 @@ async def handle_all_docs(
 _DESIGN_RANGE = ("_design/", "_design0")
 
 
-def _design_docs(db: settee.Database, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+def _is_design(key: Any) -> bool:
+    return isinstance(key, str) and key.startswith(_DESIGN_RANGE[0])
+
+
+def _design_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
     """``_all_docs`` within the design documents (CouchDB 2.1+ ``_design_docs``):
-    the caller's bounds narrowed to that range (``key``/``keys`` naming anything
-    else find nothing), ``total_rows`` the number of design documents (as
-    documented), ``offset`` counted from the first one."""
+    the caller's bounds narrowed to that range, ``keys`` outside it left out
+    (fabric_view_all_docs:filter_keys_by_namespace, after skip and limit as
+    there), ``total_rows`` the number of design documents (as documented),
+    ``offset`` counted from the first one."""
     lo, hi = _DESIGN_RANGE
-    descending = _flag(query, body, "descending")
-    first, last = (hi, lo) if descending else (lo, hi)
+    first, last = (hi, lo) if q.descending is True else (lo, hi)
 
     def earlier(a: str, b: str) -> bool:  # a comes before b in this scan's order
-        return a > b if descending else a < b
+        return a > b if q.descending is True else a < b
 
-    def design(key: Any) -> bool:
-        return isinstance(key, str) and key.startswith(lo)
-
-    narrowed = dict(body)  # body members win over query parameters in _all_docs
-    keys = body.get("keys", query_json(query, "keys"))
-    key = _bound_param(query, body, "key")
-    if isinstance(keys, list):
-        result = _all_docs_result(db, query, narrowed)
-        result["rows"] = [
-            row if design(row.get("key")) else {"key": row.get("key"), "error": "not_found"}
-            for row in result["rows"]
-        ]
-    elif key is not None and isinstance(key, str) and not design(key):
-        narrowed["limit"] = 0  # a key outside the range: no rows
-        result = _all_docs_result(db, query, narrowed)
+    if isinstance(q.keys, list):
+        result = _all_docs_result(db, q)
+        result["rows"] = [row for row in result["rows"] if _is_design(row.get("key"))]
     else:
-        start = _bound_param(query, body, "startkey", "start_key")
-        if key is None and (start is None or (isinstance(start, str) and earlier(start, first))):
-            narrowed["startkey"] = first
-        end = _bound_param(query, body, "endkey", "end_key")
-        if key is None and (end is None or (isinstance(end, str) and earlier(last, end))):
-            narrowed["endkey"], narrowed["inclusive_end"] = last, True
-        result = _all_docs_result(db, query, narrowed)
+        start, end, inclusive_end = q.start, q.end, q.inclusive_end
+        if start is None or (isinstance(start, str) and earlier(start, first)):
+            start = first
+        if end is None or (isinstance(end, str) and earlier(last, end)):
+            end, inclusive_end = last, True
+        narrowed = replace(q, start=start, end=end, inclusive_end=inclusive_end)
+        result = _all_docs_result(db, narrowed)
     result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
     if result.get("offset") is not None:
-        before = db.all_docs(startkey=first, limit=0, descending=descending)["offset"]
+        before = db.all_docs(startkey=first, limit=0, descending=q.descending is True)["offset"]
         result["offset"] = max(0, result["offset"] - before)
-    return reply(200, result)
+    return result
 
 
-def _bound_param(query: Mapping[str, str], body: dict[str, Any], *names: str) -> Any:
-    """The first of ``names`` the body holds, else the query's (JSON), else None."""
-    for name in names:
-        if name in body:
-            return body[name]
-        if name in query:
-            return query_json(query, name)
-    return None
+def _design_docs(db: settee.Database, q: AllDocsQuery) -> Any:
+    return reply(200, _design_docs_result(db, q))
 
 
 async def handle_design_docs(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
-    body = await _all_docs_body(state, request)
-    return respond(await state.run(_design_docs, entry.db, request.query, body))
+    q = await _all_docs_request(state, request)
+    return respond(await state.run(_design_docs, entry.db, q))
 
 
-def _local_docs(entry: DbEntry, query: Mapping[str, str], body: dict[str, Any]) -> Any:
+def _local_docs_result(entry: DbEntry, q: AllDocsQuery) -> dict[str, Any]:
     """``_local_docs``: the local documents as ``_all_docs`` rows (their bodies with
-    ``include_docs``), the arguments checked as ``_all_docs`` checks them;
-    ``total_rows`` and ``offset`` null, as CouchDB 3."""
-    start = _bound_param(query, body, "startkey", "start_key")
-    end = _bound_param(query, body, "endkey", "end_key")
-    key = _bound_param(query, body, "key")
-    if key is not None:
-        start = end = key
+    ``include_docs``), the arguments checked as ``_all_docs`` checks them, ``keys``
+    outside ``_local/`` left out (filter_keys_by_namespace); ``total_rows`` and
+    ``offset`` null, as CouchDB 3."""
     args = check_all_docs(
-        start,
-        end,
-        body.get("keys", query_json(query, "keys")),
-        _flag(query, body, "include_docs"),
-        _count(query, body, "limit", None),
-        _count(query, body, "skip", 0),
-        _flag(query, body, "descending"),
-        _flag(query, body, "inclusive_end", True),
+        q.start, q.end, q.keys, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
     )
     docs = entry.local.all()
     if args.keys is not None:
@@ -371,7 +466,12 @@ def _local_docs(entry: DbEntry, query: Mapping[str, str], body: dict[str, Any]) 
             if in_range(doc["_id"], args.startkey, args.endkey, args.descending, args.inclusive_end)
         ]
     stop = None if args.limit is None else args.skip + args.limit
-    return reply(200, {"total_rows": None, "offset": None, "rows": rows[args.skip : stop]})
+    rows = [row for row in rows[args.skip : stop] if row["key"].startswith("_local/")]
+    return {"total_rows": None, "offset": None, "rows": rows}
+
+
+def _local_docs(entry: DbEntry, q: AllDocsQuery) -> Any:
+    return reply(200, _local_docs_result(entry, q))
 
 
 def _local_row(doc: dict[str, Any] | None, key: str, include_docs: bool) -> dict[str, Any]:
@@ -386,8 +486,46 @@ def _local_row(doc: dict[str, Any] | None, key: str, include_docs: bool) -> dict
 async def handle_local_docs(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
-    body = await _all_docs_body(state, request)
-    return respond(await state.run(_local_docs, entry, request.query, body))
+    q = await _all_docs_request(state, request)
+    return respond(await state.run(_local_docs, entry, q))
+
+
+def _multi_all_docs(entry: DbEntry, namespace: str, query: Mapping[str, str], raw: bytes) -> Any:
+    """``{"queries": [...]}``: each query's parameters over the query string's
+    (chttpd_db:multi_all_docs_view parses each with the query string's as its
+    defaults), all checked before any runs, one result each."""
+    defaults = decoded_query(query)
+    items = queries_of(decode_object(raw))
+    parsed = [all_docs_query(defaults, _single_key_as_key(item)) for item in items]
+    for q in parsed:  # all checked before any runs (fabric_util:validate_all_docs_args)
+        check_all_docs(
+            q.start, q.end, q.keys, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
+        )
+    if namespace == "_local_docs":
+        return reply(200, {"results": [_local_docs_result(entry, q) for q in parsed]})
+    run = _design_docs_result if namespace == "_design_docs" else _all_docs_result
+    return reply(200, {"results": [run(entry.db, q) for q in parsed]})
+
+
+def _single_key_as_key(item: dict[str, Any]) -> dict[str, Any]:
+    """A query's ``"keys": [k]`` as ``"key": k``, in its place: couch_mrview_http:
+    parse_param reads a one-key list so, and in a multi-query no ``keys`` argument
+    comes from elsewhere to keep the keys form (so a missing id gets no row)."""
+    keys = item.get("keys")
+    if not (isinstance(keys, list) and len(keys) == 1):
+        return item
+    return {("key" if k == "keys" else k): (keys[0] if k == "keys" else v) for k, v in item.items()}
+
+
+async def handle_all_docs_queries(
+    state: State, request: web.BaseRequest, entry: DbEntry, namespace: str
+) -> web.StreamResponse:
+    """``POST /{db}/_all_docs/queries`` (and ``_design_docs``, ``_local_docs``): many
+    queries in one request (bulk-api.rst). chttpd_db reads the body without
+    checking its Content-Type here."""
+    _only(request, "POST")
+    raw = await state.read_body(request)
+    return respond(await state.run(_multi_all_docs, entry, namespace, request.query, raw))
 
 
 # -- _bulk_docs, _bulk_get, _revs_diff ----------------------------------------------------------
@@ -421,6 +559,8 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
                 "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
             )
         prepared.append(doc)
+    if new_edits and payload.get("all_or_nothing") is True:
+        return reply(417, _not_atomic(_with_local(local_docs, prepared, new_edits=True)))
     verdicts = validate_writes(entry, prepared)
     accepted = [doc for doc, refusal in zip(prepared, verdicts, strict=True) if refusal is None]
     results = entry.db.bulk_docs(accepted, new_edits=new_edits) if accepted else []
@@ -432,6 +572,30 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
     if local:
         results = _with_local(local, results, new_edits)
     return reply(201, results)
+
+
+def _not_atomic(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The 417 rows of ``"all_or_nothing": true``: CouchDB 3 refuses every document
+    and writes none (fabric_doc_update:validate_atomic_update; bulk_docs_test.exs)."""
+    return [
+        {
+            "id": doc["_id"],
+            "rev": _given_rev(doc),
+            "error": "not_implemented",
+            "reason": "all_or_nothing is not supported",
+        }
+        for doc in docs
+    ]
+
+
+def _given_rev(doc: dict[str, Any]) -> str:
+    """The revision a document in a write names, as couch_doc:rev_to_str shows its
+    ``revs``: ``_revisions``' newest, else ``_rev``, else ``0-`` (a new document)."""
+    revisions = doc.get("_revisions")
+    if isinstance(revisions, dict) and isinstance(revisions.get("ids"), list) and revisions["ids"]:
+        return f"{revisions.get('start')}-{revisions['ids'][0]}"
+    rev = doc.get("_rev")
+    return rev if isinstance(rev, str) else "0-"
 
 
 def _is_local(doc: Any) -> bool:
@@ -469,17 +633,18 @@ def _with_refusals(
     new_edits: bool,
 ) -> list[dict[str, Any]]:
     """The answer rows in request order, a refused document's row in its place (with
-    ``new_edits=false`` only failures have rows, so refusals come first)."""
-    refusals = [
-        {"id": doc["_id"], "error": refusal.error, "reason": refusal.reason}
-        for doc, refusal in zip(docs, verdicts, strict=True)
-        if refusal is not None
-    ]
+    ``new_edits=false`` only failures have rows, so refusals come first, each with
+    the revision it carried: couch_db:prep_and_validate_replicated_updates tags its
+    errors {Id, Rev}, which chttpd_db:update_doc_result_to_json/1 shows)."""
+    refused = [(doc, v) for doc, v in zip(docs, verdicts, strict=True) if v is not None]
     if not new_edits:
-        return refusals + results
+        return [
+            {"id": doc["_id"], "rev": _given_rev(doc), "error": v.error, "reason": v.reason}
+            for doc, v in refused
+        ] + results
+    refusals = iter({"id": doc["_id"], "error": v.error, "reason": v.reason} for doc, v in refused)
     written = iter(results)
-    refused = iter(refusals)
-    return [next(refused) if v is not None else next(written) for v in verdicts]
+    return [next(refusals) if v is not None else next(written) for v in verdicts]
 
 
 async def handle_bulk_docs(
@@ -506,9 +671,10 @@ def _bulk_get_one(
         return _bulk_error(doc_id, None, "illegal_docid", problem)
     if rev is not None and revs.parse_rev_list([rev]) is None:
         return _bulk_error(doc_id, rev, "bad_request", f"Invalid rev format {rev!r}")
-    since = item.get("atts_since")
-    if since is not None and revs.parse_rev_list(since) is None:
-        return _bulk_error(doc_id, rev, "bad_request", "atts_since must be a list of revisions")
+    refusal = _atts_since_error(doc_id, item)
+    if refusal is not None:
+        return refusal
+    since = item.get("atts_since") or None  # [] names no revision: stubs, as when absent
     try:
         results = revs.open_revs(
             db,
@@ -528,6 +694,20 @@ def _bulk_get_one(
         for r in results
     ]
     return {"id": doc_id, "docs": docs}
+
+
+def _atts_since_error(doc_id: Any, item: dict[str, Any]) -> dict[str, Any] | None:
+    """chttpd_db:parse_field's refusal of an item's ``atts_since``, if any: not a
+    list, or a list holding a bad rev; the row's ``rev`` is the bad value itself."""
+    if "atts_since" not in item:
+        return None
+    since = item["atts_since"]
+    if not isinstance(since, list):
+        return _bulk_error(doc_id, since, "bad_request", "att_since value must be array of revs.")
+    for rev in since:
+        if revs.parse_rev_list([rev]) is None:
+            return _bulk_error(doc_id, rev, "bad_request", "Invalid rev format")
+    return None
 
 
 def _bulk_error(doc_id: Any, rev: Any, error: str, reason: str) -> dict[str, Any]:

@@ -295,7 +295,12 @@ def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict
     """The ``_find`` answer over the planned index as it stands."""
     db = entry.db
     view, warning = found.view, found.warning
-    scan = _scan_all_docs(db, q) if view is None else _scan_index(db, view, found.index, q)
+    if _matches_nothing(q.selector):
+        scan = _Scan()
+    elif view is None:
+        scan = _scan_all_docs(db, q)
+    else:
+        scan = _scan_index(db, view, found.index, q)
     if q.conflicts:
         revs.add_conflicts(db, scan.found)
     result: dict[str, Any] = {
@@ -313,6 +318,24 @@ def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict
             "execution_time_ms": round((time.monotonic() - started) * 1000, 3),
         }
     return result
+
+
+#: A normalised selector of one of these with no arguments is not run at all.
+_NOOP_OPERATORS = frozenset({"$all", "$and", "$or", "$in"})
+
+
+def _matches_nothing(normal: Any) -> bool:
+    """A whole selector that is an empty ``$or`` or ``$and`` (after normalising:
+    ``{"$nor": []}`` and ``{"a": {"$or": []}}`` are one too) finds no documents,
+    though each alone matches any document: mango_cursor:maybe_noop_range makes
+    the index range empty (21-empty-selector-tests.py, test_empty_array_or).
+    Beside other conditions (``{"age": 22, "$or": []}``) it is simply true."""
+    return (
+        isinstance(normal, tuple)
+        and len(normal) == 2
+        and normal[0] in _NOOP_OPERATORS
+        and normal[1] == []
+    )
 
 
 def _scan_index(

@@ -47,10 +47,14 @@ from settee.serve.viewindex import Mapper, ViewIndex, signature
 from settee.spec.collation import collate_json
 
 __all__ = [
+    "handle_temp_view",
     "handle_view",
     "handle_view_cleanup",
+    "handle_view_queries",
     "live_signatures",
     "open_view",
+    "parse_multi_query",
+    "queries_of",
     "query_view",
     "retryable",
     "update_index",
@@ -80,6 +84,7 @@ class ViewQuery:
     update: str
     update_seq: bool = False
     conflicts: bool | None = None  # None: not given
+    attachments: bool = False  # with include_docs: attachment data inline, not stubs
     # Resolved by ``validated``: None: no grouping; -1: group=true (exact keys); N: a prefix.
     group_level: int | None = None
 
@@ -101,6 +106,7 @@ _DEFAULTS: dict[str, Any] = {
     "update": "true",
     "update_seq": False,
     "conflicts": None,
+    "attachments": False,
 }
 
 #: Parameters parse_boolean reads, and the ViewQuery field each sets (None: parsed, unused).
@@ -112,7 +118,7 @@ _BOOLEANS = {
     "include_docs": "include_docs",
     "update_seq": "update_seq",
     "conflicts": "conflicts",
-    "attachments": None,
+    "attachments": "attachments",
     "att_encoding_info": None,
     "sorted": None,
 }
@@ -250,6 +256,18 @@ def parse_view_query(query: Mapping[str, Any], body: Mapping[str, Any] | None = 
     return ViewQuery(**args)
 
 
+def parse_multi_query(query: Mapping[str, Any], item: Mapping[str, Any]) -> ViewQuery:
+    """One query of a ``queries`` list: its members over the query string's
+    parameters (chttpd_view:multi_query_view parses the query string first, as
+    every query's defaults, then each query decoded over it)."""
+    args = dict(_DEFAULTS)
+    for name, value in query.items():
+        _apply(args, name, value, decoded=False)
+    for name, value in item.items():
+        _apply(args, name, value, decoded=True)
+    return ViewQuery(**args)
+
+
 def _same_term(a: Any, b: Any) -> bool:
     """Erlang's ``K = K`` match: the same JSON, 1 and 1.0 differ, as do member orders."""
     return json.dumps(a) == json.dumps(b)
@@ -384,7 +402,7 @@ def _map_result(
     for row in _window(rows, q):
         item: dict[str, Any] = {"id": row["d"], "key": row["k"], "value": row["v"]}
         if q.include_docs:
-            item["doc"] = _linked_doc(db, row)
+            item["doc"] = _linked_doc(db, row, q.attachments)
         out.append(item)
     if q.include_docs and q.conflicts:
         # The doc's own id: a linked doc ({"_id"} in the value) is not the row's.
@@ -401,7 +419,7 @@ def _offset(index: ViewIndex, rows: list[dict[str, Any]], q: ViewQuery, total: i
     return min(total, before + q.skip)
 
 
-def _linked_doc(db: settee.Database, row: dict[str, Any]) -> Any:
+def _linked_doc(db: settee.Database, row: dict[str, Any], attachments: bool) -> Any:
     """``include_docs``: the emitting document, or the one ``{"_id"}`` in the value
     names, at the ``"_rev"`` the value names if any (couch_mrview_util's docid_rev:
     the id defaults to the emitting document's, the revision applies either way)."""
@@ -410,7 +428,7 @@ def _linked_doc(db: settee.Database, row: dict[str, Any]) -> Any:
     target = linked["_id"] if isinstance(linked.get("_id"), str) else row["d"]
     rev = linked.get("_rev")
     try:
-        return db.get(target, rev=rev if isinstance(rev, str) else None)
+        return db.get(target, rev=rev if isinstance(rev, str) else None, attachments=attachments)
     except (settee.NotFound, settee.BadRequest):
         return None
 
@@ -517,6 +535,54 @@ async def handle_view(
         await update_index(state, entry, index, functions.mapper)
     result = await state.run(retryable, query_view, entry, functions, index, q)
     return respond(reply(200, result))
+
+
+async def handle_view_queries(
+    state: State, request: web.BaseRequest, entry: DbEntry, ddoc: str, view: str
+) -> web.StreamResponse:
+    """``POST /{db}/_design/{ddoc}/_view/{view}/queries``: ``{"queries": [...]}``
+    answered ``{"results": [...]}``, one view answer each (views.rst), every
+    query checked against the view before any runs (chttpd_view:multi_query_view)."""
+    if request.method != "POST":
+        raise method_not_allowed("POST")
+    require_json_content(request.headers)  # chttpd:validate_ctype
+    body = await state.run(decode_object, await state.read_body(request))
+    queries = [parse_multi_query(request.query, item) for item in queries_of(body)]
+    found = await state.run(retryable, open_view, entry, state.registry.view_index, ddoc, view)
+    functions, index = found
+    for q in queries:
+        validated(functions, q)
+    if any(q.update == "true" for q in queries):
+        await update_index(state, entry, index, functions.mapper)
+    results = await state.run(retryable, _query_all, entry, functions, index, queries)
+    return respond(reply(200, {"results": results}))
+
+
+def queries_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A multi-query body's ``queries`` (couch_mrview_util:get_view_queries, and
+    chttpd's answer when it is missing), each a JSON object."""
+    if "queries" not in body:
+        raise HTTPError(400, "bad_request", "POST body must include `queries` parameter.")
+    queries = body["queries"]
+    if not isinstance(queries, list):
+        raise HTTPError(400, "bad_request", "`queries` member must be an array.")
+    if not all(isinstance(item, dict) for item in queries):  # a 500 in CouchDB
+        raise HTTPError(400, "bad_request", "Each query must be a JSON object.")
+    return queries
+
+
+def _query_all(
+    entry: DbEntry, functions: ViewFunctions, index: ViewIndex, queries: list[ViewQuery]
+) -> list[dict[str, Any]]:
+    return [query_view(entry, functions, index, q) for q in queries]
+
+
+async def handle_temp_view(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``/{db}/_temp_view``, any method: 410, as chttpd_view:handle_temp_view_req
+    answers since CouchDB 2.0 removed temporary views."""
+    raise HTTPError(410, "gone", "Temporary views are not supported in CouchDB")
 
 
 def retryable(fn: Any, entry: DbEntry, *args: Any) -> Any:

@@ -1,0 +1,440 @@
+"""Query endpoints as CouchDB 3.x answers them, each checked against its source:
+the query string over a POST body (couch_mrview_http:parse_body_and_query), the
+multi-query endpoints (chttpd_db:multi_all_docs_view, chttpd_view:multi_query_view),
+namespaces (fabric_view_all_docs:filter_keys_by_namespace), empty Mango operators
+(mango_cursor:maybe_noop_range), ``all_or_nothing`` and replicated refusals in
+``_bulk_docs``, ``_all_dbs`` ranges and ``_dbs_info`` (chttpd_misc), ``_bulk_get``'s
+``atts_since`` (chttpd_db:parse_field), ``attachments=true`` beside ``include_docs``
+and ``_temp_view`` (chttpd_view:handle_temp_view_req).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from settee.serve import start_server
+
+
+@dataclass
+class Resp:
+    status: int
+    raw: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+class Client:
+    """A bare HTTP/1.1 client (stdlib), as tests/test_http.py's."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __call__(self, method: str, path: str, body: Any = None) -> Resp:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            data = None if body is None else json.dumps(body)
+            headers = {"Content-Type": "application/json"}
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return Resp(resp.status, resp.read())
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    handle = start_server(str(tmp_path_factory.mktemp("serve")), "127.0.0.1", 0, fsync=False)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def client(server: Any) -> Client:
+    return Client(server.port)
+
+
+@pytest.fixture
+def db(client: Client, request: pytest.FixtureRequest) -> str:
+    """A fresh database named after the test; its URL path."""
+    name = "t" + request.node.name.lower().replace("[", "-").replace("]", "")[:60]
+    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in name)
+    assert client("PUT", f"/{name}").status == 201
+    return f"/{name}"
+
+
+def ok(resp: Resp, status: int = 200) -> Any:
+    assert resp.status == status, resp.raw
+    return resp.json
+
+
+def save(client: Client, db: str, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = ok(client("POST", f"{db}/_bulk_docs", {"docs": docs}), 201)
+    assert all(row.get("ok") for row in rows), rows
+    return list(rows)
+
+
+def q(value: Any) -> str:
+    return urllib.parse.quote(json.dumps(value))
+
+
+def ids(answer: dict[str, Any]) -> list[str]:
+    return [row["id"] for row in answer["rows"]]
+
+
+# -- 1. the query string over the body -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", ["_all_docs", "_design_docs", "_local_docs"])
+def test_the_query_string_wins_over_the_body(client: Client, db: str, endpoint: str) -> None:
+    prefix = {"_all_docs": "", "_design_docs": "_design/", "_local_docs": "_local/"}[endpoint]
+    for name in "abcd":
+        assert client("PUT", f"{db}/{prefix}{name}", {}).status == 201
+    # all_docs_test.exs / design_docs_query_test.exs: "POST edge case with colliding
+    # parameters - query takes precedence".
+    body = {"limit": 1, "descending": False}
+    answer = ok(client("POST", f"{db}/{endpoint}?limit=3&descending=true", body))
+    assert ids(answer) == [f"{prefix}d", f"{prefix}c", f"{prefix}b"]
+    body = {"startkey": f"{prefix}a", "endkey": f"{prefix}b"}
+    answer = ok(client("POST", f"{db}/{endpoint}?endkey={q(prefix + 'c')}", body))
+    assert ids(answer) == [f"{prefix}a", f"{prefix}b", f"{prefix}c"]
+
+
+def test_query_string_parameters_apply_after_the_body_in_order(client: Client, db: str) -> None:
+    save(client, db, [{"_id": name} for name in "abcd"])
+    # parse_body_and_query folds the body, then the query string: a body key sets
+    # both bounds, a later startkey moves one.
+    answer = ok(client("POST", f"{db}/_all_docs?startkey={q('b')}", {"key": "c"}))
+    assert ids(answer) == ["b", "c"]
+    keys = ok(client("POST", f"{db}/_all_docs?keys={q(['d'])}", {"keys": ["a", "b"]}))
+    assert [row["key"] for row in keys["rows"]] == ["d"]
+
+
+def test_post_all_docs_keys_must_be_an_array(client: Client, db: str) -> None:
+    for endpoint in ("_all_docs", "_design_docs", "_local_docs"):
+        for keys in (1, None, {"a": 1}):
+            answer = client("POST", f"{db}/{endpoint}", {"keys": keys})
+            assert (answer.status, answer.json) == (
+                400,
+                {"error": "bad_request", "reason": "`keys` body member must be an array."},
+            )
+    got = client("GET", f"{db}/_all_docs?keys=1")
+    assert got.json["reason"] == "`keys` parameter must be an array."
+
+
+# -- 2. multi-query endpoints ----------------------------------------------------------------------
+
+
+def test_all_docs_queries_answer_one_result_per_query(client: Client, db: str) -> None:
+    save(client, db, [{"_id": name, "v": name} for name in "abcde"])
+    save(client, db, [{"_id": "_design/x"}])
+    assert client("PUT", f"{db}/_local/l", {}).status == 201
+    queries = [
+        {"keys": ["b", "d"]},
+        {"limit": 2, "skip": 1},
+        {"startkey": "d", "include_docs": True},
+    ]
+    results = ok(client("POST", f"{db}/_all_docs/queries", {"queries": queries}))["results"]
+    assert [ids(r) for r in results] == [["b", "d"], ["a", "b"], ["d", "e"]]
+    assert results[2]["rows"][0]["doc"]["v"] == "d"
+    assert all(set(r) == {"total_rows", "offset", "rows"} for r in results)
+    # The query string gives every query its defaults; a query's own members win.
+    over = client("POST", f"{db}/_all_docs/queries?limit=1", {"queries": [{}, {"limit": 2}]})
+    assert [len(r["rows"]) for r in ok(over)["results"]] == [1, 2]
+    design = ok(client("POST", f"{db}/_design_docs/queries", {"queries": [{}, {"keys": ["a"]}]}))
+    assert [ids(r) for r in design["results"]] == [["_design/x"], []]
+    local = ok(client("POST", f"{db}/_local_docs/queries", {"queries": [{"limit": 5}]}))
+    assert [ids(r) for r in local["results"]] == [["_local/l"]]
+
+
+def test_multi_query_refusals(client: Client, db: str) -> None:
+    for path in ("_all_docs/queries", "_design_docs/queries", "_local_docs/queries"):
+        answer = client("GET", f"{db}/{path}")
+        assert (answer.status, answer.json["error"]) == (405, "method_not_allowed"), path
+        missing = client("POST", f"{db}/{path}", {"keys": []})
+        assert (missing.status, missing.json) == (
+            400,
+            {"error": "bad_request", "reason": "POST body must include `queries` parameter."},
+        )
+        wrong = client("POST", f"{db}/{path}", {"queries": 1})
+        assert (wrong.status, wrong.json["reason"]) == (400, "`queries` member must be an array.")
+    bad_second = client("POST", f"{db}/_all_docs/queries", {"queries": [{}, {"limit": -1}]})
+    assert bad_second.status == 400
+
+
+VIEWS = {
+    "m": {"map": "function(doc) { if (doc.k !== undefined) emit(doc.k, doc.k); }"},
+    "r": {"map": "function(doc) { if (doc.k !== undefined) emit(doc.k, 1); }", "reduce": "_count"},
+}
+
+
+def _with_views(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    save(client, db, [{"_id": f"d{k}", "k": k} for k in range(5)])
+    save(client, db, [{"_id": "_design/d", "views": VIEWS}])
+
+
+def test_view_queries_answer_one_result_per_query(client: Client, db: str) -> None:
+    _with_views(client, db)
+    queries = [{"keys": [3, 1]}, {"startkey": 2, "limit": 2}, {"key": 4, "include_docs": True}]
+    answer = ok(client("POST", f"{db}/_design/d/_view/m/queries", {"queries": queries}))
+    results = answer["results"]
+    assert [[row["key"] for row in r["rows"]] for r in results] == [[3, 1], [2, 3], [4]]
+    assert results[1]["offset"] == 2 and results[0]["total_rows"] == 5
+    assert results[2]["rows"][0]["doc"]["_id"] == "d4"
+    reduced = ok(
+        client("POST", f"{db}/_design/d/_view/r/queries", {"queries": [{}, {"reduce": False}]})
+    )["results"]
+    assert reduced[0] == {"rows": [{"key": None, "value": 5}]}
+    assert len(reduced[1]["rows"]) == 5
+    # Each query is checked against the view before any runs (validate_args).
+    bad = client("POST", f"{db}/_design/d/_view/r/queries", {"queries": [{"include_docs": True}]})
+    assert (bad.status, bad.json["reason"]) == (400, "`include_docs` is invalid for reduce")
+    assert client("GET", f"{db}/_design/d/_view/m/queries").status == 405
+    missing = client("POST", f"{db}/_design/d/_view/m/queries", {})
+    assert missing.json["reason"] == "POST body must include `queries` parameter."
+
+
+# -- 3. keys outside the namespace -----------------------------------------------------------------
+
+
+def test_design_and_local_docs_leave_out_keys_outside_their_namespace(
+    client: Client, db: str
+) -> None:
+    save(client, db, [{"_id": "a"}, {"_id": "_design/x"}])
+    assert client("PUT", f"{db}/_local/l", {}).status == 201
+    keys = ["a", "_design/x", "_design/nope", "_local/l", "_local/nope"]
+    design = ok(client("POST", f"{db}/_design_docs", {"keys": keys}))["rows"]
+    assert [row["key"] for row in design] == ["_design/x", "_design/nope"]
+    assert design[1] == {"key": "_design/nope", "error": "not_found"}
+    local = ok(client("POST", f"{db}/_local_docs", {"keys": keys}))["rows"]
+    assert [row["key"] for row in local] == ["_local/l", "_local/nope"]
+    # The filter runs after skip and limit, as in fabric_view_all_docs.
+    cut = ok(client("POST", f"{db}/_design_docs", {"keys": keys, "limit": 2}))["rows"]
+    assert [row["key"] for row in cut] == ["_design/x"]
+
+
+# -- 4. empty $or / $and ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_find_with_an_empty_or_or_and_finds_nothing(client: Client, db: str, indexed: bool) -> None:
+    save(client, db, [{"_id": f"u{i}", "age": 20 + i, "company": "c"} for i in range(4)])
+    if indexed:
+        index = {"index": {"fields": ["age"]}, "name": "age"}
+        assert client("POST", f"{db}/_index", index).status == 200
+
+    def found(selector: dict[str, Any]) -> list[str]:
+        answer = ok(client("POST", f"{db}/_find", {"selector": selector}))
+        return [doc["_id"] for doc in answer["docs"]]
+
+    # src/mango/test/21-empty-selector-tests.py
+    assert found({"$or": []}) == []
+    assert found({"$and": []}) == []
+    assert found({"$nor": []}) == []  # normalised to {"$and": []}
+    assert found({"age": 22, "$or": []}) == ["u2"]
+    assert found({"age": 22, "$and": []}) == ["u2"]
+    assert found({"age": 22, "company": {"$in": []}}) == []
+    assert found({"age": 22, "company": {"$all": []}}) == []
+    assert found({"age": {"$gt": 0}, "company": {"$nin": []}}) == ["u0", "u1", "u2", "u3"]
+
+
+# -- 5, 6. _bulk_docs: all_or_nothing, replicated refusals -----------------------------------------
+
+
+def test_bulk_docs_all_or_nothing_is_417_and_writes_nothing(client: Client, db: str) -> None:
+    rev = save(client, db, [{"_id": "old"}])[0]["rev"]
+    docs = [{"_id": "new"}, {"_id": "old", "_rev": rev}, {"_id": "_local/l"}]
+    answer = client("POST", f"{db}/_bulk_docs", {"docs": docs, "all_or_nothing": True})
+    reason = {"error": "not_implemented", "reason": "all_or_nothing is not supported"}
+    assert answer.status == 417
+    assert answer.json == [
+        {"id": "new", "rev": "0-", **reason},
+        {"id": "old", "rev": rev, **reason},
+        {"id": "_local/l", "rev": "0-", **reason},
+    ]
+    assert client("GET", f"{db}/new").status == 404
+    assert client("GET", f"{db}/_local/l").status == 404
+    assert client("GET", f"{db}/old").json["_rev"] == rev
+    # Only with new_edits (chttpd_db passes it to fabric in that clause alone).
+    replicated = {"_id": "r", "_rev": "1-" + "a" * 32}
+    body = {"docs": [replicated], "all_or_nothing": True, "new_edits": False}
+    assert client("POST", f"{db}/_bulk_docs", body).status == 201
+
+
+VDU = "function(newDoc) { if (newDoc.bad) throw({forbidden: 'no bad docs'}); }"
+
+
+def test_replicated_refusals_carry_the_revision(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    save(client, db, [{"_id": "_design/v", "validate_doc_update": VDU}])
+    by_rev = {"_id": "a", "bad": 1, "_rev": "1-" + "a" * 32}
+    by_revisions = {"_id": "b", "bad": 1, "_revisions": {"start": 3, "ids": ["c" * 32, "b" * 32]}}
+    fine = {"_id": "c", "_rev": "1-" + "d" * 32}
+    body = {"docs": [by_rev, fine, by_revisions], "new_edits": False}
+    rows = ok(client("POST", f"{db}/_bulk_docs", body), 201)
+    refused = {"error": "forbidden", "reason": "no bad docs"}
+    assert rows == [
+        {"id": "a", "rev": "1-" + "a" * 32, **refused},
+        {"id": "b", "rev": "3-" + "c" * 32, **refused},
+    ]
+    # Interactive refusals name no revision (update_doc_result_to_json/2).
+    rows = ok(client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "x", "bad": 1}]}), 201)
+    assert rows == [{"id": "x", **refused}]
+
+
+# -- 8, 9. _all_dbs ranges, _dbs_info --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def names(server: Any) -> list[str]:
+    """Databases of this module's server, under a prefix no other test uses."""
+    client = Client(server.port)
+    made = [f"zz-{c}" for c in "abcd"]
+    for name in made:
+        assert client("PUT", f"/{name}").status == 201
+    return made
+
+
+def test_all_dbs_honours_range_parameters(client: Client, names: list[str]) -> None:
+    def listed(query: str) -> list[str]:
+        return [n for n in ok(client("GET", f"/_all_dbs?{query}")) if n.startswith("zz-")]
+
+    assert listed(f"start_key={q('zz-b')}&end_key={q('zz-c')}") == ["zz-b", "zz-c"]
+    assert listed(f"startkey={q('zz-b')}&endkey={q('zz-c')}") == ["zz-b", "zz-c"]
+    assert listed(f"key={q('zz-c')}") == ["zz-c"]
+    assert listed(f"start_key={q('zz-b')}&end_key={q('zz-d')}&inclusive_end=false") == [
+        "zz-b",
+        "zz-c",
+    ]
+    assert listed(f"descending=true&start_key={q('zz-c')}&end_key={q('zz-a')}") == [
+        "zz-c",
+        "zz-b",
+        "zz-a",
+    ]
+    assert listed(f"descending=true&end_key={q('zz-b')}&inclusive_end=false") == ["zz-d", "zz-c"]
+    # Parameters apply in order: key, then a later end_key.
+    assert listed(f"key={q('zz-b')}&end_key={q('zz-c')}") == ["zz-b", "zz-c"]
+
+
+def test_dbs_info_post_answers_each_key(client: Client, names: list[str]) -> None:
+    answer = ok(client("POST", "/_dbs_info", {"keys": ["zz-a", "zz-nope", 1]}))
+    assert [entry["key"] for entry in answer] == ["zz-a", "zz-nope", 1]
+    assert answer[0]["info"] == ok(client("GET", "/zz-a"))
+    assert answer[1] == {"key": "zz-nope", "error": "not_found"}
+    assert answer[2] == {"key": 1, "error": "not_found"}
+    missing = client("POST", "/_dbs_info", {})
+    assert (missing.status, missing.json) == (
+        400,
+        {"error": "bad_request", "reason": "`keys` member must exist."},
+    )
+    many = client("POST", "/_dbs_info", {"keys": [f"d{i}" for i in range(101)]})
+    assert (many.status, many.json) == (400, {"error": "bad_request", "reason": "too_many_keys"})
+    assert client("POST", "/_dbs_info", {"keys": ["zz-a"] * 100}).status == 200
+    assert client("DELETE", "/_dbs_info").status == 405
+
+
+def test_dbs_info_get_lists_every_database_with_all_dbs_parameters(
+    client: Client, names: list[str]
+) -> None:
+    answer = ok(client("GET", f"/_dbs_info?start_key={q('zz-b')}&end_key={q('zz-c')}"))
+    assert [entry["key"] for entry in answer] == ["zz-b", "zz-c"]
+    assert answer[0]["info"]["db_name"] == "zz-b"
+    every = ok(client("GET", "/_dbs_info"))
+    assert [entry["key"] for entry in every] == ok(client("GET", "/_all_dbs"))
+
+
+# -- 10. _bulk_get atts_since ----------------------------------------------------------------------
+
+
+def _with_attachment(client: Client, db: str, doc_id: str = "a") -> str:
+    data = base64.b64encode(b"hello").decode()
+    doc = {"_id": doc_id, "_attachments": {"f.txt": {"content_type": "text/plain", "data": data}}}
+    return str(save(client, db, [doc])[0]["rev"])
+
+
+def test_bulk_get_atts_since(client: Client, db: str) -> None:
+    rev = _with_attachment(client, db)
+    empty = ok(client("POST", f"{db}/_bulk_get", {"docs": [{"id": "a", "atts_since": []}]}))
+    att = empty["results"][0]["docs"][0]["ok"]["_attachments"]["f.txt"]
+    assert att["stub"] is True and "data" not in att
+    for bad in ("1-abc", 1, None, {"a": 1}):
+        item = {"id": "a", "rev": rev, "atts_since": bad}
+        answer = ok(client("POST", f"{db}/_bulk_get", {"docs": [item]}))
+        assert answer["results"][0] == {
+            "id": "a",
+            "docs": [
+                {
+                    "error": {
+                        "id": "a",
+                        "rev": bad,
+                        "error": "bad_request",
+                        "reason": "att_since value must be array of revs.",
+                    }
+                }
+            ],
+        }
+    item = {"id": "a", "atts_since": [rev, "nonsense"]}
+    error = ok(client("POST", f"{db}/_bulk_get", {"docs": [item]}))["results"][0]["docs"][0]
+    assert error["error"]["rev"] == "nonsense"
+    assert error["error"]["reason"] == "Invalid rev format"
+
+
+# -- 11. attachments=true beside include_docs ------------------------------------------------------
+
+
+def test_attachments_true_inlines_data_in_included_docs(client: Client, db: str) -> None:
+    _with_attachment(client, db)
+    hello = base64.b64encode(b"hello").decode()
+
+    def attachment(doc: dict[str, Any]) -> dict[str, Any]:
+        return dict(doc["_attachments"]["f.txt"])
+
+    # changes_test.exs COUCHDB-1923
+    stubbed = ok(client("GET", f"{db}/_changes?include_docs=true"))["results"][0]["doc"]
+    assert attachment(stubbed)["stub"] is True
+    inline = ok(client("GET", f"{db}/_changes?include_docs=true&attachments=true"))
+    att = attachment(inline["results"][0]["doc"])
+    assert att["data"] == hello and "stub" not in att
+    rows = ok(client("GET", f"{db}/_all_docs?include_docs=true&attachments=true"))["rows"]
+    assert attachment(rows[0]["doc"])["data"] == hello
+    body = {"keys": ["a"], "include_docs": True, "attachments": True}
+    rows = ok(client("POST", f"{db}/_all_docs", body))["rows"]
+    assert attachment(rows[0]["doc"])["data"] == hello
+    assert "stub" in attachment(
+        ok(client("GET", f"{db}/_all_docs?include_docs=true"))["rows"][0]["doc"]
+    )
+
+
+def test_attachments_true_inlines_data_in_view_docs(client: Client, db: str) -> None:
+    pytest.importorskip("py_mini_racer")
+    _with_attachment(client, db)
+    view = {"map": "function(doc) { emit(doc._id, null); }"}
+    save(client, db, [{"_id": "_design/d", "views": {"all": view}}])
+    path = f"{db}/_design/d/_view/all?include_docs=true&key={q('a')}"
+    assert ok(client("GET", path))["rows"][0]["doc"]["_attachments"]["f.txt"]["stub"] is True
+    inline = ok(client("GET", path + "&attachments=true"))["rows"][0]["doc"]
+    assert inline["_attachments"]["f.txt"]["data"] == base64.b64encode(b"hello").decode()
+
+
+# -- 12. _temp_view --------------------------------------------------------------------------------
+
+
+def test_temp_view_is_gone(client: Client, db: str) -> None:
+    for method in ("POST", "GET"):
+        answer = client(method, f"{db}/_temp_view", {"map": "function(doc) { emit(null); }"})
+        assert (answer.status, answer.json) == (
+            410,
+            {"error": "gone", "reason": "Temporary views are not supported in CouchDB"},
+        )
