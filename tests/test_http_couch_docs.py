@@ -183,6 +183,15 @@ def test_bulk_get_answers_a_bad_id_with_an_error_row(client: Client, db: str) ->
         assert result == {"id": item["id"], "docs": [{"error": error}]}
 
 
+def test_bulk_get_answers_a_bad_rev_with_couchs_reason(client: Client, db: str) -> None:
+    """chttpd_db:bulk_get_parse_doc_query reads an item's rev with couch_doc:parse_rev:
+    its error row says "Invalid rev format" and nothing more."""
+    put(client, db, "d", {})
+    results = client("POST", f"{db}/_bulk_get", {"docs": [{"id": "d", "rev": "x"}]}).json
+    error = {"id": "d", "rev": "x"} | INVALID_REV
+    assert results["results"] == [{"id": "d", "docs": [{"error": error}]}]
+
+
 # -- revisions -----------------------------------------------------------------------------------
 
 

@@ -670,7 +670,7 @@ def _bulk_get_one(
     if problem is not None:
         return _bulk_error(doc_id, None, "illegal_docid", problem)
     if rev is not None and revs.parse_rev_list([rev]) is None:
-        return _bulk_error(doc_id, rev, "bad_request", f"Invalid rev format {rev!r}")
+        return _bulk_error(doc_id, rev, "bad_request", "Invalid rev format")
     refusal = _atts_since_error(doc_id, item)
     if refusal is not None:
         return refusal
