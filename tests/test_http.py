@@ -374,8 +374,16 @@ def test_all_docs_get_and_post(client: Client, db: str) -> None:
     assert keyed["rows"][2]["value"]["deleted"] is True and keyed["rows"][2]["doc"] is None
     keys_qs = urllib.parse.quote(json.dumps(["k0"]))
     assert len(client("GET", f"{db}/_all_docs?keys={keys_qs}").json["rows"]) == 1
-    bad = client("GET", f"{db}/_all_docs?startkey=k1")
-    assert bad.status == 400 and bad.json["error"] == "query_parse_error"
+    bad = client("GET", f"{db}/_all_docs?startkey=k1")  # not JSON: chttpd's invalid_json
+    assert bad.status == 400 and bad.json["error"] == "bad_request"
+    assert bad.json["reason"].startswith("invalid UTF-8 JSON")
+    for where in (
+        "_all_docs?startkey=foo",
+        "_all_docs?keys=garbage",
+        "_changes?filter=_doc_ids&doc_ids=x",
+    ):
+        bad = client("POST" if "changes" not in where else "GET", f"{db}/{where}", {})
+        assert (bad.status, bad.json["error"]) == (400, "bad_request"), where
     assert client("GET", f"{db}/_all_docs?limit=-1").status == 400
     assert client("GET", f"{db}/_all_docs?descending=maybe").status == 400
     assert "update_seq" in client("GET", f"{db}/_all_docs?update_seq=true").json

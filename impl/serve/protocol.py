@@ -30,6 +30,7 @@ __all__ = [
     "etag",
     "etag_matches",
     "etag_of",
+    "invalid_query_json",
     "method_not_allowed",
     "parse_integer",
     "query_bool",
@@ -218,7 +219,18 @@ def query_json(query: Mapping[str, str], name: str) -> Any:
         return None
     try:
         return parse_json(value)
-    except (ValueError, RecursionError):
+    except json.JSONDecodeError:
+        raise invalid_query_json(name, value) from None
+    except (ValueError, RecursionError):  # JSON, but no value a key can be (1e999, NaN)
         raise HTTPError(
             400, "query_parse_error", f"Invalid JSON in {name}={value!r}: quote strings"
         ) from None
+
+
+def invalid_query_json(name: str, value: str) -> HTTPError:
+    """What a query parameter that is not JSON at all answers: chttpd:catch_error's
+    ``{invalid_json, _}`` clause (view_errors_test.exs: ``_all_docs?startkey=foo``
+    is ``bad_request``), its reason first."""
+    return HTTPError(
+        400, "bad_request", f"invalid UTF-8 JSON: {name}={value!r} is not JSON (quote strings)"
+    )

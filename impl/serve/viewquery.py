@@ -35,6 +35,7 @@ from settee.serve.design import ViewFunctions
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
+    invalid_query_json,
     method_not_allowed,
     parse_json,
     reply,
@@ -150,6 +151,8 @@ def _decoded(name: str, value: Any, decoded: bool) -> Any:
         return value
     try:
         return parse_json(value)  # no NaN, Infinity or 1e999: keys must collate
+    except json.JSONDecodeError:
+        raise invalid_query_json(name, value) from None
     except (ValueError, RecursionError):
         raise _parse_error(f"Invalid JSON in {name}={value!r}: quote strings") from None
 
