@@ -213,7 +213,9 @@ def test_a_later_parameter_overrides_an_earlier_one(client: Client, db: str) -> 
     assert ids(view(client, db, "m", "?descending=true&descending=false&limit=1")) == ["d0"]
 
 
-def test_update_seq_is_the_databases(client: Client, db: str) -> None:
+def test_update_seq_is_the_indexs(client: Client, db: str) -> None:
+    """An up-to-date index's update_seq is the database's; a stale=ok read of one a
+    write has overtaken names the index's own, older seq (view_update_seq_test.exs)."""
     seq = ok(client("GET", db))["update_seq"]
     answer = ok(view(client, db, "m", "?update_seq=true&limit=1"))
     assert list(answer) == ["total_rows", "offset", "update_seq", "rows"]
@@ -221,6 +223,12 @@ def test_update_seq_is_the_databases(client: Client, db: str) -> None:
     reduced = ok(view(client, db, "r", body={"update_seq": True}))
     assert reduced == {"update_seq": seq, "rows": [{"key": None, "value": 5}]}
     assert "update_seq" not in ok(view(client, db, "m", "?update_seq=false"))
+    assert client("PUT", f"{db}/d5", {"k": 5}).status == 201
+    newer = ok(client("GET", db))["update_seq"]
+    stale = ok(view(client, db, "m", "?update_seq=true&stale=ok"))
+    assert (stale["update_seq"], stale["total_rows"]) == (seq, 5)
+    fresh = ok(view(client, db, "m", "?update_seq=true"))
+    assert (fresh["update_seq"], fresh["total_rows"]) == (newer, 6)
 
 
 def test_conflicts_with_include_docs_as_all_docs(client: Client, db: str) -> None:
