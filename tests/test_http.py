@@ -2292,7 +2292,11 @@ def test_integer_query_parameters_are_ascii_digits(client: Client, db: str, valu
     digits, so settee answered rows where CouchDB answers 400."""
     put(client, db, "a", {})
     limit = client("GET", f"{db}/_changes?limit={value}")
-    assert (limit.status, limit.json["error"]) == (400, "query_parse_error"), value
+    garbled = {
+        "error": "bad_request",
+        "reason": "The limit parameter should be a non-negative integer",
+    }
+    assert (limit.status, limit.json) == (400, garbled), value
     beat = client("GET", f"{db}/_changes?feed=longpoll&heartbeat={value}&timeout=50", timeout=5)
     assert (beat.status, beat.json["error"]) == (400, "bad_request"), value
     assert client("GET", f"{db}/_changes?limit=%2B1").json["results"][0]["id"] == "a"
@@ -2589,3 +2593,27 @@ def test_inline_data_that_is_not_whole_base64_is_400(client: Client, db: str) ->
     assert (r.status, r.json["error"]) == (400, "bad_request")
     assert r.json["reason"].startswith("Invalid attachment data for foo.txt")
     assert client("GET", f"{db}/bad_doc").status == 404
+
+
+def test_changes_parameters_as_parse_changes_query_reads_them(client: Client, db: str) -> None:
+    """chttpd_db:parse_changes_query: limit and timeout below zero or not integers are
+    bad_request with its reasons, seq_interval must be a positive integer, and a flag
+    is on for "true" alone, any other value ignored (no 400)."""
+    put(client, db, "a", {"v": 1})
+    for name in ("limit", "timeout"):
+        r = client("GET", f"{db}/_changes?{name}=-1")
+        reason = f"The {name} value should be a non-negative integer"
+        assert (r.status, r.json) == (400, {"error": "bad_request", "reason": reason}), name
+        r = client("GET", f"{db}/_changes?{name}=abc")
+        reason = f"The {name} parameter should be a non-negative integer"
+        assert (r.status, r.json) == (400, {"error": "bad_request", "reason": reason}), name
+    for value in ("0", "-5", "abc"):
+        r = client("GET", f"{db}/_changes?seq_interval={value}")
+        assert (r.status, r.json) == (
+            400,
+            {"error": "bad_request", "reason": "invalid_seq_interval"},
+        )
+    assert client("GET", f"{db}/_changes?seq_interval=10").status == 200
+    for value, docs in (("true", True), ("1", False), ("TRUE", False), ("yes", False)):
+        r = client("GET", f"{db}/_changes?include_docs={value}")
+        assert r.status == 200 and ("doc" in r.json["results"][0]) is docs, value

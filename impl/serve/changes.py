@@ -38,8 +38,6 @@ from settee.serve.protocol import (
     etag_of,
     method_not_allowed,
     parse_integer,
-    query_bool,
-    query_int,
     query_json,
     reply,
     require_json_content,
@@ -198,21 +196,53 @@ def _parse(
     heartbeat = None
     if "heartbeat" in query:
         heartbeat = min(_heartbeat_ms(query["heartbeat"]), max_timeout_ms) / 1000
-    timeout = min(query_int(query, "timeout", max_timeout_ms) or 0, max_timeout_ms) / 1000
+    timeout = _non_negative(query, "timeout")
+    timeout = min(max_timeout_ms if timeout is None else timeout, max_timeout_ms) / 1000
+    _check_seq_interval(query)
     return ChangesQuery(
         feed=feed,
         since=query.get("since", "0"),
-        limit=query_int(query, "limit"),
-        include_docs=query_bool(query, "include_docs"),
-        conflicts=query_bool(query, "conflicts"),
-        attachments=query_bool(query, "attachments"),
+        limit=_non_negative(query, "limit"),
+        include_docs=_flag(query, "include_docs"),
+        conflicts=_flag(query, "conflicts"),
+        attachments=_flag(query, "attachments"),
         all_leaves=style == "all_docs",
         filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
         # The normal feed only: the live feeds go forwards from since (README).
-        descending=feed == "normal" and query_bool(query, "descending"),
+        descending=feed == "normal" and _flag(query, "descending"),
     )
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    """chttpd_db:parse_changes_query turns a flag on for the value "true" alone and
+    ignores any other, where views refuse one (couch_mrview_http:parse_boolean)."""
+    return query.get(name) == "true"
+
+
+def _non_negative(query: Mapping[str, str], name: str) -> int | None:
+    """``limit`` or ``timeout`` as parse_changes_query reads it, with its reasons."""
+    text = query.get(name)
+    if text is None:
+        return None
+    value = parse_integer(text)
+    if value is None:
+        raise HTTPError(
+            400, "bad_request", f"The {name} parameter should be a non-negative integer"
+        )
+    if value < 0:
+        raise HTTPError(400, "bad_request", f"The {name} value should be a non-negative integer")
+    return value
+
+
+def _check_seq_interval(query: Mapping[str, str]) -> None:
+    """``seq_interval`` must be a positive integer (parse_changes_query). CouchDB
+    then leaves out the seq of rows between intervals to save work; settee sends
+    every row's, which a client asking for fewer must take anyway."""
+    text = query.get("seq_interval")
+    if text is not None and ((value := parse_integer(text)) is None or value <= 0):
+        raise HTTPError(400, "bad_request", "invalid_seq_interval")
 
 
 #: Filters that judge each revision's document (they set a row's ``changes`` themselves).
