@@ -280,3 +280,26 @@ def test_a_linked_doc_at_another_revision_has_no_conflicts(client: Client, db: s
     rows = ok(client("GET", f"{db}/_design/link/_view/l?include_docs=true&conflicts=true"))["rows"]
     docs = [row["doc"] for row in rows]
     assert [d["_rev"] for d in docs] == [loser] and "_conflicts" not in docs[0]
+
+
+def test_a_javascript_reduce_that_does_not_shrink_is_an_error_row(client: Client, db: str) -> None:
+    """couchjs's views.js (reduce_limit=true, CouchDB's default): an output over 5000
+    characters and over half its input throws reduce_overflow_error, which the view
+    answers as a row with a null key (view_errors_test.exs "reduce overflow error");
+    a reduce that shrinks, or stays small, is answered as before."""
+    pytest.importorskip("py_mini_racer")
+    big = "function (k, v) { var c = []; for (var i=0; i<1000; i++) c.push('wazzap'); return c; }"
+    small = "function (keys, values) { return values.length; }"
+    ddoc = {
+        "views": {
+            "big": {"map": "function (doc) { emit(doc.k, doc.k); }", "reduce": big},
+            "small": {"map": "function (doc) { emit(doc.k, doc.k); }", "reduce": small},
+        }
+    }
+    assert client("PUT", f"{db}/_design/js", ddoc).status == 201
+    rows = ok(client("GET", f"{db}/_design/js/_view/big"))["rows"]
+    assert rows[0]["key"] is None and rows[0]["error"] == "reduce_overflow_error"
+    assert rows[0]["reason"].startswith("Reduce output must shrink more rapidly")
+    grouped = ok(client("GET", f"{db}/_design/js/_view/big?group=true"))["rows"]
+    assert [row["error"] for row in grouped] == ["reduce_overflow_error"] * 5
+    assert ok(client("GET", f"{db}/_design/js/_view/small"))["rows"] == [{"key": None, "value": 5}]

@@ -459,7 +459,43 @@ def _reduce(functions: ViewFunctions, rows: list[dict[str, Any]], q: ViewQuery) 
             groups.append((key, [row]))
     if q.group_level is None and not groups:
         return []
-    return [{"key": key, "value": _reduce_rows(functions, members)} for key, members in groups]
+    return [_reduced_row(key, _reduce_rows(functions, members)) for key, members in groups]
+
+
+def _reduced_row(key: Any, value: Any) -> dict[str, Any]:
+    if isinstance(value, _Overflow):  # fabric_view_row:transform's error row: key null
+        return {"key": None, "error": "reduce_overflow_error", "reason": value.reason}
+    return {"key": key, "value": value}
+
+
+@dataclass(frozen=True, slots=True)
+class _Overflow:
+    """A JavaScript reduction that did not shrink its input enough (``_check_shrinks``)."""
+
+    reason: str
+
+
+#: couchjs's reduce_limit defaults (query_server_config): an output longer than
+#: this many characters must be under half its input's length.
+_REDUCE_LIMIT_THRESHOLD = 5000
+_REDUCE_LIMIT_RATIO = 2.0
+
+
+def _check_shrinks(keys: list[Any], values: list[Any], reduction: Any) -> Any:
+    """``reduction``, or an ``_Overflow`` when couchjs's views.js would throw
+    reduce_overflow_error for it (reduce_limit=true, CouchDB's default): a reduce
+    that returns its input, or more, grows a view's index without bound."""
+    output = len(_compact_json([reduction]))
+    given = len(_compact_json([[k, v] for k, v in zip(keys, values, strict=True)]))
+    if output > _REDUCE_LIMIT_THRESHOLD and output * _REDUCE_LIMIT_RATIO > given:
+        return _Overflow(
+            f"Reduce output must shrink more rapidly: input size: {given} output size: {output}"
+        )
+    return reduction
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
@@ -480,7 +516,7 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
     if functions.reducer is None:
         raise HTTPError(400, "query_parse_error", f"unknown builtin reduce function {builtin!r}")
     keys = [[row["k"], row["d"]] for row in rows]
-    return functions.reducer(keys, values, False)
+    return _check_shrinks(keys, values, functions.reducer(keys, values, False))
 
 
 def _sum(values: list[Any]) -> Any:
