@@ -11,67 +11,19 @@ and ``_temp_view`` (chttpd_view:handle_temp_view_req).
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import urllib.parse
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
-from settee.serve import start_server
+from tests import test_http
+from tests.test_http import Client, Resp
 
-
-@dataclass
-class Resp:
-    status: int
-    raw: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.raw)
-
-
-class Client:
-    """A bare HTTP/1.1 client (stdlib), as tests/test_http.py's."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-
-    def __call__(self, method: str, path: str, body: Any = None) -> Resp:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            data = None if body is None else json.dumps(body)
-            headers = {"Content-Type": "application/json"}
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            return Resp(resp.status, resp.read())
-        finally:
-            conn.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    handle = start_server(str(tmp_path_factory.mktemp("serve")), "127.0.0.1", 0, fsync=False)
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture
-def client(server: Any) -> Client:
-    return Client(server.port)
-
-
-@pytest.fixture
-def db(client: Client, request: pytest.FixtureRequest) -> str:
-    """A fresh database named after the test; its URL path."""
-    name = "t" + request.node.name.lower().replace("[", "-").replace("]", "")[:60]
-    name = "".join(c if c.isalnum() or c in "_-" else "-" for c in name)
-    assert client("PUT", f"/{name}").status == 201
-    return f"/{name}"
+# tests/test_http.py's fixtures: one server for this module, a fresh database per test.
+server, client, db = test_http.server, test_http.client, test_http.db
 
 
 def ok(resp: Resp, status: int = 200) -> Any:
