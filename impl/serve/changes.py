@@ -196,8 +196,8 @@ def _parse(
     heartbeat = None
     if "heartbeat" in query:
         heartbeat = min(_heartbeat_ms(query["heartbeat"]), max_timeout_ms) / 1000
-    timeout = _non_negative(query, "timeout")
-    timeout = min(max_timeout_ms if timeout is None else timeout, max_timeout_ms) / 1000
+    timeout_ms = _non_negative(query, "timeout")
+    timeout = min(max_timeout_ms if timeout_ms is None else timeout_ms, max_timeout_ms) / 1000
     _check_seq_interval(query)
     return ChangesQuery(
         feed=feed,
