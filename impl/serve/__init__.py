@@ -19,8 +19,8 @@ Every engine call and every JSON encode/decode of a body runs on a thread
 pool (``State.run``), never on the event loop.
 
 Modules, in reading order: options → sockets → protocol → registry → local →
-revs (the only reader of engine internals) → state → docs → dbs → changes →
-app → server → cli.
+revs (the only reader of engine internals) → state → docchecks → validation →
+copy → docs → alldocs → bulk → dbs → changes → app → server → cli.
 """
 
 from __future__ import annotations

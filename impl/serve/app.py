@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 import settee
-from settee.serve import attachments, changes, dbs, docs, find, viewquery
+from settee.serve import alldocs, attachments, bulk, changes, dbs, docs, find, viewquery
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
@@ -37,13 +37,13 @@ _SERVER_ROUTES = {
 }
 
 _DB_ROUTES = {
-    "_all_docs": dbs.handle_all_docs,
-    "_design_docs": dbs.handle_design_docs,
-    "_local_docs": dbs.handle_local_docs,
-    "_bulk_docs": dbs.handle_bulk_docs,
-    "_bulk_get": dbs.handle_bulk_get,
-    "_revs_diff": dbs.handle_revs_diff,
-    "_missing_revs": dbs.handle_missing_revs,
+    "_all_docs": alldocs.handle_all_docs,
+    "_design_docs": alldocs.handle_design_docs,
+    "_local_docs": alldocs.handle_local_docs,
+    "_bulk_docs": bulk.handle_bulk_docs,
+    "_bulk_get": bulk.handle_bulk_get,
+    "_revs_diff": bulk.handle_revs_diff,
+    "_missing_revs": bulk.handle_missing_revs,
     "_revs_limit": dbs.handle_revs_limit,
     "_security": dbs.handle_security,
     "_compact": dbs.handle_compact,
@@ -188,7 +188,7 @@ async def _route_in_db(
             raise HTTPError(400, "bad_request", "_local documents do not accept attachments.")
         return await docs.handle_local(state, request, entry, name)
     if len(rest) == 2 and rest[1] == "queries" and head in _ALL_DOCS_QUERIES:
-        return await dbs.handle_all_docs_queries(state, request, entry, head)
+        return await alldocs.handle_all_docs_queries(state, request, entry, head)
     if head == "_compact" and len(rest) == 2:
         return await dbs.handle_compact_views(state, request, entry, rest[1])
     if head == "_index":

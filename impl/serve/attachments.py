@@ -18,10 +18,18 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve.docs import MAX_LOCATION, check_doc, validated_write
-from settee.serve.protocol import HTTPError, etag_matches, method_not_allowed, reply, respond
+from settee.serve.docchecks import check_doc
+from settee.serve.protocol import (
+    MAX_LOCATION,
+    HTTPError,
+    etag_matches,
+    method_not_allowed,
+    reply,
+    respond,
+)
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.serve.validation import validated_write
 from settee.spec.spool import Spooled
 
 __all__ = ["handle_attachment"]
@@ -198,7 +206,7 @@ async def handle_attachment(
         # chttpd_db:db_attachment_req sends the attachment's URL as Location.
         headers = {"ETag": f'"{result["rev"]}"'}
         location = str(request.url.with_query(None))
-        if len(location) <= MAX_LOCATION:  # as docs._written: clients refuse longer lines
+        if len(location) <= MAX_LOCATION:  # as protocol.written: clients refuse longer lines
             headers["Location"] = location
         return respond(reply(201, result, headers))
     if method == "DELETE":

@@ -28,7 +28,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
-from settee.serve.dbs import with_attachment_data
+from settee.serve.alldocs import with_attachment_data
 from settee.serve.design import user_ctx
 from settee.serve.protocol import (
     HTTPError,

@@ -25,7 +25,6 @@ from aiohttp import web
 
 import settee
 from settee.serve import mango, revs
-from settee.serve.docs import validated_write
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -37,6 +36,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.serve.validation import validated_write
 from settee.serve.viewindex import ViewIndex
 from settee.serve.viewquery import retryable, update_index
 from settee.spec import selector

@@ -1,4 +1,5 @@
-"""CouchDB's wire conventions: error bodies, JSON in and out, query parameters.
+"""CouchDB's wire conventions: error bodies, JSON in and out, query parameters,
+the methods a resource allows, and a write's answer (``ETag``, ``Location``).
 
 Handlers raise ``HTTPError`` (or a settee error, mapped by ``error_reply``)
 and return a ``Reply``; the app turns either into a response with CouchDB's
@@ -12,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +23,12 @@ from aiohttp import web
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 
 __all__ = [
+    "MAX_LOCATION",
     "HTTPError",
     "Reply",
     "decode_json",
     "decode_object",
+    "doc_url",
     "encode_json",
     "error_reply",
     "etag",
@@ -38,7 +42,9 @@ __all__ = [
     "query_json",
     "reply",
     "require_json_content",
+    "require_method",
     "respond",
+    "written",
 ]
 
 
@@ -152,6 +158,14 @@ def method_not_allowed(allowed: str) -> HTTPError:
     )
 
 
+def require_method(request: web.BaseRequest, allowed: str) -> None:
+    """405 unless the request's method is one of ``allowed`` (comma-separated),
+    HEAD counting as GET."""
+    methods = allowed.split(",")
+    if request.method not in methods and not (request.method == "HEAD" and "GET" in methods):
+        raise method_not_allowed(allowed)
+
+
 def etag_of(state: str) -> str:
     """A quoted ETag naming ``state`` (an md5, base64url), as couch_httpd:make_etag."""
     digest = hashlib.md5(state.encode("utf-8", "surrogatepass"), usedforsecurity=False).digest()
@@ -168,6 +182,36 @@ def etag_matches(headers: Mapping[str, str], tag: str) -> bool:
 def etag(rev: str) -> str:
     """CouchDB's ETag of a document revision: the rev, quoted."""
     return f'"{rev}"'
+
+
+#: The longest ``Location`` header sent (the header-line limit of common HTTP stacks).
+MAX_LOCATION = 8192
+
+
+def written(status: int, result: dict[str, Any], location: str | None = None) -> web.Response:
+    """The answer to a document write: ``result`` with its new rev as the ``ETag``
+    and ``location``, if given, as the ``Location``."""
+    headers = {"ETag": etag(result["rev"])}
+    # Clients refuse longer header lines (Python's http.client above 64 KiB), which would
+    # make a write of a very long id look failed. A 201 without Location names the
+    # request's own URL (RFC 9110 §15.3.2), and the body carries the id.
+    if location is not None and len(location) <= MAX_LOCATION:
+        headers["Location"] = location
+    return respond(reply(status, result, headers))
+
+
+def doc_url(request: web.BaseRequest, doc_id: str) -> str:
+    """The absolute URL of ``doc_id`` in the request's database. Percent-encoded: an
+    id may hold any character, a header line may not; a slash only after _design/
+    or _local/ (couch_util:url_encode), else a/b would name attachment b of a."""
+    database = request.rel_url.raw_path.split("/")[1]
+    return str(request.url.with_path(f"/{database}/{_url_encode_id(doc_id)}", encoded=True))
+
+
+def _url_encode_id(doc_id: str) -> str:
+    prefix = next((p for p in ("_design/", "_local/") if doc_id.startswith(p)), "")
+    rest = doc_id[len(prefix) :]
+    return prefix + urllib.parse.quote(rest, safe="", errors="surrogatepass")
 
 
 def require_json_content(headers: Mapping[str, str]) -> None:
