@@ -20,7 +20,7 @@ pool (``State.run``), never on the event loop.
 
 Modules, in reading order: options → sockets → protocol → registry → local →
 revs (the only reader of engine internals) → state → docchecks → validation →
-copy → docs → alldocs → bulk → dbs → changes → app → server → cli.
+doccopy → docs → alldocs → bulk → dbs → changes → app → server → cli.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from aiohttp import web
 
 import settee
 from settee.serve import mime, multipart, revs
-from settee.serve.copy import handle_copy
 from settee.serve.docchecks import (
     check_doc,
     check_docid,
@@ -28,6 +27,7 @@ from settee.serve.docchecks import (
     new_doc_id,
     revisions_win,
 )
+from settee.serve.doccopy import handle_copy
 from settee.serve.local import couch_rev, local_etag
 from settee.serve.protocol import (
     HTTPError,
