@@ -25,6 +25,7 @@ from settee.serve.protocol import (
     etag_matches,
     method_not_allowed,
     reply,
+    request_url,
     respond,
 )
 from settee.serve.registry import DbEntry
@@ -205,8 +206,8 @@ async def handle_attachment(
         state.notify(entry)
         # chttpd_db:db_attachment_req sends the attachment's URL as Location.
         headers = {"ETag": f'"{result["rev"]}"'}
-        location = str(request.url.with_query(None))
-        if len(location) <= MAX_LOCATION:  # as protocol.written: clients refuse longer lines
+        location = request_url(request)
+        if location is not None and len(location) <= MAX_LOCATION:  # as protocol.written
             headers["Location"] = location
         return respond(reply(201, result, headers))
     if method == "DELETE":

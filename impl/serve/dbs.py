@@ -26,6 +26,7 @@ from settee.serve.protocol import (
     method_not_allowed,
     query_int,
     reply,
+    request_url,
     require_json_content,
     require_method,
     respond,
@@ -217,8 +218,9 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         if copies is not None and not (digits and int(copies)):
             raise HTTPError(400, "bad_request", "The `n` value should be a positive integer.")
         await state.run(state.registry.create, name, int(shards) if shards else None)
-        location = str(request.url.with_query(None))
-        return respond(reply(201, {"ok": True}, {"Location": location}))
+        location = request_url(request)
+        headers = {} if location is None else {"Location": location}
+        return respond(reply(201, {"ok": True}, headers))
     if method == "DELETE":
         if "rev" in request.query:
             raise HTTPError(

@@ -39,6 +39,7 @@ from settee.serve.protocol import (
     method_not_allowed,
     query_bool,
     reply,
+    request_url,
     require_json_content,
     respond,
     written,
@@ -59,10 +60,6 @@ _DOC_METHODS = "DELETE,GET,HEAD,PUT,COPY"
 
 #: The multipart types a client may name to get a multipart answer.
 _MULTIPART = ("multipart/mixed", "multipart/related")
-
-
-def _location(request: web.BaseRequest) -> str:
-    return str(request.url.with_query(None))
 
 
 # -- GET ------------------------------------------------------------------------------------
@@ -347,7 +344,7 @@ async def handle_doc(
         )
         if batch:
             return respond(reply(status, result))
-        return written(status, result, _location(request))
+        return written(status, result, request_url(request))
     if method == "DELETE":
         rev = explicit_rev(request.query, request.headers)
         status, result = await state.run(_delete_doc, state, entry, doc_id, rev)
@@ -427,9 +424,8 @@ async def handle_local(
         status, stored = await state.run(_put_local, entry, doc_id, doc, request)
         # chttpd_db's db_doc_req PUT sends Location for every document it writes, and
         # couch_httpd:doc_etag the same ETag a read of the new revision gets.
-        headers = {"ETag": local_etag(stored), "Location": _location(request)}
         answer = {"ok": True, "id": doc_id, "rev": stored["_rev"]}
-        return respond(reply(status, answer, headers))
+        return written(status, answer, request_url(request), local_etag(stored))
     if method == "DELETE":
         # chttpd_db opens the document first: a missing one is 404 whatever the rev.
         await state.run(entry.local.get, doc_id)

@@ -41,6 +41,7 @@ __all__ = [
     "query_int",
     "query_json",
     "reply",
+    "request_url",
     "require_json_content",
     "require_method",
     "respond",
@@ -188,10 +189,12 @@ def etag(rev: str) -> str:
 MAX_LOCATION = 8192
 
 
-def written(status: int, result: dict[str, Any], location: str | None = None) -> web.Response:
-    """The answer to a document write: ``result`` with its new rev as the ``ETag``
-    and ``location``, if given, as the ``Location``."""
-    headers = {"ETag": etag(result["rev"])}
+def written(
+    status: int, result: dict[str, Any], location: str | None = None, tag: str | None = None
+) -> web.Response:
+    """The answer to a document write: ``result`` with ``tag`` (by default its new
+    rev) as the ``ETag`` and ``location``, if given, as the ``Location``."""
+    headers = {"ETag": etag(result["rev"]) if tag is None else tag}
     # Clients refuse longer header lines (Python's http.client above 64 KiB), which would
     # make a write of a very long id look failed. A 201 without Location names the
     # request's own URL (RFC 9110 §15.3.2), and the body carries the id.
@@ -200,12 +203,26 @@ def written(status: int, result: dict[str, Any], location: str | None = None) ->
     return respond(reply(status, result, headers))
 
 
-def doc_url(request: web.BaseRequest, doc_id: str) -> str:
-    """The absolute URL of ``doc_id`` in the request's database. Percent-encoded: an
-    id may hold any character, a header line may not; a slash only after _design/
-    or _local/ (couch_util:url_encode), else a/b would name attachment b of a."""
+def request_url(request: web.BaseRequest, raw_path: str | None = None) -> str | None:
+    """The absolute URL of the request (or of ``raw_path``, percent-encoded, on its
+    host) without its query, for a ``Location``; None when the ``Host`` header names
+    no URL (``x:abc``, a port that is no number). A Location is built after the
+    write it names has happened: a bad Host must drop the header, not turn a
+    stored write into a 500 a client would retry (found in review)."""
+    try:
+        url = request.url if raw_path is None else request.url.with_path(raw_path, encoded=True)
+        return str(url.with_query(None))
+    except ValueError:
+        return None
+
+
+def doc_url(request: web.BaseRequest, doc_id: str) -> str | None:
+    """The absolute URL of ``doc_id`` in the request's database (``request_url``).
+    Percent-encoded: an id may hold any character, a header line may not; a slash
+    only after _design/ or _local/ (couch_util:url_encode), else a/b would name
+    attachment b of a."""
     database = request.rel_url.raw_path.split("/")[1]
-    return str(request.url.with_path(f"/{database}/{_url_encode_id(doc_id)}", encoded=True))
+    return request_url(request, f"/{database}/{_url_encode_id(doc_id)}")
 
 
 def _url_encode_id(doc_id: str) -> str:
