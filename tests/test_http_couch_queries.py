@@ -69,8 +69,12 @@ def test_query_string_parameters_apply_after_the_body_in_order(client: Client, d
     # both bounds, a later startkey moves one.
     answer = ok(client("POST", f"{db}/_all_docs?startkey={q('b')}", {"key": "c"}))
     assert ids(answer) == ["b", "c"]
-    keys = ok(client("POST", f"{db}/_all_docs?keys={q(['d'])}", {"keys": ["a", "b"]}))
-    assert [row["key"] for row in keys["rows"]] == ["d"]
+    keys = ok(client("POST", f"{db}/_all_docs?keys={q(['c', 'd'])}", {"keys": ["a", "b"]}))
+    assert [row["key"] for row in keys["rows"]] == ["c", "d"]
+    # A one-key keys sets start_key = end_key and leaves the body's two keys as
+    # they were (parse_param "keys"): validate_args refuses the pair.
+    refused = client("POST", f"{db}/_all_docs?keys={q(['d'])}", {"keys": ["a", "b"]})
+    assert (refused.status, refused.json["error"]) == (400, "query_parse_error")
 
 
 def test_post_all_docs_keys_must_be_an_array(client: Client, db: str) -> None:
@@ -390,3 +394,191 @@ def test_temp_view_is_gone(client: Client, db: str) -> None:
             410,
             {"error": "gone", "reason": "Temporary views are not supported in CouchDB"},
         )
+
+
+# -- 8. _all_docs arguments as a map view's (couch_mrview_util:validate_args) ----------------------
+
+
+def _refusal(client: Client, method: str, path: str, body: Any = None) -> tuple[int, str, str]:
+    answer = client(method, path, body)
+    return answer.status, answer.json["error"], answer.json["reason"]
+
+
+@pytest.mark.parametrize("endpoint", ["_all_docs", "_design_docs", "_local_docs"])
+def test_all_docs_refuses_grouping_and_reduce(client: Client, db: str, endpoint: str) -> None:
+    grouping = (400, "query_parse_error", "Invalid use of grouping on a map view.")
+    for query in ("group=true", "group_level=1", "group=false&group_level=2&group=true"):
+        assert _refusal(client, "GET", f"{db}/{endpoint}?{query}") == grouping
+    assert _refusal(client, "POST", f"{db}/{endpoint}", {"group": True}) == grouping
+    reduce = (400, "query_parse_error", "Reduce is invalid for map-only views.")
+    assert _refusal(client, "GET", f"{db}/{endpoint}?reduce=true") == reduce
+    assert _refusal(client, "POST", f"{db}/{endpoint}", {"reduce": True}) == reduce
+    both = (
+        400,
+        "query_parse_error",
+        "Can't specify group=false and group_level>0 at the same time",
+    )
+    assert _refusal(client, "GET", f"{db}/{endpoint}?group=false&group_level=1") == both
+    # determine_group_level: no grouping asked for is level 0, which a map view takes.
+    for query in ("group=false", "group_level=0", "reduce=false", "group=true&group_level=0"):
+        ok(client("GET", f"{db}/{endpoint}?{query}"))
+
+
+def test_all_docs_keys_with_other_bounds_is_a_query_parse_error(client: Client, db: str) -> None:
+    save(client, db, [{"_id": name} for name in "abcd"])
+    refused = (
+        400,
+        "query_parse_error",
+        "`keys` is incompatible with `key`, `start_key` and `end_key`",
+    )
+    for query in (
+        f"keys={q(['a', 'b'])}&key={q('a')}",
+        f"keys={q(['a'])}&endkey={q('c')}",
+        f"startkey={q('a')}&keys={q(['a', 'b'])}",
+    ):
+        assert _refusal(client, "GET", f"{db}/_all_docs?{query}") == refused
+    body = {"keys": ["a", "b"], "start_key": "a"}
+    assert _refusal(client, "POST", f"{db}/_all_docs", body) == refused
+    # In order: a one-key keys after endkey sets both bounds to its key, and the
+    # request's keys list answers (a missing id as a not_found row).
+    answer = ok(client("GET", f"{db}/_all_docs?endkey={q('c')}&keys={q(['a'])}"))
+    assert answer["rows"] == [{"id": "a", "key": "a", "value": answer["rows"][0]["value"]}]
+    missing = ok(client("GET", f"{db}/_all_docs?key={q('x')}&keys={q(['z'])}"))
+    assert missing["rows"] == [{"key": "z", "error": "not_found"}]
+
+
+def test_all_docs_parameters_apply_in_order(client: Client, db: str) -> None:
+    save(client, db, [{"_id": name} for name in "abcd"])
+    assert ids(ok(client("GET", f"{db}/_all_docs?key={q('a')}&endkey={q('b')}"))) == ["a", "b"]
+    assert ids(ok(client("GET", f"{db}/_all_docs?endkey={q('b')}&key={q('c')}"))) == ["c"]
+    # A repeated parameter: the last one stands (parse_params folds over each).
+    answer = ok(client("GET", f"{db}/_all_docs?startkey={q('a')}&startkey={q('c')}"))
+    assert ids(answer) == ["c", "d"]
+
+
+def test_all_docs_doc_id_bounds_stand_in_for_absent_keys(client: Client, db: str) -> None:
+    save(client, db, [{"_id": name} for name in "abcd"])
+
+    def listed(query: str) -> list[str]:
+        return ids(ok(client("GET", f"{db}/_all_docs?{query}")))
+
+    # couch_mrview_util:ad_skey_opts / ad_ekey_opts: the doc id when no key is given.
+    assert listed("startkey_docid=b") == ["b", "c", "d"]
+    assert listed("start_key_doc_id=b&endkey_docid=c") == ["b", "c"]
+    assert listed("endkey_docid=b&inclusive_end=false") == ["a"]
+    assert listed("startkey_docid=c&descending=true") == ["c", "b", "a"]
+    # A key bound wins over the doc id one.
+    assert listed(f"startkey={q('c')}&startkey_docid=a") == ["c", "d"]
+    answer = ok(client("POST", f"{db}/_all_docs", {"startkey_docid": "c"}))
+    assert ids(answer) == ["c", "d"]
+
+
+def test_all_docs_keys_that_are_no_ids_answer_not_found_rows(client: Client, db: str) -> None:
+    save(client, db, [{"_id": str(n)} for n in range(4)])
+    # all_docs_test.exs, "POST with keys and limit".
+    answer = ok(client("POST", f"{db}/_all_docs", {"keys": [1, 2], "limit": 1}))
+    assert answer["rows"] == [{"key": 1, "error": "not_found"}]
+    mixed = ok(client("POST", f"{db}/_all_docs", {"keys": ["1", {"a": 1}, "2"], "skip": 1}))
+    assert [row.get("id", row.get("error")) for row in mixed["rows"]] == ["not_found", "2"]
+    backwards = ok(client("POST", f"{db}/_all_docs", {"keys": [1, "2"], "descending": True}))
+    assert [row["key"] for row in backwards["rows"]] == ["2", 1]
+    for endpoint in ("_design_docs", "_local_docs"):  # outside their namespace: left out
+        assert ok(client("POST", f"{db}/{endpoint}", {"keys": [1]}))["rows"] == []
+
+
+def test_all_docs_update_seq_is_null_with_keys(client: Client, db: str) -> None:
+    save(client, db, [{"_id": "a"}])
+    # fabric_view_all_docs:go: the keys clause's meta carries {update_seq, null}.
+    answer = ok(client("GET", f"{db}/_all_docs?keys={q(['a'])}&update_seq=true"))
+    assert "update_seq" in answer and answer["update_seq"] is None
+    posted = ok(client("POST", f"{db}/_all_docs?update_seq=true", {"keys": ["a", "b"]}))
+    assert posted["update_seq"] is None
+    assert isinstance(ok(client("GET", f"{db}/_all_docs?update_seq=true"))["update_seq"], str)
+
+
+# -- 9. _changes' _selector fields (couch_changes:get_selector_and_fields) -------------------------
+
+
+def test_changes_selector_fields_cut_each_doc(client: Client, db: str) -> None:
+    save(client, db, [{"_id": "a", "x": 1, "y": {"z": 2, "w": 3}}, {"_id": "b", "x": 0}])
+    body = {"selector": {"x": 1}, "fields": ["_id", "y.z"]}
+    answer = ok(client("POST", f"{db}/_changes?filter=_selector&include_docs=true", body))
+    assert [row["doc"] for row in answer["results"]] == [{"_id": "a", "y": {"z": 2}}]
+    # Without include_docs there is no doc to cut; an empty list keeps all fields.
+    bare = ok(client("POST", f"{db}/_changes?filter=_selector", body))
+    assert [("doc" in row, row["id"]) for row in bare["results"]] == [(False, "a")]
+    whole = ok(
+        client("POST", f"{db}/_changes?filter=_selector&include_docs=true", {**body, "fields": []})
+    )
+    assert whole["results"][0]["doc"]["x"] == 1
+
+
+def test_changes_selector_fields_must_be_an_array(client: Client, db: str) -> None:
+    for fields in ("_id", {"a": 1}, 1):
+        body = {"selector": {"x": 1}, "fields": fields}
+        assert _refusal(client, "POST", f"{db}/_changes?filter=_selector", body) == (
+            400,
+            "bad_request",
+            "Selector error: fields must be JSON array",
+        )
+    body = {"selector": {"x": 1}, "fields": [1]}
+    status, error, _ = _refusal(client, "POST", f"{db}/_changes?filter=_selector", body)
+    assert (status, error) == (400, "bad_request")
+
+
+# -- 10. POST /{db}/_index/_bulk_delete (mango_httpd:handle_index_req) ---------------------------
+
+
+def test_index_bulk_delete(client: Client, db: str) -> None:
+    for ddoc in ("one", "two"):
+        index = {"index": {"fields": [ddoc]}, "ddoc": ddoc, "name": ddoc}
+        ok(client("POST", f"{db}/_index", index))
+    body = {"docids": ["one", "_design/two", "three"], "w": 3}
+    answer = ok(client("POST", f"{db}/_index/_bulk_delete", body))
+    # The fold prepends each entry: the lists come out last id first.
+    assert answer == {
+        "success": [{"id": "_design/two", "ok": True}, {"id": "_design/one", "ok": True}],
+        "fail": [{"id": "_design/three", "error": "not_found"}],
+    }
+    assert [i["ddoc"] for i in ok(client("GET", f"{db}/_index"))["indexes"]] == [None]
+    assert client("GET", f"{db}/_design/one").status == 404
+    for method in ("GET", "DELETE", "PUT"):
+        assert client(method, f"{db}/_index/_bulk_delete").status == 405
+
+
+def test_index_bulk_delete_refusals(client: Client, db: str) -> None:
+    path = f"{db}/_index/_bulk_delete"
+    assert _refusal(client, "POST", path, {}) == (
+        400,
+        "missing_required_key",
+        "Missing required key: docids",
+    )
+    assert _refusal(client, "POST", path, {"docids": "x"})[:2] == (400, "invalid_bulk_docs")
+    assert _refusal(client, "POST", path, {"docids": ["a/b/c"]})[:2] == (400, "invalid_index_name")
+    assert _refusal(client, "POST", path, {"docids": [], "w": 0})[:2] == (
+        400,
+        "invalid_pos_integer",
+    )
+    assert _refusal(client, "POST", path, {"docids": [], "r": 1}) == (
+        400,
+        "invalid_key",
+        "Invalid key r for this request.",
+    )
+
+
+# -- 11. /_uuids' count (couch_httpd_misc_handlers:handle_uuids_req) -------------------------------
+
+
+def test_uuids_count_must_be_a_positive_integer(client: Client) -> None:
+    for count in ("-1", "abc", "1.5", ""):
+        assert _refusal(client, "GET", f"/_uuids?count={count}") == (
+            400,
+            "bad_request",
+            "count must be a positive integer",
+        )
+    assert _refusal(client, "GET", "/_uuids?count=1001") == (
+        400,
+        "bad_request",
+        "count parameter too large",
+    )
+    assert ok(client("GET", "/_uuids?count=0")) == {"uuids": []}

@@ -7,7 +7,8 @@ which ``_changes`` uses too).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,12 +35,16 @@ from settee.spec.keys import in_range
 
 __all__ = [
     "AllDocsQuery",
+    "Params",
     "all_docs_query",
+    "bounded",
+    "checked",
     "decoded_query",
     "handle_all_docs",
     "handle_all_docs_queries",
     "handle_design_docs",
     "handle_local_docs",
+    "query_keys",
     "with_attachment_data",
 ]
 
@@ -47,11 +52,18 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class AllDocsQuery:
     """An ``_all_docs`` request's parameters, from one or more sources applied in
-    order (see ``all_docs_query``); values unchecked (``Database.all_docs`` checks)."""
+    order (see ``all_docs_query``); values unchecked (``checked`` and then
+    ``Database.all_docs`` check them). ``start``/``end`` are the keys given;
+    ``start_docid``/``end_docid`` stand in for them when absent (``bounded``)."""
 
     start: Any = None
     end: Any = None
     keys: Any = None
+    start_docid: Any = None
+    end_docid: Any = None
+    group: Any = None
+    group_level: Any = None
+    reduce: Any = None
     include_docs: Any = False
     limit: Any = None
     skip: Any = 0
@@ -62,62 +74,202 @@ class AllDocsQuery:
     attachments: Any = False
 
 
-_FLAGS = ("include_docs", "descending", "inclusive_end", "conflicts", "update_seq", "attachments")
-_COUNTS = ("limit", "skip")
+#: Parameters as a source gives them, in its order (a query string may repeat one).
+Params = Sequence[tuple[str, Any]]
+
+_FLAGS = (
+    "include_docs",
+    "descending",
+    "inclusive_end",
+    "conflicts",
+    "update_seq",
+    "attachments",
+    "group",
+    "reduce",
+)
+_COUNTS = ("limit", "skip", "group_level")
 _JSON_PARAMS = ("key", "keys", "startkey", "start_key", "endkey", "end_key")
+#: couch_mrview_http:parse_param's doc id bounds (raw strings, not JSON) and the
+#: AllDocsQuery field each sets.
+_DOCIDS = {
+    "startkey_docid": "start_docid",
+    "start_key_doc_id": "start_docid",
+    "endkey_docid": "end_docid",
+    "end_key_doc_id": "end_docid",
+}
 
 
-def decoded_query(query: Mapping[str, str]) -> dict[str, Any]:
-    """The ``_all_docs`` parameters of a query string as JSON values, in their order."""
-    out: dict[str, Any] = {}
-    for name in query:
+def decoded_query(query: Mapping[str, str]) -> list[tuple[str, Any]]:
+    """The ``_all_docs`` parameters of a query string as JSON values, in their
+    order, repeats included (parse_params folds over every one)."""
+    out: list[tuple[str, Any]] = []
+    for name, text in query.items():
+        one = {name: text}
         if name in _FLAGS:
-            out[name] = query_bool(query, name)
+            out.append((name, query_bool(one, name)))
         elif name in _COUNTS:
-            out[name] = query_int(query, name)
+            out.append((name, query_int(one, name)))
         elif name in _JSON_PARAMS:
-            out[name] = query_json(query, name)
-    if "keys" in out and not isinstance(out["keys"], list):
-        raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
+            out.append((name, query_json(one, name)))
+        elif name in _DOCIDS:
+            out.append((name, text))
     return out
 
 
-def all_docs_query(*sources: Mapping[str, Any]) -> AllDocsQuery:
-    """The parameters of ``sources`` (decoded JSON), each over the ones before, in
-    order, as couch_mrview_http:parse_params folds them: ``key`` sets both bounds
-    and a later ``endkey`` moves one of them again."""
-    merged: dict[str, Any] = {}
-    start = end = None
+def query_keys(query: Mapping[str, str]) -> Any:
+    """The query string's ``keys`` as chttpd_db's GET clause reads it first
+    (``qs_json_value``, the first one): None, or the list every ``keys``-style
+    request starts from."""
+    keys = query_json(query, "keys")
+    if "keys" in query and not isinstance(keys, list):
+        raise HTTPError(400, "bad_request", "`keys` parameter must be an array.")
+    return keys
+
+
+def all_docs_query(
+    *sources: Params | Mapping[str, Any], base: AllDocsQuery = AllDocsQuery()
+) -> AllDocsQuery:
+    """The parameters of ``sources`` (decoded JSON) over ``base``, each over the
+    ones before, in order, as couch_mrview_http:parse_params folds them: ``key``
+    sets both bounds and a later ``endkey`` moves one of them again."""
+    q = base
     for source in sources:
-        for name, value in source.items():
-            merged[name] = value
-            if name == "key":
-                start = end = value
-            elif name in ("startkey", "start_key"):
-                start = value
-            elif name in ("endkey", "end_key"):
-                end = value
-    known = {f: merged[f] for f in (*_FLAGS, *_COUNTS, "keys") if f in merged}
-    return AllDocsQuery(start=start, end=end, **known)
+        pairs = source.items() if isinstance(source, Mapping) else source
+        for name, value in pairs:
+            q = _apply(q, name, value)
+    return q
+
+
+def _apply(q: AllDocsQuery, name: str, value: Any) -> AllDocsQuery:
+    """One parameter over ``q`` (couch_mrview_http:parse_param). A one-key
+    ``keys`` sets both bounds and leaves ``keys`` as it was: the request's own
+    ``keys`` list (chttpd_db passes it in) still answers, any other bound is then
+    refused (``checked``)."""
+    if name == "key" or (name == "keys" and isinstance(value, list) and len(value) == 1):
+        key = value[0] if name == "keys" else value
+        return replace(q, start=key, end=key)
+    if name in ("keys", "group", "group_level", "reduce", *_FLAGS, *_COUNTS):
+        return replace(q, **{name: value})
+    if name in ("startkey", "start_key"):
+        return replace(q, start=value)
+    if name in ("endkey", "end_key"):
+        return replace(q, end=value)
+    if name in _DOCIDS:  # couch_util:to_binary: a string as it is, else its text
+        return replace(q, **{_DOCIDS[name]: value if isinstance(value, str) else json.dumps(value)})
+    return q
+
+
+def _query_parse_error(reason: str) -> HTTPError:
+    return HTTPError(400, "query_parse_error", reason)
+
+
+def checked(q: AllDocsQuery) -> AllDocsQuery:
+    """``q`` refused as couch_mrview_util:validate_args refuses a map view's
+    arguments (validate_all_docs_args), in its order, with its reasons; then
+    ``bounded``. The rest (counts, flags, ids) ``Database.all_docs`` checks."""
+    group_level = _group_level(q)
+    if q.reduce is not None and not isinstance(q.reduce, bool):
+        raise _query_parse_error("Invalid `reduce` value.")
+    if q.reduce is True:
+        raise _query_parse_error("Reduce is invalid for map-only views.")
+    if q.keys is not None and not isinstance(q.keys, list):
+        raise _query_parse_error("`keys` must be an array of strings.")
+    if not _keys_fit_bounds(q):
+        raise _query_parse_error("`keys` is incompatible with `key`, `start_key` and `end_key`")
+    if group_level != 0:
+        raise _query_parse_error("Invalid use of grouping on a map view.")
+    return bounded(q)
+
+
+def _group_level(q: AllDocsQuery) -> Any:
+    """couch_mrview_util:determine_group_level: ``"exact"`` for ``group=true``
+    alone, else ``group_level`` (0 when neither is given)."""
+    if q.group is False and isinstance(q.group_level, int) and q.group_level > 0:
+        raise _query_parse_error("Can't specify group=false and group_level>0 at the same time")
+    if q.group_level is None:
+        return "exact" if q.group is True else 0
+    return q.group_level
+
+
+def _keys_fit_bounds(q: AllDocsQuery) -> bool:
+    """validate_args: ``keys`` takes no bounds but the ones its only key set."""
+    if not q.keys:
+        return True
+    if len(q.keys) == 1 and q.start == q.end == q.keys[0]:
+        return True
+    return q.start is None and q.end is None
+
+
+def bounded(q: AllDocsQuery) -> AllDocsQuery:
+    """``startkey_docid``/``endkey_docid`` as the bounds where no key bound is
+    given: an all_docs key is its id (couch_mrview_util:ad_skey_opts and
+    ad_ekey_opts take ``start_key_docid`` when ``start_key`` is undefined)."""
+    start = q.start if q.start is not None else q.start_docid
+    end = q.end if q.end is not None else q.end_docid
+    return replace(q, start=start, end=end)
 
 
 async def _all_docs_request(state: State, request: web.BaseRequest) -> AllDocsQuery:
     """A GET's query string, or a POST's JSON body with the query string over it:
     couch_mrview_http:parse_body_and_query parses the query string last, so it
     wins when both give a parameter (all_docs_test.exs, "POST edge case with
-    colliding parameters - query takes precedence")."""
+    colliding parameters - query takes precedence"). Either starts from the
+    request's ``keys`` (chttpd_db's GET and POST clauses)."""
     if request.method != "POST":
         require_method(request, "GET,HEAD,POST")
-        return all_docs_query(decoded_query(request.query))
+        base = AllDocsQuery(keys=query_keys(request.query))
+        return checked(all_docs_query(decoded_query(request.query), base=base))
     require_json_content(request.headers)
     body = await state.run(decode_object, await state.read_body(request))
     if "keys" in body and not isinstance(body["keys"], list):  # chttpd_db's POST clause
         raise HTTPError(400, "bad_request", "`keys` body member must be an array.")
-    return all_docs_query(body, decoded_query(request.query))
+    base = AllDocsQuery(keys=body.get("keys"))
+    return checked(all_docs_query(body, decoded_query(request.query), base=base))
 
 
 def _all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
+    if isinstance(q.keys, list) and not all(isinstance(key, str) for key in q.keys):
+        result = _by_any_keys(db, q)
+    else:
+        result = _by_range_or_ids(db, q)
+    if q.include_docs is True:
+        docs = [row for row in result["rows"] if row.get("doc")]
+        if q.attachments is True:
+            for row in docs:
+                row["doc"] = with_attachment_data(db, row["doc"])
+        if q.conflicts is True:
+            revs.add_conflicts(db, [row["doc"] for row in docs])
+    if q.update_seq is True:
+        # fabric_view_all_docs:go answers keys with "update_seq": null.
+        keyed = isinstance(q.keys, list)
+        result["update_seq"] = None if keyed else db.info()["update_seq"]
+    return result
+
+
+def _by_any_keys(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
+    """``keys`` that are not all ids: fabric_view_all_docs:go takes the keys after
+    ``skip`` and ``limit`` and answers a not_found row for each no document has,
+    a number among them too (all_docs_test.exs, "POST with keys and limit");
+    ``Database.all_docs`` takes only ids, so the others get their rows here."""
+    ids = [key for key in q.keys if isinstance(key, str)]
+    args = check_all_docs(
+        None, None, ids, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
+    )
+    keys = list(reversed(q.keys)) if args.descending else list(q.keys)
+    stop = None if args.limit is None else args.skip + args.limit
+    keys = keys[args.skip : stop]
     result = db.all_docs(
+        keys=[k for k in keys if isinstance(k, str)], include_docs=args.include_docs
+    )
+    found = iter(result["rows"])
+    result["rows"] = [
+        next(found) if isinstance(k, str) else {"key": k, "error": "not_found"} for k in keys
+    ]
+    return result
+
+
+def _by_range_or_ids(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
+    return db.all_docs(
         startkey=q.start,
         endkey=q.end,
         keys=q.keys,
@@ -127,16 +279,6 @@ def _all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
         descending=q.descending,
         inclusive_end=q.inclusive_end,
     )
-    if q.include_docs is True:
-        docs = [row for row in result["rows"] if row.get("doc")]
-        if q.attachments is True:
-            for row in docs:
-                row["doc"] = with_attachment_data(db, row["doc"])
-        if q.conflicts is True:
-            revs.add_conflicts(db, [row["doc"] for row in docs])
-    if q.update_seq is True:
-        result["update_seq"] = db.info()["update_seq"]
-    return result
 
 
 def with_attachment_data(db: settee.Database, doc: dict[str, Any]) -> dict[str, Any]:
@@ -217,14 +359,20 @@ def _local_docs_result(entry: DbEntry, q: AllDocsQuery) -> dict[str, Any]:
     ``include_docs``), the arguments checked as ``_all_docs`` checks them, ``keys``
     outside ``_local/`` left out (filter_keys_by_namespace); ``total_rows`` and
     ``offset`` null, as CouchDB 3."""
+    keyed = isinstance(q.keys, list)  # then each key is its own range (all_docs_key_opts)
+    ids = [k for k in q.keys if isinstance(k, str)] if keyed else q.keys
+    start, end = (None, None) if keyed else (q.start, q.end)
     args = check_all_docs(
-        q.start, q.end, q.keys, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
+        start, end, ids, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
     )
     docs = entry.local.all()
-    if args.keys is not None:
+    if isinstance(q.keys, list):
         by_id = {doc["_id"]: doc for doc in docs}
-        keys = list(reversed(args.keys)) if args.descending else args.keys
-        rows = [_local_row(by_id.get(k), k, args.include_docs) for k in keys]
+        keys = list(reversed(q.keys)) if args.descending else q.keys
+        rows = [
+            _local_row(by_id.get(k) if isinstance(k, str) else None, k, args.include_docs)
+            for k in keys
+        ]
     else:
         if args.descending:
             docs.reverse()
@@ -234,7 +382,7 @@ def _local_docs_result(entry: DbEntry, q: AllDocsQuery) -> dict[str, Any]:
             if in_range(doc["_id"], args.startkey, args.endkey, args.descending, args.inclusive_end)
         ]
     stop = None if args.limit is None else args.skip + args.limit
-    rows = [row for row in rows[args.skip : stop] if row["key"].startswith("_local/")]
+    rows = [row for row in rows[args.skip : stop] if _is_local(row["key"])]
     return {"total_rows": None, "offset": None, "rows": rows}
 
 
@@ -242,7 +390,11 @@ def _local_docs(entry: DbEntry, q: AllDocsQuery) -> Any:
     return reply(200, _local_docs_result(entry, q))
 
 
-def _local_row(doc: dict[str, Any] | None, key: str, include_docs: bool) -> dict[str, Any]:
+def _is_local(key: Any) -> bool:
+    return isinstance(key, str) and key.startswith("_local/")
+
+
+def _local_row(doc: dict[str, Any] | None, key: Any, include_docs: bool) -> dict[str, Any]:
     if doc is None:
         return {"key": key, "error": "not_found"}
     row: dict[str, Any] = {"id": doc["_id"], "key": doc["_id"], "value": {"rev": doc["_rev"]}}
@@ -261,28 +413,24 @@ async def handle_local_docs(
 def _multi_all_docs(entry: DbEntry, namespace: str, query: Mapping[str, str], raw: bytes) -> Any:
     """``{"queries": [...]}``: each query's parameters over the query string's
     (chttpd_db:multi_all_docs_view parses each with the query string's as its
-    defaults), all checked before any runs, one result each."""
-    defaults = decoded_query(query)
+    defaults, but for ``keys``, ``group`` and ``group_level``, which parse_params
+    sets afresh), all checked before any runs, one result each."""
+    defaults = replace(
+        all_docs_query(decoded_query(query)), keys=None, group=None, group_level=None
+    )
     items = queries_of(decode_object(raw))
-    parsed = [all_docs_query(defaults, _single_key_as_key(item)) for item in items]
+    parsed = [checked(all_docs_query(item, base=defaults)) for item in items]
     for q in parsed:  # all checked before any runs (fabric_util:validate_all_docs_args)
+        keyed = isinstance(q.keys, list)
+        ids = [k for k in q.keys if isinstance(k, str)] if keyed else q.keys
+        start, end = (None, None) if keyed else (q.start, q.end)
         check_all_docs(
-            q.start, q.end, q.keys, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
+            start, end, ids, q.include_docs, q.limit, q.skip, q.descending, q.inclusive_end
         )
     if namespace == "_local_docs":
         return reply(200, {"results": [_local_docs_result(entry, q) for q in parsed]})
     run = _design_docs_result if namespace == "_design_docs" else _all_docs_result
     return reply(200, {"results": [run(entry.db, q) for q in parsed]})
-
-
-def _single_key_as_key(item: dict[str, Any]) -> dict[str, Any]:
-    """A query's ``"keys": [k]`` as ``"key": k``, in its place: couch_mrview_http:
-    parse_param reads a one-key list so, and in a multi-query no ``keys`` argument
-    comes from elsewhere to keep the keys form (so a missing id gets no row)."""
-    keys = item.get("keys")
-    if not (isinstance(keys, list) and len(keys) == 1):
-        return item
-    return {("key" if k == "keys" else k): (keys[0] if k == "keys" else v) for k, v in item.items()}
 
 
 async def handle_all_docs_queries(

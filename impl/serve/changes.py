@@ -81,6 +81,7 @@ class ChangesFilter:
     kind: str  # "_doc_ids", "_selector", "_design", or "filters"/"views" of a ddoc
     doc_ids: frozenset[str] = frozenset()
     selector: Any = None  # normalised (settee.spec.selector)
+    fields: tuple[str, ...] = ()  # _selector's body "fields": what each row's doc keeps
     ddoc: str = ""
     function: str = ""
     #: For "filters"/"views": the design function as a predicate over documents,
@@ -109,6 +110,22 @@ def _heartbeat_ms(value: str) -> int:
     return beat
 
 
+def _selector_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``_selector`` filter's ``fields``, checked after its selector as
+    couch_changes:get_selector_and_fields checks them (check_fields): not an
+    array is its own reason, a bad entry mango_fields' (each a bad_request)."""
+    fields = body.get("fields")
+    if fields is None:
+        return ()
+    if not isinstance(fields, list):
+        raise HTTPError(400, "bad_request", "Selector error: fields must be JSON array")
+    for field in fields:
+        if not isinstance(field, str):
+            raise HTTPError(400, "bad_request", f"Invalid JSON for field spec: {json.dumps(field)}")
+        selector.parse_field(field)  # BadSelector for a field no path can be
+    return tuple(fields)
+
+
 def _parse_filter(
     name: str | None, query: Mapping[str, str], body: Mapping[str, Any], method: str
 ) -> ChangesFilter | None:
@@ -126,7 +143,8 @@ def _parse_filter(
         if method != "POST":
             raise HTTPError(400, "bad_request", "Selector must be specified in POST payload")
         try:
-            return ChangesFilter("_selector", selector=selector.normalize(body.get("selector")))
+            normal = selector.normalize(body.get("selector"))
+            return ChangesFilter("_selector", selector=normal, fields=_selector_fields(body))
         except selector.BadSelector as exc:
             raise HTTPError(400, "bad_request", exc.reason) from exc
     if name == "_design":
@@ -277,7 +295,18 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
             conflicts = revtree.conflicts(info.tree) if with_conflicts and doc else []
             if conflicts and doc.get("_rev") == info.winner:
                 doc["_conflicts"] = conflicts
+    if q.include_docs and q.filter is not None and q.filter.fields:
+        _keep_fields(result["results"], list(q.filter.fields))
     return result
+
+
+def _keep_fields(rows: list[dict[str, Any]], fields: list[str]) -> None:
+    """Each row's doc cut to the ``_selector`` filter's ``fields``, last, after its
+    conflicts and attachments are in: couch_changes:doc_to_json (fabric_rpc:
+    maybe_filtered_json_doc when clustered) extracts from the finished JSON doc."""
+    for row in rows:
+        if row.get("doc"):
+            row["doc"] = selector.extract_fields(row["doc"], fields)
 
 
 def _filtered_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, Any]:

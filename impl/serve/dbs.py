@@ -24,7 +24,7 @@ from settee.serve.protocol import (
     decode_object,
     etag_of,
     method_not_allowed,
-    query_int,
+    parse_integer,
     reply,
     request_url,
     require_json_content,
@@ -161,11 +161,20 @@ async def _db_info_entry(state: State, name: Any) -> dict[str, Any]:
     return {"key": name, "info": info}
 
 
+def _uuid_count(text: str) -> int:
+    """``count`` as couch_httpd_misc_handlers:handle_uuids_req reads it: too large
+    is checked first, and a negative or non-integer count is one bad_request."""
+    count = parse_integer(text)
+    if count is not None and count > _MAX_UUIDS:
+        raise HTTPError(400, "bad_request", "count parameter too large")
+    if count is None or count < 0:
+        raise HTTPError(400, "bad_request", "count must be a positive integer")
+    return count
+
+
 async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResponse:
     require_method(request, "GET")
-    count = query_int(request.query, "count", 1) or 0
-    if count > _MAX_UUIDS:
-        raise HTTPError(400, "bad_request", "count parameter too large")
+    count = _uuid_count(request.query.get("count", "1"))
     uuids = [uuid.uuid4().hex for _ in range(count)]
     # couch_httpd_misc_handlers:handle_uuids_req's cache-busting headers (a past
     # Expires on purpose) and an ETag of the answer.

@@ -453,6 +453,10 @@ def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tu
         return 200, {"result": result, "id": index.ddoc, "name": index.name}
     if not rest:
         raise method_not_allowed("GET,POST")
+    if rest == ["_bulk_delete"]:  # mango_httpd matches this path before {ddoc}/json/{name}
+        if method != "POST":
+            raise method_not_allowed("POST")
+        return 200, _bulk_delete(db, _bulk_delete_ids(body), write)
     if len(rest) >= 3 and rest[-2] == "json":
         # {ddoc}/json/{name}; the ddoc may hold slashes ("_design/x", "_design/a/b").
         if method != "DELETE":
@@ -462,12 +466,76 @@ def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tu
     raise HTTPError(404, "not_found", "Index not found")
 
 
+def _bulk_delete_ids(body: Any) -> list[str]:
+    """``docids`` (and ``w``, which one node has no use for) checked as
+    mango_opts:validate_bulk_delete checks them, in its order; a docid that is no
+    string (CouchDB takes ``null`` and lists, then fails on them) is refused."""
+    if not isinstance(body, dict):
+        raise _invalid("bad_request", "Request body must be a JSON object")
+    if "docids" not in body:
+        raise _invalid("missing_required_key", "Missing required key: docids")
+    ids = body["docids"]
+    if not isinstance(ids, list):
+        raise _invalid(
+            "invalid_bulk_docs",
+            f"Bulk Delete requires an array of non-null docids. Docids: {_show(ids)}",
+        )
+    for ddoc in ids:
+        if not _index_name(ddoc):
+            raise _invalid("invalid_index_name", f"Invalid index name: {_show(ddoc)}")
+    w = body.get("w", 2)
+    if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        raise _invalid("invalid_pos_integer", f"{_show(w)} is not an integer greater than zero")
+    for key in body:
+        if key not in ("docids", "w"):
+            raise _invalid("invalid_key", f"Invalid key {key} for this request.")
+    return ids
+
+
+def _index_name(value: Any) -> bool:
+    """mango_opts:validate_use_index's string forms: ``ddoc``, ``_design/ddoc``,
+    each with an optional ``/name``."""
+    if not isinstance(value, str):
+        return False
+    parts = value.split("/")
+    return len(parts) <= 2 or (len(parts) == 3 and parts[0] == "_design")
+
+
+def _bulk_delete(db: settee.Database, ids: list[str], write: Any) -> dict[str, Any]:
+    """``POST /{db}/_index/_bulk_delete``: the one index of each design document
+    removed (mango_httpd:handle_index_req, mango_idx:delete). Each id answers
+    ``{"id", "ok": true}`` in ``success`` or ``{"id", "error"}`` in ``fail``; both
+    lists come out last id first, as mango_httpd's fold prepends them."""
+    success: list[dict[str, Any]] = []
+    fail: list[dict[str, Any]] = []
+    indexes = mango.list_indexes(db)
+    for given in ids:
+        ddoc = given if given.startswith("_design/") else "_design/" + given
+        found = [index for index in indexes if index.ddoc == ddoc]
+        if len(found) > 1:  # mango_idx:delete matches [Idx] only: CouchDB fails with 500
+            raise HTTPError(500, "unknown_error", f"{ddoc} holds more than one index")
+        if not found:
+            fail.insert(0, {"id": ddoc, "error": "not_found"})
+            continue
+        try:
+            mango.delete_index(db, ddoc, found[0].name, write)
+        except HTTPError as exc:
+            fail.insert(0, {"id": ddoc, "error": exc.error})
+        except settee.Conflict:
+            fail.insert(0, {"id": ddoc, "error": "conflict"})
+        else:
+            success.insert(0, {"id": ddoc, "ok": True})
+        indexes = mango.list_indexes(db)  # a docid given twice finds its index gone
+    return {"success": success, "fail": fail}
+
+
 async def handle_index(
     state: State, request: web.BaseRequest, entry: DbEntry, rest: list[str]
 ) -> web.StreamResponse:
-    """``GET|POST /{db}/_index`` and ``DELETE /{db}/_index/{ddoc}/json/{name}``."""
+    """``GET|POST /{db}/_index``, ``POST /{db}/_index/_bulk_delete`` and
+    ``DELETE /{db}/_index/{ddoc}/json/{name}``."""
     body = None
-    if request.method == "POST" and not rest:
+    if request.method == "POST" and rest in ([], ["_bulk_delete"]):
         require_json_content(request.headers)
         body = await state.run(decode_object, await state.read_body(request))
     status, answer = await state.run(_index_answer, entry, request.method, rest, body)
