@@ -303,3 +303,15 @@ def test_a_javascript_reduce_that_does_not_shrink_is_an_error_row(client: Client
     grouped = ok(client("GET", f"{db}/_design/js/_view/big?group=true"))["rows"]
     assert [row["error"] for row in grouped] == ["reduce_overflow_error"] * 5
     assert ok(client("GET", f"{db}/_design/js/_view/small"))["rows"] == [{"key": None, "value": 5}]
+
+
+def test_a_never_built_index_names_the_token_of_no_change(client: Client, db: str) -> None:
+    """A stale read of an index no query has built yet says update_seq as a seq
+    token, as every other seq the server sends, which _changes takes as since
+    (it was the integer 0, found in review)."""
+    views = {"v": {"map": "function(doc) { emit(doc.k, null); }"}}
+    assert client("PUT", f"{db}/_design/e", {"views": views}).status == 201
+    answer = ok(client("GET", f"{db}/_design/e/_view/v?update_seq=true&stale=ok"))
+    assert isinstance(answer["update_seq"], str) and answer["rows"] == []
+    changes = ok(client("GET", f"{db}/_changes?since={answer['update_seq']}"))
+    assert len(changes["results"]) == 7  # d0..d4, _design/d and _design/e

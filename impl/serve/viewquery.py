@@ -46,6 +46,7 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import Mapper, ViewIndex, signature
 from settee.spec.collation import collate_json
+from settee.tokens import encode_token
 
 __all__ = [
     "handle_temp_view",
@@ -371,6 +372,8 @@ def query_view(
         # The index's seq, not the database's: with stale=ok it is behind
         # (view_update_seq_test.exs), and it names what the rows reflect.
         seq = index.checkpoint()["since"]
+        if seq == 0:  # an index never updated: the token of no change, as the db's are
+            seq = encode_token([0] * entry.db.config["shards"])
         result = {
             **{k: v for k, v in result.items() if k != "rows"},
             "update_seq": seq,
