@@ -336,3 +336,15 @@ def test_bad_host_drops_location(server: Any, client: Client, db: str, host: str
         assert (status, location) == (201, None), (method, path, raw)
     assert client("GET", f"{db}/a").status == 200 and client("GET", f"{db}/d").json["v"] == 1
     assert rev
+
+
+def test_document_flags_are_on_for_true_alone(client: Client, db: str) -> None:
+    """chttpd_db:parse_doc_query matches each flag's value "true" exactly and ignores
+    any other: revs=TRUE, revs=yes and conflicts=1 are a plain GET, not a 400."""
+    put(client, db, "a", {"v": 1})
+    assert "_revisions" in client("GET", f"{db}/a?revs=true").json
+    for query in ("revs=TRUE", "revs=yes", "conflicts=1", "meta=on", "latest=maybe"):
+        r = client("GET", f"{db}/a?{query}")
+        assert r.status == 200 and set(r.json) == {"_id", "_rev", "v"}, query
+    r = client("PUT", f"{db}/b?new_edits=0", {"v": 2})  # only "false" turns edits off
+    assert r.status == 201 and r.json["rev"].startswith("1-")

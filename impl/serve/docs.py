@@ -37,7 +37,6 @@ from settee.serve.protocol import (
     etag,
     etag_matches,
     method_not_allowed,
-    query_bool,
     reply,
     request_url,
     require_json_content,
@@ -62,12 +61,23 @@ _DOC_METHODS = "DELETE,GET,HEAD,PUT,COPY"
 _MULTIPART = ("multipart/mixed", "multipart/related")
 
 
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    """chttpd_db:parse_doc_query turns a document flag on for the value "true"
+    alone and ignores any other (``revs=TRUE``, ``revs=1``), unlike a view's."""
+    return query.get(name) == "true"
+
+
+def _new_edits(query: Mapping[str, str]) -> bool:
+    """parse_doc_query: only ``new_edits=false`` turns interactive edits off."""
+    return query.get("new_edits") != "false"
+
+
 # -- GET ------------------------------------------------------------------------------------
 
 
 def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
-    revs_flag = query_bool(query, "revs")
-    latest = query_bool(query, "latest")
+    revs_flag = _flag(query, "revs")
+    latest = _flag(query, "latest")
     if "open_revs" in query:
         raw = query["open_revs"]
         wanted = None if raw == "all" else revs.request_revs(decode_json(raw.encode()))
@@ -77,7 +87,7 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         if wanted is None and not results:
             raise settee.NotFound("missing")
         return results
-    meta = query_bool(query, "meta")
+    meta = _flag(query, "meta")
     rev = query.get("rev")
     rev = revs.request_rev(rev) if rev is not None else None
     if latest:
@@ -88,18 +98,18 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         doc_id,
         rev=rev,
         revs=revs_flag,
-        conflicts=meta or query_bool(query, "conflicts"),
+        conflicts=meta or _flag(query, "conflicts"),
         **attachment_options(query),
     )
-    if rev is None and (meta or query_bool(query, "deleted_conflicts")):
+    if rev is None and (meta or _flag(query, "deleted_conflicts")):
         deleted = revs.deleted_conflicts(db, doc_id)
         if deleted:
             doc["_deleted_conflicts"] = deleted
     # With rev= the document comes from open_doc_revs, which adds no meta fields
     # (couch_db:make_doc), as for _conflicts and _deleted_conflicts above.
-    if rev is None and (meta or query_bool(query, "revs_info")):
+    if rev is None and (meta or _flag(query, "revs_info")):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
-    if rev is None and query_bool(query, "local_seq"):
+    if rev is None and _flag(query, "local_seq"):
         # couch_db:doc_meta_info: the document's update seq in its own shard, of the
         # revision returned: read again should a write land between the two reads
         # (found in review: _local_seq of the next revision beside this one's body).
@@ -120,7 +130,7 @@ _CONSISTENT_TRIES = 8
 
 def attachment_options(query: Mapping[str, str]) -> dict[str, Any]:
     """``?attachments=true`` and ``?atts_since=[revs]`` as ``Database.get`` takes them."""
-    options: dict[str, Any] = {"attachments": query_bool(query, "attachments")}
+    options: dict[str, Any] = {"attachments": _flag(query, "attachments")}
     if "atts_since" in query:
         options["atts_since"] = revs.request_revs(decode_json(query["atts_since"].encode()))
     return options
@@ -253,7 +263,7 @@ def _doc_from_request(
         if rev is not None:
             doc["_rev"] = rev
     doc = revisions_win(doc)
-    if not query_bool(query, "new_edits", True) and "_rev" not in doc and "_revisions" not in doc:
+    if not _new_edits(query) and "_rev" not in doc and "_revisions" not in doc:
         raise HTTPError(
             400,
             "bad_request",
@@ -307,7 +317,7 @@ def _put_doc(
 ) -> tuple[int, dict[str, Any]]:
     check_docid(doc_id)
     doc = _doc_from_request(doc_id, doc, query, headers)
-    new_edits = query_bool(query, "new_edits", True)
+    new_edits = _new_edits(query)
     if batch:
         return 202, _batch_write(lambda: _write_doc(state, entry, doc, new_edits), doc_id)
     return _write_doc(state, entry, doc, new_edits)
