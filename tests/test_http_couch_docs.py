@@ -348,3 +348,24 @@ def test_document_flags_are_on_for_true_alone(client: Client, db: str) -> None:
         assert r.status == 200 and set(r.json) == {"_id", "_rev", "v"}, query
     r = client("PUT", f"{db}/b?new_edits=0", {"v": 2})  # only "false" turns edits off
     assert r.status == 201 and r.json["rev"].startswith("1-")
+
+
+def test_local_documents_store_their_body_alone(client: Client, db: str) -> None:
+    """couch_doc:transfer_fields takes _attachments and the read-only members out of
+    a body, and a local document keeps its body alone; its rev comes from the body,
+    ?rev= or If-Match, which must agree (couch_doc_from_req), and _revisions wins
+    over _rev (found in review)."""
+    body = {
+        "_attachments": {"f": {"data": "YWJj", "content_type": "text/plain"}},
+        "_conflicts": ["x"],
+        "v": 1,
+    }
+    assert client("PUT", f"{db}/_local/att", body).status == 201
+    assert client("GET", f"{db}/_local/att").json == {"_id": "_local/att", "_rev": "0-1", "v": 1}
+    r = client("PUT", f"{db}/_local/r2?rev=0-3", {"_rev": "0-7"})
+    assert (r.status, r.json["error"]) == (400, "bad_request")
+    r = client("PUT", f"{db}/_local/r2", {"_rev": "0-7"}, headers={"If-Match": '"0-3"'})
+    assert (r.status, r.json["error"]) == (400, "bad_request")
+    assert client("PUT", f"{db}/_local/r2?rev=0-3", {}).json["rev"] == "0-4"
+    r = client("PUT", f"{db}/_local/r", {"_revisions": {"start": 0, "ids": ["5"]}})
+    assert (r.status, r.json["rev"]) == (201, "0-6")

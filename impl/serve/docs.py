@@ -20,6 +20,7 @@ from aiohttp import web
 import settee
 from settee.serve import mime, multipart, revs
 from settee.serve.docchecks import (
+    RevParser,
     check_doc,
     check_docid,
     explicit_rev,
@@ -241,6 +242,26 @@ async def _handle_get(
 # -- PUT / DELETE / POST ----------------------------------------------------------------------
 
 
+def _rev_from_request(
+    doc: dict[str, Any], query: Mapping[str, str], headers: Mapping[str, str], parse: RevParser
+) -> None:
+    """chttpd_db:couch_doc_from_req's rev: the body's, which ``?rev=`` and
+    ``If-Match`` must agree with, else theirs, set in ``doc``."""
+    if "_rev" in doc:
+        if query.get("rev") is not None and parse(query["rev"]) != doc["_rev"]:
+            raise HTTPError(
+                400,
+                "bad_request",
+                "Document rev from request body and query string have different values",
+            )
+        if header_rev(headers, parse) not in (None, doc["_rev"]):
+            raise HTTPError(400, "bad_request", "Document rev and etag have different values")
+    else:
+        rev = explicit_rev(query, headers, parse)
+        if rev is not None:
+            doc["_rev"] = rev
+
+
 def _doc_from_request(
     doc_id: str, doc: dict[str, Any], query: Mapping[str, str], headers: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -249,19 +270,7 @@ def _doc_from_request(
     body, ``?rev=`` or ``If-Match``, which must agree."""
     check_doc(doc)
     doc = {**doc, "_id": doc_id}
-    if "_rev" in doc:
-        if query.get("rev") is not None and revs.request_rev(query["rev"]) != doc["_rev"]:
-            raise HTTPError(
-                400,
-                "bad_request",
-                "Document rev from request body and query string have different values",
-            )
-        if header_rev(headers, revs.request_rev) not in (None, doc["_rev"]):
-            raise HTTPError(400, "bad_request", "Document rev and etag have different values")
-    else:
-        rev = explicit_rev(query, headers)
-        if rev is not None:
-            doc["_rev"] = rev
+    _rev_from_request(doc, query, headers, revs.request_rev)
     doc = revisions_win(doc)
     if not _new_edits(query) and "_rev" not in doc and "_revisions" not in doc:
         raise HTTPError(
@@ -453,8 +462,12 @@ def _put_local(
     """Write a local document: its status (200 for a deletion) and the document
     stored. The body's own ``_id`` is checked, then the URL's is used."""
     check_doc(doc, local=True)
+    doc = dict(doc)
+    _rev_from_request(doc, request.query, request.headers, couch_rev)
     rev = doc.get("_rev")
-    if rev is None:
-        rev = explicit_rev(request.query, request.headers, couch_rev)
+    revisions = doc.get("_revisions")
+    if isinstance(revisions, dict) and revisions.get("ids"):
+        # transfer_fields reads _revisions over _rev: its newest numbers the write.
+        rev = f"{revisions['start']}-{revisions['ids'][0]}"
     stored = entry.local.write(doc_id, doc, rev)
     return (200 if doc.get("_deleted") is True else 201), stored

@@ -35,7 +35,19 @@ from settee.spec.errors import CorruptionError, NotFound, SetteeError
 
 __all__ = ["LocalDocs", "couch_rev", "local_etag", "local_rev", "write_json_durably"]
 
-_META = ("_id", "_rev", "_deleted", "_revisions")
+#: What couch_doc:transfer_fields takes out of a body: a local document stores its
+#: body alone, so its attachments and the read-only members are dropped too.
+_META = (
+    "_id",
+    "_rev",
+    "_deleted",
+    "_revisions",
+    "_attachments",
+    "_conflicts",
+    "_deleted_conflicts",
+    "_revs_info",
+    "_local_seq",
+)
 
 
 def _invalid_rev() -> HTTPError:
