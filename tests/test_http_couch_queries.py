@@ -582,3 +582,15 @@ def test_uuids_count_must_be_a_positive_integer(client: Client) -> None:
         "count parameter too large",
     )
     assert ok(client("GET", "/_uuids?count=0")) == {"uuids": []}
+
+
+def test_design_docs_offset_never_passes_total_rows(client: Client, db: str) -> None:
+    """A _design_docs range past every design document starts after them all: its
+    offset is total_rows, not the count of ordinary documents before the key."""
+    for i in range(5):
+        assert client("PUT", f"{db}/doc{i}", {}).status == 201
+    assert client("PUT", f"{db}/_design/a", {}).status == 201
+    for query in ('key="zzz"', 'startkey="zzz"', 'startkey="a"&descending=true'):
+        answer = ok(client("GET", f"{db}/_design_docs?{query}"))
+        assert answer["total_rows"] == 1 and answer["offset"] <= 1, query
+        assert answer["rows"] == [] or query.endswith("descending=true"), query
