@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import json
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -2617,3 +2618,20 @@ def test_changes_parameters_as_parse_changes_query_reads_them(client: Client, db
     for value, docs in (("true", True), ("1", False), ("TRUE", False), ("yes", False)):
         r = client("GET", f"{db}/_changes?include_docs={value}")
         assert r.status == 200 and ("doc" in r.json["results"][0]) is docs, value
+
+
+@pytest.mark.parametrize("header", [b"X-Couch-Request-ID: " + b"a" * 9000, b"X-Bad: a\x01b"])
+def test_what_the_http_parser_refuses_has_couchdbs_error_body(server: Any, header: bytes) -> None:
+    """A header line past 8190 bytes or with a control character is refused by aiohttp's
+    parser before any handler runs; its 400 still carries {"error", "reason"} JSON
+    (found in review: it was text/plain)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0]
+    assert b"application/json" in head
+    answer = json.loads(body)
+    assert answer["error"] == "bad_request" and answer["reason"]

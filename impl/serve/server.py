@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import threading
 import uuid
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +53,24 @@ class _StallAwareHandler(RequestHandler):
         super().__init__(*args, **kwargs)
         self._stall_timeout = stall_timeout
         self._stall: asyncio.TimerHandle | None = None
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """What aiohttp's own parser refuses (a header line past 8190 bytes, a control
+        character in one) answered with CouchDB's JSON error body, not text/plain; the
+        status and the closed connection stay aiohttp's."""
+        response = super().handle_error(request, status, exc, message)
+        if isinstance(response, web.Response):
+            error = "bad_request" if 400 <= status < 500 else "unknown_error"
+            reason = message or HTTPStatus(status).phrase
+            response.text = json.dumps({"error": error, "reason": reason.strip()})
+            response.content_type = "application/json"
+        return response
 
     def pause_writing(self) -> None:
         super().pause_writing()
