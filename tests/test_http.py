@@ -791,9 +791,9 @@ def test_changes_reports_pending_past_its_last_seq(client: Client, db: str) -> N
     assert json.loads(lines[-1])["pending"] == 3  # d0 moved: 5 docs, 2 sent
 
 
-def test_get_rev_with_latest_answers_the_winner(client: Client, db: str) -> None:
-    """chttpd_db's GET opens the winner "despite of a rev passed" with latest=true,
-    even a loser's or an unknown rev (tests/test_http_couch_docs.py has more)."""
+def test_get_rev_with_latest_follows_the_branch_to_its_leaf(client: Client, db: str) -> None:
+    """?rev=R&latest=true answers the leaf of R's own branch, as PouchDB's suite
+    expects (test.get.js 5857): a loser's rev its own leaf, an unknown rev 404."""
     first = put(client, db, "d", {"v": 1})
     second = put(client, db, "d", {"v": 2, "_rev": first})
     assert client("GET", f"{db}/d?rev={first}&latest=true").json["_rev"] == second
@@ -803,8 +803,8 @@ def test_get_rev_with_latest_answers_the_winner(client: Client, db: str) -> None
     root = client("GET", f"{db}/c?revs=true").json["_revisions"]
     rev1 = f"1-{root['ids'][-1]}"
     assert client("GET", f"{db}/c?rev={rev1}&latest=true").json["_rev"] == winner
-    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == winner
-    assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").json["_rev"] == winner
+    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == loser
+    assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").status == 404
 
 
 # -- design-document JavaScript (mini-racer) -------------------------------------------------------

@@ -1,8 +1,9 @@
 """Document requests as CouchDB 3 answers them, checked against its source:
 COPY (chttpd_db:db_doc_req), ``batch=ok``, couch_doc:validate_docid's and
 transfer_fields's reasons, "Invalid rev format" (couch_doc:parse_rev), GET with
-``latest``, the ETag of answers with meta information (chttpd_db:send_doc) and
-``_local`` documents, whose revisions CouchDB never checks (couch_db_updater).
+``latest`` (as PouchDB's suite expects it), the ETag of answers with meta
+information (chttpd_db:send_doc) and ``_local`` documents, whose revisions
+CouchDB never checks (couch_db_updater).
 """
 
 from __future__ import annotations
@@ -237,13 +238,17 @@ def test_malformed_special_members_are_doc_validation(
     assert (answer.status, answer.json) == (400, _invalid(reason))
 
 
-def test_get_with_latest_answers_the_winner_whatever_the_rev(client: Client, db: str) -> None:
-    """chttpd_db's GET sets Rev to nil with latest: a loser's rev and a rev the
-    document never had both answer the winning revision."""
+def test_get_with_latest_follows_the_revs_own_branch(client: Client, db: str) -> None:
+    """PouchDB's suite (test.get.js 5857) expects ?rev=R&latest=true to answer the
+    leaf of R's branch, a deleted one included, where CouchDB 3.2+ opens the winner:
+    settee follows PouchDB, whose replication is what talks to it (README)."""
+    first = put(client, db, "d", {"v": 1})
+    gone = client("DELETE", f"{db}/d?rev={first}").json["rev"]
+    tomb = client("GET", f"{db}/d?rev={first}&latest=true")
+    assert (tomb.status, tomb.json["_rev"], tomb.json.get("_deleted")) == (200, gone, True)
     winner, loser = make_conflict(client, db, "c")
-    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == winner
-    assert client("GET", f"{db}/c?rev=9-{'f' * 32}&latest=true").json["_rev"] == winner
-    assert client("GET", f"{db}/c?rev={loser}").json["_rev"] == loser
+    assert client("GET", f"{db}/c?rev={loser}&latest=true").json["_rev"] == loser
+    assert client("GET", f"{db}/c?rev={winner}&latest=true").json["_rev"] == winner
 
 
 # -- ETag and meta information -------------------------------------------------------------------

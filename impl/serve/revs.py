@@ -90,6 +90,16 @@ def _descendant_leaves(tree: dict[str, list[Any]], rev: str) -> list[str]:
     return [leaf for leaf in revtree.leaves(tree) if rev in revtree.path_to_root(tree, leaf)]
 
 
+def latest_leaf(db: settee.Database, doc_id: str, rev: str) -> str:
+    """``?rev=R&latest=true``: the leaf descending from ``R`` (the winning one when
+    the branch forks), ``R`` itself when it is a leaf or unknown (then a 404)."""
+    info = doc_info(db, doc_id)
+    if info is None or rev not in info.tree:
+        return rev
+    leaves = _descendant_leaves(info.tree, rev)
+    return leaves[0] if leaves else rev
+
+
 def open_revs(
     db: settee.Database,
     doc_id: str,
