@@ -374,3 +374,19 @@ def test_local_documents_store_their_body_alone(client: Client, db: str) -> None
     assert client("PUT", f"{db}/_local/r2?rev=0-3", {}).json["rev"] == "0-4"
     r = client("PUT", f"{db}/_local/r", {"_revisions": {"start": 0, "ids": ["5"]}})
     assert (r.status, r.json["rev"]) == (201, "0-6")
+
+
+def test_deleted_true_answers_a_tombstone_and_empty_open_revs_a_plain_read(
+    client: Client, db: str
+) -> None:
+    """chttpd_db:parse_doc_query: deleted=true opens a deleted winner (200, the
+    tombstone) where a plain GET is 404 deleted; open_revs=[] is no open_revs at all."""
+    rev = put(client, db, "d", {"v": 1})
+    assert client("GET", f"{db}/d?open_revs=[]").json == {"_id": "d", "_rev": rev, "v": 1}
+    mixed = client("GET", f"{db}/d?open_revs=[]", headers={"Accept": "multipart/mixed"})
+    assert mixed.status == 200 and mixed.json["_rev"] == rev
+    gone = client("DELETE", f"{db}/d?rev={rev}").json["rev"]
+    assert client("GET", f"{db}/d").status == 404
+    tomb = client("GET", f"{db}/d?deleted=true")
+    assert (tomb.status, tomb.json) == (200, {"_id": "d", "_rev": gone, "_deleted": True})
+    assert client("GET", f"{db}/nope?deleted=true").status == 404

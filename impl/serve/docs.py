@@ -79,9 +79,10 @@ def _new_edits(query: Mapping[str, str]) -> bool:
 def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
     revs_flag = _flag(query, "revs")
     latest = _flag(query, "latest")
-    if "open_revs" in query:
-        raw = query["open_revs"]
-        wanted = None if raw == "all" else revs.request_revs(decode_json(raw.encode()))
+    raw = query.get("open_revs")
+    wanted = None if raw in (None, "all") else revs.request_revs(decode_json(raw.encode()))
+    # chttpd_db's GET: an open_revs of [] is no open_revs, a plain read.
+    if raw is not None and wanted != []:
         results = revs.open_revs(
             db, doc_id, wanted, latest=latest, revisions=revs_flag, **attachment_options(query)
         )
@@ -97,6 +98,11 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         # deleted leaf answered as one). CouchDB 3.2+'s GET opens the winner
         # instead (chttpd_db sets Rev to nil), which fails those two tests.
         rev = revs.latest_leaf(db, doc_id, rev)
+    if rev is None and _flag(query, "deleted"):
+        # parse_doc_query's deleted option: a deleted winner is answered, not 404.
+        info = revs.doc_info(db, doc_id)
+        if info is not None and info.deleted:
+            rev = info.winner
     doc = db.get(
         doc_id,
         rev=rev,
@@ -223,7 +229,8 @@ async def _handle_get(
             attachment_options(query)  # atts_since is checked, then ignored, as CouchDB 3
             plain = _without_attachments(query)
             results = await state.run(_get_doc, entry.db, doc_id, plain)
-            return await _send_open_revs(state, request, entry.db, results)
+            if isinstance(results, list):  # open_revs=[] is a plain read, answered below
+                return await _send_open_revs(state, request, entry.db, results)
     elif mime.wants_multipart(accept, ["multipart/related"], unless_json=False):
         wanted = attachment_options(query)
         if wanted["attachments"] or "atts_since" in wanted:
