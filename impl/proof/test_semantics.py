@@ -1752,6 +1752,19 @@ def test_line_wrapped_base64_is_stored_as_its_bytes(engine: Any) -> None:
     assert engine.attachment("a", "f")["data"] == data
 
 
+@pytest.mark.parametrize("data", ["notBase64Encoded=", "YWJj=", "YWJj===="])
+def test_base64_with_a_stray_pad_is_refused_and_nothing_stored(engine: Any, data: str) -> None:
+    """Erlang's base64:decode, and so CouchDB (attachments_test.exs "errors for bad
+    attachment"), refuses '=' after whole groups of four, which Python's decoder
+    takes: BadRequest, the store unchanged, the shard still writable."""
+    with pytest.raises(BadRequest, match=r"Invalid attachment data for foo\.txt"):
+        engine.put({"_id": "a", "_attachments": {"foo.txt": {"data": data}}})
+    with pytest.raises(NotFound):
+        engine.get("a")
+    engine.put({"_id": "a", "_attachments": {"foo.txt": {"data": "YWJj"}}})
+    assert engine.attachment("a", "foo.txt")["data"] == b"abc"
+
+
 def test_attachment_data_may_be_bytes(engine: Any) -> None:
     """The embedded API takes the bytes themselves as well as base64: same revision."""
     as_text = engine.put({"_id": "a", "_attachments": {"x": _att(b"\x00\xff")}})["rev"]
