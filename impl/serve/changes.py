@@ -39,6 +39,7 @@ from settee.serve.protocol import (
     method_not_allowed,
     parse_integer,
     query_json,
+    query_true,
     reply,
     require_json_content,
     respond,
@@ -221,22 +222,16 @@ def _parse(
         feed=feed,
         since=query.get("since", "0"),
         limit=_non_negative(query, "limit"),
-        include_docs=_flag(query, "include_docs"),
-        conflicts=_flag(query, "conflicts"),
-        attachments=_flag(query, "attachments"),
+        include_docs=query_true(query, "include_docs"),
+        conflicts=query_true(query, "conflicts"),
+        attachments=query_true(query, "attachments"),
         all_leaves=style == "all_docs",
         filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
         # The normal feed only: the live feeds go forwards from since (README).
-        descending=feed == "normal" and _flag(query, "descending"),
+        descending=feed == "normal" and query_true(query, "descending"),
     )
-
-
-def _flag(query: Mapping[str, str], name: str) -> bool:
-    """chttpd_db:parse_changes_query turns a flag on for the value "true" alone and
-    ignores any other, where views refuse one (couch_mrview_http:parse_boolean)."""
-    return query.get(name) == "true"
 
 
 def _non_negative(query: Mapping[str, str], name: str) -> int | None:

@@ -38,6 +38,7 @@ from settee.serve.protocol import (
     etag,
     etag_matches,
     method_not_allowed,
+    query_true,
     reply,
     request_url,
     require_json_content,
@@ -62,12 +63,6 @@ _DOC_METHODS = "DELETE,GET,HEAD,PUT,COPY"
 _MULTIPART = ("multipart/mixed", "multipart/related")
 
 
-def _flag(query: Mapping[str, str], name: str) -> bool:
-    """chttpd_db:parse_doc_query turns a document flag on for the value "true"
-    alone and ignores any other (``revs=TRUE``, ``revs=1``), unlike a view's."""
-    return query.get(name) == "true"
-
-
 def _new_edits(query: Mapping[str, str]) -> bool:
     """parse_doc_query: only ``new_edits=false`` turns interactive edits off."""
     return query.get("new_edits") != "false"
@@ -77,8 +72,8 @@ def _new_edits(query: Mapping[str, str]) -> bool:
 
 
 def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
-    revs_flag = _flag(query, "revs")
-    latest = _flag(query, "latest")
+    revs_flag = query_true(query, "revs")
+    latest = query_true(query, "latest")
     raw = query.get("open_revs")
     wanted = None if raw in (None, "all") else revs.request_revs(decode_json(raw.encode()))
     # chttpd_db's GET: an open_revs of [] is no open_revs, a plain read.
@@ -89,7 +84,7 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         if wanted is None and not results:
             raise settee.NotFound("missing")
         return results
-    meta = _flag(query, "meta")
+    meta = query_true(query, "meta")
     rev = query.get("rev")
     rev = revs.request_rev(rev) if rev is not None else None
     if latest and rev is not None:
@@ -98,7 +93,7 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         # deleted leaf answered as one). CouchDB 3.2+'s GET opens the winner
         # instead (chttpd_db sets Rev to nil), which fails those two tests.
         rev = revs.latest_leaf(db, doc_id, rev)
-    if rev is None and _flag(query, "deleted"):
+    if rev is None and query_true(query, "deleted"):
         # parse_doc_query's deleted option: a deleted winner is answered, not 404.
         info = revs.doc_info(db, doc_id)
         if info is not None and info.deleted:
@@ -107,18 +102,18 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         doc_id,
         rev=rev,
         revs=revs_flag,
-        conflicts=meta or _flag(query, "conflicts"),
+        conflicts=meta or query_true(query, "conflicts"),
         **attachment_options(query),
     )
-    if rev is None and (meta or _flag(query, "deleted_conflicts")):
+    if rev is None and (meta or query_true(query, "deleted_conflicts")):
         deleted = revs.deleted_conflicts(db, doc_id)
         if deleted:
             doc["_deleted_conflicts"] = deleted
     # With rev= the document comes from open_doc_revs, which adds no meta fields
     # (couch_db:make_doc), as for _conflicts and _deleted_conflicts above.
-    if rev is None and (meta or _flag(query, "revs_info")):
+    if rev is None and (meta or query_true(query, "revs_info")):
         doc["_revs_info"] = revs.revs_info(db, doc_id, doc["_rev"])
-    if rev is None and _flag(query, "local_seq"):
+    if rev is None and query_true(query, "local_seq"):
         # couch_db:doc_meta_info: the document's update seq in its own shard, of the
         # revision returned: read again should a write land between the two reads
         # (found in review: _local_seq of the next revision beside this one's body).
@@ -139,7 +134,7 @@ _CONSISTENT_TRIES = 8
 
 def attachment_options(query: Mapping[str, str]) -> dict[str, Any]:
     """``?attachments=true`` and ``?atts_since=[revs]`` as ``Database.get`` takes them."""
-    options: dict[str, Any] = {"attachments": _flag(query, "attachments")}
+    options: dict[str, Any] = {"attachments": query_true(query, "attachments")}
     if "atts_since" in query:
         options["atts_since"] = revs.request_revs(decode_json(query["atts_since"].encode()))
     return options

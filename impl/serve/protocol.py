@@ -40,6 +40,7 @@ __all__ = [
     "query_bool",
     "query_int",
     "query_json",
+    "query_true",
     "reply",
     "request_url",
     "require_json_content",
@@ -259,6 +260,14 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,4300}")
 def parse_integer(value: str) -> int | None:
     """``value`` as CouchDB parses an integer query parameter, or None."""
     return int(value) if _INTEGER.fullmatch(value) else None
+
+
+def query_true(query: Mapping[str, str], name: str) -> bool:
+    """A flag as chttpd_db's document and ``_changes`` parsers read it
+    (parse_doc_query, parse_changes_query): on for the value "true" alone, any other
+    ignored (``revs=TRUE``, ``include_docs=1``), where a view's refuses one
+    (couch_mrview_http:parse_boolean, ``query_bool``)."""
+    return query.get(name) == "true"
 
 
 def query_int(query: Mapping[str, str], name: str, default: int | None = None) -> int | None:
