@@ -390,3 +390,33 @@ def test_deleted_true_answers_a_tombstone_and_empty_open_revs_a_plain_read(
     tomb = client("GET", f"{db}/d?deleted=true")
     assert (tomb.status, tomb.json) == (200, {"_id": "d", "_rev": gone, "_deleted": True})
     assert client("GET", f"{db}/nope?deleted=true").status == 404
+
+
+# -- "+" in the path -------------------------------------------------------------------------
+
+
+def test_a_plus_in_the_path_is_a_space_and_percent_2b_is_a_plus(client: Client, db: str) -> None:
+    """chttpd:unquote with decode_plus_to_space = true, CouchDB 3's default: the path's
+    "+" decodes to a space in database, document and attachment names alike."""
+    spaced = client("PUT", f"{db}/a+b", {"v": "space"})
+    assert spaced.status == 201 and spaced.json["id"] == "a b"
+    assert client("GET", f"{db}/a%2Bb").status == 404  # no document "a+b" yet
+    plus = client("PUT", f"{db}/a%2Bb", {"v": "plus"})
+    assert plus.status == 201 and plus.json["id"] == "a+b"
+    assert client("GET", f"{db}/a%20b").json["v"] == "space"
+    assert client("GET", f"{db}/a+b").json["v"] == "space"
+    assert client("GET", f"{db}/a%2Bb").json["v"] == "plus"
+    att = client(
+        "PUT",
+        f"{db}/a%2Bb/x+y.txt?rev={plus.json['rev']}",
+        raw=b"hi",
+        headers={"Content-Type": "text/plain"},
+    )
+    assert att.status == 201
+    stubs = client("GET", f"{db}/a%2Bb").json["_attachments"]
+    assert list(stubs) == ["x y.txt"]
+    # A database name holds "+" only percent-encoded: "+" alone is a space, refused.
+    assert client("PUT", "/plus+db").json["error"] == "illegal_database_name"
+    assert client("PUT", "/plus%2Bdb").status == 201
+    assert "plus+db" in client("GET", "/_all_dbs").json
+    assert client("DELETE", "/plus%2Bdb").status == 200

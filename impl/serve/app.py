@@ -11,7 +11,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping
-from urllib.parse import unquote
+from urllib.parse import unquote_plus
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
@@ -129,7 +129,10 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     request = _last_value_wins(request)
     raw = request.rel_url.raw_path
     try:
-        parts = [unquote(p, errors="strict") for p in raw.split("/")[1:]]
+        # chttpd:unquote with CouchDB's default decode_plus_to_space = true: a "+" in
+        # the path is a space (a database, document or attachment named with a "+"
+        # is sent as %2B, as clients' encodeURIComponent does).
+        parts = [unquote_plus(p, errors="strict") for p in raw.split("/")[1:]]
     except UnicodeDecodeError:
         # CouchDB refuses it too; replacing the bytes would let two raw ids collide.
         raise HTTPError(400, "bad_request", "the URL path is not valid UTF-8") from None
