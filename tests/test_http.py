@@ -2620,6 +2620,34 @@ def test_changes_parameters_as_parse_changes_query_reads_them(client: Client, db
         assert r.status == 200 and ("doc" in r.json["results"][0]) is docs, value
 
 
+def test_seq_interval_leaves_the_seq_out_between_intervals(client: Client, db: str) -> None:
+    """fabric_view_changes: a row carries its seq when the rows left to the limit
+    (CouchDB's default 10**15 without one) are a multiple of seq_interval, else null
+    (chttpd_changes_test's t_seq_interval: 3 rows at interval 3 are null, seq, null);
+    last_seq is always there, on every feed."""
+    for n in range(5):
+        put(client, db, f"d{n}", {"n": n})
+    full = client("GET", f"{db}/_changes").json
+    seqs = [row["seq"] for row in full["results"]]
+    sparse = client("GET", f"{db}/_changes?seq_interval=3").json
+    # 10**15 - i is a multiple of 3 for i = 1, 4.
+    assert [row["seq"] for row in sparse["results"]] == [None, seqs[1], None, None, seqs[4]]
+    assert [row["id"] for row in sparse["results"]] == [row["id"] for row in full["results"]]
+    assert sparse["last_seq"] == full["last_seq"]
+    limited = client("GET", f"{db}/_changes?seq_interval=2&limit=4").json
+    assert [row["seq"] for row in limited["results"]] == [seqs[0], None, seqs[2], None]
+    assert limited["last_seq"] == seqs[3]
+    backwards = client("GET", f"{db}/_changes?seq_interval=2&limit=3&descending=true").json
+    assert [row["seq"] for row in backwards["results"]] == [None, seqs[3], None]
+    assert backwards["last_seq"] == seqs[2]
+    lines = client(
+        "GET", f"{db}/_changes?feed=continuous&seq_interval=2&limit=4&timeout=1"
+    ).raw.splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    assert [row["seq"] for row in rows[:4]] == [seqs[0], None, seqs[2], None]
+    assert rows[4]["last_seq"] == seqs[3]
+
+
 @pytest.mark.parametrize("header", [b"X-Couch-Request-ID: " + b"a" * 9000, b"X-Bad: a\x01b"])
 def test_what_the_http_parser_refuses_has_couchdbs_error_body(server: Any, header: bytes) -> None:
     """A header line past 8190 bytes or with a control character is refused by aiohttp's

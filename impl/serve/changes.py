@@ -72,6 +72,7 @@ class ChangesQuery:
     heartbeat: float | None  # seconds
     timeout: float  # seconds
     descending: bool = False  # the normal feed only (see read_changes)
+    seq_interval: int | None = None  # rows between those that carry their seq (_sparse_seqs)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -217,7 +218,6 @@ def _parse(
         heartbeat = min(_heartbeat_ms(query["heartbeat"]), max_timeout_ms) / 1000
     timeout_ms = _non_negative(query, "timeout")
     timeout = min(max_timeout_ms if timeout_ms is None else timeout_ms, max_timeout_ms) / 1000
-    _check_seq_interval(query)
     return ChangesQuery(
         feed=feed,
         since=query.get("since", "0"),
@@ -231,6 +231,7 @@ def _parse(
         timeout=timeout,
         # The normal feed only: the live feeds go forwards from since (README).
         descending=feed == "normal" and query_true(query, "descending"),
+        seq_interval=_seq_interval(query),
     )
 
 
@@ -249,13 +250,33 @@ def _non_negative(query: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def _check_seq_interval(query: Mapping[str, str]) -> None:
-    """``seq_interval`` must be a positive integer (parse_changes_query). CouchDB
-    then leaves out the seq of rows between intervals to save work; settee sends
-    every row's, which a client asking for fewer must take anyway."""
+def _seq_interval(query: Mapping[str, str]) -> int | None:
+    """``seq_interval``, a positive integer (parse_changes_query's reason otherwise)."""
     text = query.get("seq_interval")
-    if text is not None and ((value := parse_integer(text)) is None or value <= 0):
+    if text is None:
+        return None
+    value = parse_integer(text)
+    if value is None or value <= 0:
         raise HTTPError(400, "bad_request", "invalid_seq_interval")
+    return value
+
+
+#: couch_db.hrl's default ``#changes_args.limit``: what fabric counts rows down from
+#: when the query sets no limit.
+_DEFAULT_LIMIT = 1_000_000_000_000_000
+
+
+def _sparse_seqs(rows: list[dict[str, Any]], q: ChangesQuery, sent: int = 0) -> None:
+    """``seq_interval``: fabric_view_changes gives a row its seq only when the rows
+    left to the limit (``q.limit`` or CouchDB's default, less the ``sent`` rows
+    before these) are a multiple of the interval, and null otherwise; ``last_seq``
+    is always there. A client resuming from a row must use the last non-null one."""
+    if q.seq_interval is None:
+        return
+    left = (_DEFAULT_LIMIT if q.limit is None else q.limit) - sent
+    for offset, row in enumerate(rows):
+        if (left - offset) % q.seq_interval:
+            row["seq"] = None
 
 
 #: Filters that judge each revision's document (they set a row's ``changes`` themselves).
@@ -424,7 +445,9 @@ def _changes_etag(db: settee.Database) -> str:
 
 
 def _page(db: settee.Database, q: ChangesQuery, since: Any) -> Any:
-    return reply(200, read_changes(db, q, since))
+    result = read_changes(db, q, since)
+    _sparse_seqs(result["results"], q)
+    return reply(200, result)
 
 
 async def _wait(state: State, event: asyncio.Event, seconds: float | None) -> bool:
@@ -462,6 +485,7 @@ async def _longpoll(
             if stream is None:
                 stream = await _start_stream(request)
             await stream.write(b"\n")
+    _sparse_seqs(result["results"], q)
     payload = await state.run(encode_json, result)
     if stream is None:
         return web.Response(status=200, body=payload, headers={"Content-Type": "application/json"})
@@ -504,6 +528,7 @@ async def _continuous(
         since = result["last_seq"]
         if result["results"]:
             rows = result["results"]
+            _sparse_seqs(rows, q, sent)
             lines = b"".join(_event(row) if events else encode_json(row) for row in rows)
             await stream.write(lines)
             sent += len(rows)
