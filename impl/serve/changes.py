@@ -1,7 +1,7 @@
 """``GET|POST /{db}/_changes``: ``feed=normal|longpoll|continuous|eventsource``,
 ``since``, ``limit``, ``include_docs`` (with ``conflicts`` and ``attachments``),
 ``style=all_docs``, the built-in filters ``_doc_ids``, ``_selector`` (Mango, POST)
-and ``_design``, ``heartbeat``, ``timeout``, and the design functions
+and ``_design``, ``heartbeat``, ``timeout``, ``seq_interval``, and the design functions
 ``filter=ddoc/name`` and ``filter=_view`` (``view=ddoc/name``: documents the map
 function emits for), run by ``settee.serve.js``; a missing design document or
 function is 404 as in CouchDB.
