@@ -17,6 +17,7 @@ from aiohttp import web
 
 import settee
 from settee.serve.alldocs import all_docs_query, decoded_query
+from settee.serve.cluster import check_partitioned_param
 from settee.serve.docs import handle_post_doc
 from settee.serve.protocol import (
     HTTPError,
@@ -226,6 +227,7 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         digits = copies is not None and copies.isascii() and copies.isdigit() and len(copies) < 5
         if copies is not None and not (digits and int(copies)):
             raise HTTPError(400, "bad_request", "The `n` value should be a positive integer.")
+        check_partitioned_param(request.query)
         await state.run(state.registry.create, name, int(shards) if shards else None)
         location = request_url(request)
         headers = {} if location is None else {"Location": location}
