@@ -18,6 +18,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 import settee
 from settee.serve import alldocs, attachments, bulk, changes, cluster, dbs, docs, find, viewquery
+from settee.serve.lease import Lease
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
@@ -49,7 +50,6 @@ _DB_ROUTES = {
     "_security": dbs.handle_security,
     "_compact": dbs.handle_compact,
     "_ensure_full_commit": dbs.handle_ensure_full_commit,
-    "_changes": changes.handle_changes,
     "_find": find.handle_find,
     "_explain": find.handle_explain,
     "_view_cleanup": viewquery.handle_view_cleanup,
@@ -156,19 +156,23 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     rest = parts[1:]
     if not rest and request.method in ("PUT", "DELETE"):
         return await dbs.handle_db(state, request, first)
-    entry = await state.entry(first)
-    db = entry.db
-    try:
-        if not rest:  # GET, HEAD, POST /{db}: they use the open database, as below
-            return await dbs.handle_open_db(state, request, entry)
-        return await _route_in_db(state, request, entry, rest)
-    except settee.SetteeError as exc:
-        # A plain SetteeError is what a closed database raises (the subclasses are
-        # answers: not found, conflict, bad request, corruption).
-        closed = _closed_under(state, entry, db)
-        if type(exc) is settee.SetteeError and closed is not None:
-            raise closed from exc
-        raise
+    # The lease keeps the database open until the handler returns, which for a
+    # streamed answer is after its last byte: idle databases close to make room
+    # for others (registry.py), never one a request is using.
+    async with state.lease(first) as lease:
+        entry = lease.entry
+        db = entry.db
+        try:
+            if not rest:  # GET, HEAD, POST /{db}: they use the open database, as below
+                return await dbs.handle_open_db(state, request, entry)
+            return await _route_in_db(state, request, lease, rest)
+        except settee.SetteeError as exc:
+            # A plain SetteeError is what a closed database raises (the subclasses are
+            # answers: not found, conflict, bad request, corruption).
+            closed = _closed_under(state, entry, db)
+            if type(exc) is settee.SetteeError and closed is not None:
+                raise closed from exc
+            raise
 
 
 def _closed_under(state: State, entry: DbEntry, db: settee.Database) -> HTTPError | None:
@@ -189,9 +193,14 @@ def _closed_under(state: State, entry: DbEntry, db: settee.Database) -> HTTPErro
 
 
 async def _route_in_db(
-    state: State, request: web.BaseRequest, entry: DbEntry, rest: list[str]
+    state: State, request: web.BaseRequest, lease: Lease, rest: list[str]
 ) -> web.StreamResponse:
+    entry = lease.entry
     head = rest[0]
+    if rest == ["_changes"]:
+        # The one handler given the lease itself: a live feed hands it back while it
+        # waits, so thousands of idle feeds hold no database open.
+        return await changes.handle_changes(state, request, lease)
     if len(rest) == 1 and head in _DB_ROUTES:
         return await _DB_ROUTES[head](state, request, entry)
     if head == "_local" or head.startswith("_local/"):

@@ -30,6 +30,7 @@ import settee
 from settee.serve import revs
 from settee.serve.alldocs import with_attachment_data
 from settee.serve.design import user_ctx
+from settee.serve.lease import Lease
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -377,8 +378,10 @@ def _leaf_doc(db: settee.Database, row: dict[str, Any], rev: str) -> dict[str, A
 
 
 async def handle_changes(
-    state: State, request: web.BaseRequest, entry: DbEntry
+    state: State, request: web.BaseRequest, lease: Lease
 ) -> web.StreamResponse:
+    """``/{db}/_changes`` on the request's ``lease``."""
+    entry = lease.entry
     body: dict[str, Any] = {}
     if request.method == "POST":
         require_json_content(request.headers)

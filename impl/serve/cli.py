@@ -41,6 +41,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ("max-url-length", "longest request URL in bytes (a document id must fit in one)"),
         ("idle-timeout", "ms a connection may stay open without sending a whole request"),
         ("shards", "shards of new databases (PUT /db?q=N overrides)"),
+        (
+            "max-dbs-open",
+            "databases kept open at once; the least recently used idle ones close "
+            "first (each holds 10 file descriptors and 4 threads)",
+        ),
     ):
         parser.add_argument(f"--{name}", type=int, default=None, help=help_text)
     parser.add_argument(
@@ -67,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             "max_url_length",
             "idle_timeout",
             "shards",
+            "max_dbs_open",
         )
         if getattr(args, key) is not None
     }

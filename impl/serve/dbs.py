@@ -155,9 +155,15 @@ async def _db_info_entry(state: State, name: Any) -> dict[str, Any]:
     try:
         if not isinstance(name, str):
             raise HTTPError(404, "not_found", "not a database name")
-        entry = await state.entry(name)
-        info = await state.run(_db_info, entry)
-    except (HTTPError, settee.SetteeError):
+        # One database leased at a time: listing thousands of them opens each in
+        # turn and leaves only the last max_dbs_open open.
+        async with state.lease(name) as lease:
+            info = await state.run(_db_info, lease.entry)
+    except HTTPError as exc:
+        if exc.status != 404:
+            raise  # all_dbs_active or stopping: no answer about this database
+        return {"key": name, "error": "not_found"}
+    except settee.SetteeError:
         return {"key": name, "error": "not_found"}
     return {"key": name, "info": info}
 
@@ -242,7 +248,8 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
             )
         await state.run(state.registry.delete, name)
         return respond(reply(200, {"ok": True}))
-    return await handle_open_db(state, request, await state.entry(name))
+    async with state.lease(name) as lease:
+        return await handle_open_db(state, request, lease.entry)
 
 
 async def handle_open_db(
@@ -267,7 +274,7 @@ async def handle_revs_limit(
     limit = await state.run(decode_json, await state.read_body(request))
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise HTTPError(400, "bad_request", "The revs_limit must be a positive integer.")
-    await state.run(state.registry.set_revs_limit, entry.name, limit)
+    await state.run(state.registry.set_revs_limit, entry, limit)
     return respond(reply(200, {"ok": True}))
 
 
@@ -332,12 +339,17 @@ async def handle_compact(
     """202 at once, as CouchDB; the compaction runs on a worker (``compact_running``)."""
     require_method(request, "POST")
     require_json_content(request.headers)
+    # The compaction outlives this request: its own lease keeps the database from
+    # closing under it (CouchDB's couch_db:is_idle is false while one runs).
+    retained = state.registry.retain(entry)
     entry.compactions += 1
     future = state.loop.run_in_executor(state.pool, entry.db.compact)
     state.background.add(future)
 
     def done(f: Any) -> None:
         entry.compactions -= 1
+        if retained:
+            state.registry.release(entry)
         state.background.discard(f)
         if not f.cancelled() and f.exception() is not None:
             log.error("compaction of %s failed: %r", entry.name, f.exception())

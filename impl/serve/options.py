@@ -45,6 +45,12 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # first request, with half-sent headers, or idle between requests (aiohttp's
         # keep-alive default is an hour)
         "idle_timeout": 60_000,
+        # Databases open at once (CouchDB's [couchdb] max_dbs_open, 500 there): each
+        # holds 10 file descriptors (2 per shard, its lock, HEADS) and 4 writer
+        # threads, a view index 4 more and a thread. Many systems' soft descriptor
+        # limit is 1024 (ulimit -n), which 100 databases would all but use up before
+        # any socket or index; 50 take half. Idle ones close first (registry.py).
+        "max_dbs_open": 50,
         # databases (passed to settee.open; shards only when a database is created)
         "shards": 4,
         "fsync": True,
@@ -55,7 +61,13 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
 )
 
 _POSITIVE_INTS = ("backlog", "max_connections", "recbuf", "sndbuf", "max_request_size")
-_POSITIVE_INTS_REQUIRED = ("threads", "changes_timeout", "max_url_length", "idle_timeout")
+_POSITIVE_INTS_REQUIRED = (
+    "threads",
+    "changes_timeout",
+    "max_url_length",
+    "idle_timeout",
+    "max_dbs_open",
+)
 #: Options whose value settee.open validates itself.
 DB_OPTIONS = ("shards", "fsync", "read_mode", "revs_limit", "max_document_size")
 

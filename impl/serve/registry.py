@@ -9,9 +9,25 @@
 
 CouchDB database names start with a lowercase letter or are one of its system
 databases (``_users``, ``_replicator``, ...), so ``_local``, ``_settings`` and
-``_views`` never clash with one. Databases are opened on first use and stay open until the
-server stops or the database is deleted. Every method blocks (file I/O,
-fsync): the app calls them on its worker threads, never on the event loop.
+``_views`` never clash with one.
+
+Databases are opened on first use and kept open in least-recently-used order,
+at most ``max_dbs_open`` of them (CouchDB's ``[couchdb] max_dbs_open``): each
+holds 10 file descriptors and 4 writer threads, plus its view indexes, so a
+server of database-per-user applications would otherwise run out of both. A
+request *leases* its database (``acquire`` … ``release``, ``state.Lease`` on
+the app's side) for as long as it uses the entry, streamed answers included.
+Opening one more database first closes the least recently used ones that no
+request leases; one in use is never closed (a DELETE and shutdown are the
+exceptions, as before). When every open database is leased the open fails with
+503 ``all_dbs_active``, as couch_server refuses it (CouchDB answers 500
+``{"error": "error", "reason": "all_dbs_active"}`` through its catch-all; 503
+says what it is: retry). A closed database is simply opened again on its next
+use. A live ``_changes`` feed holds its lease until it ends.
+
+``acquire`` may block (opening, and closing idle databases, is file I/O): the
+app calls it on a worker thread, and ``try_acquire``/``release`` (never
+blocking) on the event loop. Every other method blocks too (file I/O, fsync).
 """
 
 from __future__ import annotations
@@ -31,12 +47,21 @@ import settee
 from settee.layout import META_NAME
 from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
+from settee.serve.lru import LeasedLru
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
 from settee.serve.viewindex import ViewIndex
 from settee.spec.errors import CorruptionError
 
-__all__ = ["DbEntry", "Notifier", "Registry", "check_db_name", "is_db_name"]
+__all__ = [
+    "DbEntry",
+    "Notifier",
+    "Registry",
+    "all_dbs_active",
+    "check_db_name",
+    "db_missing",
+    "is_db_name",
+]
 
 # couch_db:validate_dbname: a lowercase letter, then lowercase letters, digits, _$()+-/
 # Matched whole (fullmatch): with ``match``, ``$`` also matches before a final
@@ -112,10 +137,31 @@ class DbEntry:
     #: View indexes opened so far, by signature (``viewindex``).
     views: dict[str, ViewIndex] = field(default_factory=dict)
 
+    @property
+    def incarnation(self) -> str:
+        """The database's uuid: the same across closing and reopening it, another
+        once it is deleted and created again under the same name."""
+        return self.db.shards[0].identity.db_uuid
+
+    def close(self) -> None:
+        """Close the database and its view indexes (writers finish their queues)."""
+        self.db.close()
+        self.close_views()
+
     def close_views(self) -> None:
         for index in self.views.values():
             index.close()
         self.views.clear()
+
+
+def all_dbs_active(limit: int) -> HTTPError:
+    """couch_server's refusal when ``max_dbs_open`` databases are open and in use."""
+    return HTTPError(
+        503,
+        "all_dbs_active",
+        f"all {limit} open databases are in use by requests (max_dbs_open); retry, "
+        "or raise --max-dbs-open",
+    )
 
 
 #: A shard file's name (settee.layout's): its presence means a database is there.
@@ -123,13 +169,16 @@ _SHARD_FILE = re.compile(r"shard-[0-9]{3,}\.settee")
 
 
 class Registry:
-    """Creates, opens, lists and deletes the databases under ``root``."""
+    """Creates, opens, lists and deletes the databases under ``root``; keeps at most
+    ``options["max_dbs_open"]`` open, closing the least recently used idle ones."""
 
     def __init__(self, root: str, options: Mapping[str, Any]) -> None:
         self.root = os.path.abspath(root)
         self.options = dict(options)
+        #: Held while a database opens, closes or is removed, so one directory is
+        #: never open twice: an evicted database is closed before it can reopen.
         self._lock = threading.Lock()
-        self._open: dict[str, DbEntry] = {}
+        self._open: LeasedLru[DbEntry] = LeasedLru()
         self._closed = False
         os.makedirs(self.root, exist_ok=True)
 
@@ -154,30 +203,60 @@ class Registry:
             return False
 
     def cached(self, name: str) -> DbEntry | None:
-        """The open entry, without blocking (safe on the event loop)."""
-        return self._open.get(name)
+        """The open entry, neither leased nor counted as a use (safe on the event loop)."""
+        return self._open.peek(name)
 
-    def get(self, name: str) -> DbEntry:
-        """The open database ``name``; 404 when it does not exist (or cannot: only
-        creating a database checks its name, as fabric does)."""
+    def leases(self) -> dict[str, int]:
+        """Each open database and how many leases it has, least recently used first."""
+        return self._open.leased()
+
+    def try_acquire(self, name: str) -> DbEntry | None:
+        """``name``'s entry with a lease on it, when it is open; None otherwise.
+        Never blocks: the event loop calls it before handing ``acquire`` to a worker."""
+        return self._open.lease(name) if is_db_name(name) else None
+
+    def acquire(self, name: str) -> DbEntry:
+        """``name``'s entry with a lease on it, opening the database first if needed;
+        404 when it does not exist (or cannot: only creating a database checks its
+        name, as fabric does), 503 ``all_dbs_active`` when it is closed and every
+        open database is in use. Pair each call with ``release``."""
         if not is_db_name(name):
             raise db_missing()
-        entry = self._open.get(name)
+        entry = self._open.lease(name)
         if entry is not None:
             return entry
         with self._lock:
-            return self._opened(name)
+            self._check_running()
+            entry = self._open.lease(name)  # another request may have opened it meanwhile
+            if entry is None:
+                if not self._exists(name):
+                    raise db_missing()
+                self._make_room()
+                db = settee.open(self._path(name), **self._reopen_options(name))
+                entry = DbEntry(name, db, self._local(name))
+                self._open.add(name, entry, leased=True)
+            return entry
 
-    def _opened(self, name: str) -> DbEntry:
-        """The entry of ``name``, opening it first if needed (holding the lock)."""
-        self._check_running()
-        entry = self._open.get(name)
-        if entry is None:
-            if not self._exists(name):
-                raise db_missing()
-            db = settee.open(self._path(name), **self._reopen_options(name))
-            entry = self._open[name] = DbEntry(name, db, self._local(name))
-        return entry
+    def release(self, entry: DbEntry) -> None:
+        """Give back a lease from ``acquire``/``try_acquire``/``retain``; the entry
+        stays open, the first to close when room is needed. Never blocks."""
+        self._open.release(entry.name, entry)
+
+    def retain(self, entry: DbEntry) -> bool:
+        """One more lease on ``entry``, which the caller leases, for work that
+        outlives its request (a compaction); False when it was deleted meanwhile."""
+        return self._open.retain(entry.name, entry)
+
+    def _make_room(self) -> None:
+        """Close the least recently used idle databases until one more fits under
+        ``max_dbs_open`` (couch_server:maybe_close_lru_db); 503 ``all_dbs_active``
+        when every open one is leased: couch_server refuses the open rather than
+        go past the bound, which is what keeps descriptors and threads bounded."""
+        limit = self.options["max_dbs_open"]
+        for entry in self._open.evict_idle(keep=limit - 1):
+            entry.close()
+        if len(self._open) >= limit:
+            raise all_dbs_active(limit)
 
     def _settings_path(self, name: str) -> str:
         return os.path.join(self.root, "_settings", _dir_name(name) + ".json")
@@ -200,16 +279,17 @@ class Registry:
             ) from None
         return opts
 
-    def set_revs_limit(self, name: str, limit: int) -> None:
-        """CouchDB's ``PUT /{db}/_revs_limit``. The engine takes ``revs_limit`` per
-        session, so it is stored beside the database (for its next open) and set on
-        the open handle, which the requests running meanwhile go on using."""
-        if not is_db_name(name):
-            raise db_missing()
+    def set_revs_limit(self, entry: DbEntry, limit: int) -> None:
+        """CouchDB's ``PUT /{db}/_revs_limit`` on the caller's leased ``entry``. The
+        engine takes ``revs_limit`` per session, so it is stored beside the database
+        (for its next open) and set on the open handle, which the requests running
+        meanwhile go on using."""
         with self._lock:
-            entry = self._opened(name)
+            self._check_running()
+            if self._open.peek(entry.name) is not entry:
+                raise db_missing()  # deleted while the request ran
             write_json_durably(
-                self._settings_path(name), {"revs_limit": limit}, fsync=self.options["fsync"]
+                self._settings_path(entry.name), {"revs_limit": limit}, fsync=self.options["fsync"]
             )
             if entry.db.config["revs_limit"] != limit:
                 entry.db._set_revs_limit(limit)
@@ -219,18 +299,19 @@ class Registry:
         check_db_name(name)
         with self._lock:
             self._check_running()
-            if name in self._open or self._exists(name):
+            if self._open.peek(name) is not None or self._exists(name):
                 raise HTTPError(
                     412,
                     "file_exists",
                     "The database could not be created, the file already exists.",
                 )
+            self._make_room()  # couch_server makes room before a create too
             self._forget_settings(name)
             opts = db_options(self.options, creating=True)
             if shards is not None:
                 opts["shards"] = shards
             db = settee.open(self._path(name), **opts)
-            self._open[name] = DbEntry(name, db, self._local(name))
+            self._open.add(name, DbEntry(name, db, self._local(name)), leased=False)
 
     def delete(self, name: str) -> None:
         """Close and remove ``name`` with its local documents; 404 if missing (a name
@@ -239,12 +320,12 @@ class Registry:
             raise db_missing()
         with self._lock:
             self._check_running()
-            entry = self._open.pop(name, None)
+            # Leased or not: requests still using it then answer 404 (app.py).
+            entry = self._open.pop(name)
             if entry is None and not self._exists(name):
                 raise db_missing()
             if entry is not None:
-                entry.db.close()
-                entry.close_views()
+                entry.close()
             shutil.rmtree(self._views_dir(name), ignore_errors=True)
             # The metadata file goes first: a crash mid-removal leaves no half database
             # that would open (layout.py treats a directory without it as never created).
@@ -273,10 +354,9 @@ class Registry:
         """Close every open database (server shutdown). Idempotent."""
         with self._lock:
             self._closed = True
-            entries, self._open = list(self._open.values()), {}
+            entries = self._open.pop_all()
         for entry in entries:
-            entry.db.close()
-            entry.close_views()
+            entry.close()
 
     @property
     def stopping(self) -> bool:
@@ -287,7 +367,7 @@ class Registry:
         created) under ``<dir>/_views/<database>/<signature>``."""
         with self._lock:
             self._check_running()
-            if self._open.get(entry.name) is not entry:
+            if self._open.peek(entry.name) is not entry:
                 raise db_missing()  # deleted while the request ran: leave no index open
             index = entry.views.get(signature)
             if index is None:
@@ -300,7 +380,7 @@ class Registry:
         ``live`` (those no design document defines any more); the removed ones."""
         with self._lock:
             self._check_running()
-            if self._open.get(entry.name) is not entry:
+            if self._open.peek(entry.name) is not entry:
                 raise db_missing()
             folder = self._views_dir(entry.name)
             try:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from settee.serve.gunzip import Gunzip
+from settee.serve.lease import Lease
 from settee.serve.options import request_limit
 from settee.serve.protocol import HTTPError
 from settee.serve.registry import DbEntry, Registry
@@ -48,10 +49,9 @@ class State:
         """``fn(*args, **kwargs)`` on a worker thread."""
         return await self.loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
 
-    async def entry(self, name: str) -> DbEntry:
-        """The open database ``name`` (opened on a worker thread the first time)."""
-        cached = self.registry.cached(name)
-        return cached if cached is not None else await self.run(self.registry.get, name)
+    def lease(self, name: str) -> Lease:
+        """A hold on database ``name`` (``async with``): it stays open meanwhile."""
+        return Lease(self.registry, self.pool, name)
 
     def notify(self, entry: DbEntry) -> None:
         """From a worker thread, after a durable write: wake the changes feeds."""
