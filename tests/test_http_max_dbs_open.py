@@ -266,6 +266,81 @@ def test_when_every_open_database_is_in_use_another_is_refused_all_dbs_active(
         assert three.ok("GET", f"/{name}/held")["held"] is True
 
 
+def _feed(server: Server, db: str, feed: str) -> http.client.HTTPResponse:
+    """A live feed on ``db`` from now on, its headers read (the feed has started)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.handle.port, timeout=10)
+    conn.request("GET", f"/{db}/_changes?feed={feed}&since=now&timeout=30000")
+    response = conn.getresponse()
+    assert response.status == 200
+    return response
+
+
+def _next_id(response: http.client.HTTPResponse) -> str:
+    """The document id of the feed's next row (continuous: a line; eventsource: an event)."""
+    while True:
+        line = response.readline()
+        assert line, "the feed ended"
+        text = line.decode().removeprefix("data: ").strip()
+        if text.startswith("{"):
+            return str(json.loads(text)["id"])
+
+
+@pytest.mark.parametrize("feed", ["continuous", "eventsource"])
+def test_a_feed_gives_its_database_back_while_it_waits_and_still_gets_later_changes(
+    three: Server, feed: str
+) -> None:
+    """couch_changes closes its db while it waits: a waiting feed holds no
+    database open (database-per-user replication keeps one feed per user), and a
+    write to the database, reopened since, still wakes it."""
+    names = make_dbs(three, 5)
+    response = _feed(three, "db0", feed)
+    try:
+        touch_until_closed(three, "db0", names[1:])
+        three.ok("PUT", "/db0/later", {})
+        assert _next_id(response) == "later"  # within the read timeout, not at 30 s
+        touch_until_closed(three, "db0", names[1:])
+        three.ok("PUT", "/db0/later2", {})
+        assert _next_id(response) == "later2"
+    finally:
+        response.close()
+
+
+def test_a_longpoll_answers_a_write_to_its_reopened_database(three: Server) -> None:
+    names = make_dbs(three, 5)
+    answer: dict[str, Any] = {}
+    poll = threading.Thread(
+        target=lambda: answer.update(
+            three.ok("GET", "/db0/_changes?feed=longpoll&since=now&timeout=30000")
+        )
+    )
+    poll.start()
+    time.sleep(0.2)  # the poll is waiting
+    touch_until_closed(three, "db0", names[1:])
+    started = time.monotonic()
+    three.ok("PUT", "/db0/later", {})
+    poll.join(10)
+    assert [row["id"] for row in answer["results"]] == ["later"]
+    assert time.monotonic() - started < 5
+
+
+def test_a_feed_ends_when_its_database_is_deleted(three: Server) -> None:
+    """couch_changes stops on couch_event's ``deleted``; a database created again
+    under the name is another database, whose changes the feed must not report."""
+    make_dbs(three, 1)
+    response = _feed(three, "db0", "continuous")
+    try:
+        started = time.monotonic()
+        three.ok("DELETE", "/db0")
+        three.ok("PUT", "/db0")
+        three.ok("PUT", "/db0/other", {})
+        lines = response.read().splitlines()  # the feed ends: no 30 s timeout
+        assert time.monotonic() - started < 5
+        assert [json.loads(line) for line in lines if line.strip()][-1]["pending"] == 0
+        assert b"other" not in b"".join(lines)
+    finally:
+        response.close()
+
+
 def test_requests_given_up_by_their_clients_leave_no_lease(three: Server) -> None:
     """A client that goes away cancels its request (aiohttp): the lease is given
     back, or its database could never close again."""

@@ -8,10 +8,15 @@ function is 404 as in CouchDB.
 
 Waiting for new commits costs no polling: every write goes through this
 server (the engine's ``LOCK`` lets one process open a database), so each
-handler that wrote bumps the database's ``Notifier`` once the write is
-durable, and waiting feeds wake up. Timeouts follow couch_changes: without a
-heartbeat a feed stops after ``min(timeout, changes_timeout)`` ms; with one it
-sends a newline every ``min(heartbeat, changes_timeout)`` ms and never times out.
+handler that wrote bumps the database's name on the server's ``Notifier`` once
+the write is durable, and waiting feeds wake up. A live feed holds no lease
+while it waits, as couch_changes closes its db until couch_event says
+``updated``: its database may close to make room for others and is opened
+again when the feed reads. A feed whose database was deleted (or deleted and
+created again) ends as at its timeout, as CouchDB's ends on ``deleted``.
+Timeouts follow couch_changes: without a heartbeat a feed stops after
+``min(timeout, changes_timeout)`` ms; with one it sends a newline every
+``min(heartbeat, changes_timeout)`` ms and never times out.
 """
 
 from __future__ import annotations
@@ -380,7 +385,8 @@ def _leaf_doc(db: settee.Database, row: dict[str, Any], rev: str) -> dict[str, A
 async def handle_changes(
     state: State, request: web.BaseRequest, lease: Lease
 ) -> web.StreamResponse:
-    """``/{db}/_changes`` on the request's ``lease``."""
+    """``/{db}/_changes`` on the request's ``lease``, which a live feed gives back
+    while it waits (see the module's docstring)."""
     entry = lease.entry
     body: dict[str, Any] = {}
     if request.method == "POST":
@@ -416,8 +422,8 @@ async def handle_changes(
     # cut the stream (found in review: since=garbage broke the chunked answer).
     await state.run(_check_since, entry.db, since)
     if q.feed == "longpoll":
-        return await _longpoll(state, request, entry, q, since)
-    return await _continuous(state, request, entry, q, since)
+        return await _longpoll(state, request, lease, q, since)
+    return await _continuous(state, request, lease, q, since)
 
 
 def _check_since(db: settee.Database, since: Any) -> None:
@@ -467,14 +473,30 @@ async def _wait(state: State, event: asyncio.Event, seconds: float | None) -> bo
     return fired in done and not state.stopping.is_set()
 
 
+async def _lease_again(lease: Lease, incarnation: str) -> bool:
+    """Take a waiting feed's lease again, to read. False, holding nothing, when its
+    database is gone (deleted; or deleted and created again, whose seqs mean
+    nothing to this feed) or cannot open now (``all_dbs_active``, stopping): the
+    feed then ends as at its timeout, and its client resumes from ``last_seq``."""
+    try:
+        entry = await lease.acquire()
+    except (HTTPError, settee.SetteeError):
+        return False
+    if entry.incarnation != incarnation:
+        lease.release()
+        return False
+    return True
+
+
 async def _longpoll(
-    state: State, request: web.BaseRequest, entry: DbEntry, q: ChangesQuery, since: Any
+    state: State, request: web.BaseRequest, lease: Lease, q: ChangesQuery, since: Any
 ) -> web.StreamResponse:
     deadline = None if q.heartbeat is not None else time.monotonic() + q.timeout
+    incarnation = lease.entry.incarnation
     stream: web.StreamResponse | None = None
     while True:
-        event = entry.notifier.waiter()
-        result = await state.run(read_changes, entry.db, q, since)
+        event = state.notifier.waiter(lease.name)
+        result = await state.run(read_changes, lease.entry.db, q, since)
         remaining = None if deadline is None else deadline - time.monotonic()
         if (
             result["results"]
@@ -482,12 +504,14 @@ async def _longpoll(
             or (remaining is not None and remaining <= 0)
         ):
             break
-        if await _wait(state, event, q.heartbeat if deadline is None else remaining):
-            continue
-        if q.heartbeat is not None and not state.stopping.is_set():
+        lease.release()  # a waiting feed holds no database open
+        fired = await _wait(state, event, q.heartbeat if deadline is None else remaining)
+        if not fired and q.heartbeat is not None and not state.stopping.is_set():
             if stream is None:
                 stream = await _start_stream(request)
             await stream.write(b"\n")
+        if not await _lease_again(lease, incarnation):
+            break
     _sparse_seqs(result["results"], q)
     payload = await state.run(encode_json, result)
     if stream is None:
@@ -511,7 +535,7 @@ async def _start_stream(
 
 
 async def _continuous(
-    state: State, request: web.BaseRequest, entry: DbEntry, q: ChangesQuery, since: Any
+    state: State, request: web.BaseRequest, lease: Lease, q: ChangesQuery, since: Any
 ) -> web.StreamResponse:
     """One JSON row per line as changes arrive, then ``{"last_seq"}`` at the timeout;
     ``feed=eventsource``: each row a server-sent event (``data:`` the row, ``id:`` its
@@ -524,10 +548,11 @@ async def _continuous(
         stream = await _start_stream(request)
     sent = 0
     deadline = None if q.heartbeat is not None else time.monotonic() + q.timeout
+    incarnation = lease.entry.incarnation
     while not state.stopping.is_set():
-        event = entry.notifier.waiter()
+        event = state.notifier.waiter(lease.name)
         page = q if q.limit is None else _with_limit(q, q.limit - sent)
-        result = await state.run(read_changes, entry.db, page, since)
+        result = await state.run(read_changes, lease.entry.db, page, since)
         since = result["last_seq"]
         if result["results"]:
             rows = result["results"]
@@ -540,12 +565,17 @@ async def _continuous(
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             break
-        if not await _wait(state, event, q.heartbeat if deadline is None else remaining):
-            if q.heartbeat is None:
-                break
+        lease.release()  # a waiting feed holds no database open
+        fired = await _wait(state, event, q.heartbeat if deadline is None else remaining)
+        beat = not fired and q.heartbeat is not None
+        if beat and not state.stopping.is_set():
             await stream.write(b"event: heartbeat\ndata: \n\n" if events else b"\n")
+        if not await _lease_again(lease, incarnation) or not (fired or beat):
+            break  # gone, or timed out (leased again for the pending count below)
     if not events:
-        pending = await state.run(revs.changes_pending, entry.db, since)
+        pending = 0  # unknown once the database is gone
+        if lease.held:
+            pending = await state.run(revs.changes_pending, lease.entry.db, since)
         await stream.write(encode_json({"last_seq": since, "pending": pending}))
     await stream.write_eof()
     return stream

@@ -247,6 +247,7 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
                 "Did you mean to DELETE a document instead?",
             )
         await state.run(state.registry.delete, name)
+        state.notifier.bump(name)  # its live feeds wake, find it gone and end
         return respond(reply(200, {"ok": True}))
     async with state.lease(name) as lease:
         return await handle_open_db(state, request, lease.entry)

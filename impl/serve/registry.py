@@ -23,7 +23,7 @@ exceptions, as before). When every open database is leased the open fails with
 503 ``all_dbs_active``, as couch_server refuses it (CouchDB answers 500
 ``{"error": "error", "reason": "all_dbs_active"}`` through its catch-all; 503
 says what it is: retry). A closed database is simply opened again on its next
-use. A live ``_changes`` feed holds its lease until it ends.
+use; a live ``_changes`` feed holds no lease while it waits (notifier.py).
 
 ``acquire`` may block (opening, and closing idle databases, is file I/O): the
 app calls it on a worker thread, and ``try_acquire``/``release`` (never
@@ -32,7 +32,6 @@ blocking) on the event loop. Every other method blocks too (file I/O, fsync).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -55,7 +54,6 @@ from settee.spec.errors import CorruptionError
 
 __all__ = [
     "DbEntry",
-    "Notifier",
     "Registry",
     "all_dbs_active",
     "check_db_name",
@@ -104,26 +102,6 @@ def db_missing() -> HTTPError:
     return HTTPError(404, "not_found", "Database does not exist.")
 
 
-class Notifier:
-    """Wakes the ``_changes`` feeds waiting on one database. Event-loop side only:
-    writers on worker threads call ``bump`` through ``loop.call_soon_threadsafe``."""
-
-    def __init__(self) -> None:
-        self._event: asyncio.Event | None = None
-
-    def waiter(self) -> asyncio.Event:
-        """An event set by the next ``bump``: take it *before* reading the changes,
-        so a write that lands in between still wakes the reader."""
-        if self._event is None:
-            self._event = asyncio.Event()
-        return self._event
-
-    def bump(self) -> None:
-        event, self._event = self._event, None
-        if event is not None:
-            event.set()
-
-
 @dataclass(eq=False)
 class DbEntry:
     """One open database and what the server keeps beside it."""
@@ -131,7 +109,6 @@ class DbEntry:
     name: str
     db: settee.Database
     local: LocalDocs
-    notifier: Notifier = field(default_factory=Notifier)
     compactions: int = 0
     design: DesignFunctions = field(default_factory=DesignFunctions)
     #: View indexes opened so far, by signature (``viewindex``).

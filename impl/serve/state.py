@@ -17,6 +17,7 @@ from aiohttp import web
 
 from settee.serve.gunzip import Gunzip
 from settee.serve.lease import Lease
+from settee.serve.notifier import Notifier
 from settee.serve.options import request_limit
 from settee.serve.protocol import HTTPError
 from settee.serve.registry import DbEntry, Registry
@@ -44,6 +45,8 @@ class State:
         self.pool = ThreadPoolExecutor(options["threads"], thread_name_prefix="settee-serve")
         self.stopping = asyncio.Event()
         self.background: set[asyncio.Future[Any]] = set()
+        #: Wakes the live ``_changes`` feeds, by database name (event-loop side).
+        self.notifier = Notifier()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on a worker thread."""
@@ -55,7 +58,7 @@ class State:
 
     def notify(self, entry: DbEntry) -> None:
         """From a worker thread, after a durable write: wake the changes feeds."""
-        self.loop.call_soon_threadsafe(entry.notifier.bump)
+        self.loop.call_soon_threadsafe(self.notifier.bump, entry.name)
 
     async def read_body(self, request: web.BaseRequest) -> bytes:
         """The whole request body, read as the bytes arrive (no small fixed reads,
