@@ -266,6 +266,30 @@ def test_when_every_open_database_is_in_use_another_is_refused_all_dbs_active(
         assert three.ok("GET", f"/{name}/held")["held"] is True
 
 
+def test_a_compaction_keeps_its_database_open_after_its_request(
+    three: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """POST /db/_compact answers 202 at once and compacts on a worker: that work
+    holds a lease of its own (couch_db:is_idle is false while a compaction runs)."""
+    names = make_dbs(three, 5)
+    real_compact = settee.Database.compact
+
+    def slow_compact(self: settee.Database) -> None:
+        time.sleep(0.5)
+        real_compact(self)
+
+    monkeypatch.setattr(settee.Database, "compact", slow_compact)
+    with caplog.at_level(logging.WARNING, logger="settee.serve"):
+        assert three.call("POST", "/db0/_compact", {})[0] == 202
+        while three.ok("GET", "/db0")["compact_running"]:
+            for name in names[1:]:
+                three.ok("GET", f"/{name}/doc")
+                assert "db0" in three.open_dbs()
+    assert not caplog.records, caplog.text
+    touch_until_closed(three, "db0", names[1:])  # idle again once it finished
+    assert three.ok("GET", "/db0/doc")["db"] == "db0"
+
+
 def _feed(server: Server, db: str, feed: str) -> http.client.HTTPResponse:
     """A live feed on ``db`` from now on, its headers read (the feed has started)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.handle.port, timeout=10)
