@@ -18,9 +18,13 @@ and owns its sockets' options.
 Every engine call and every JSON encode/decode of a body runs on a thread
 pool (``State.run``), never on the event loop.
 
-Modules, in reading order: options → sockets → protocol → registry → local →
-revs (the only reader of engine internals) → state → docchecks → validation →
-doccopy → docs → alldocs → bulk → dbs → changes → app → server → cli.
+Databases open on first use, at most ``max_dbs_open`` at once: requests lease
+theirs, and the least recently used idle ones close to make room (registry.py).
+
+Modules, in reading order: options → sockets → protocol → local → lru →
+registry → lease → notifier → revs (the only reader of engine internals) →
+state → docchecks → validation → doccopy → docs → alldocs → bulk → dbs →
+changes → app → server → cli.
 """
 
 from __future__ import annotations
