@@ -9,6 +9,7 @@ server's directory (``/proc/self/fd``; the server runs in-process), by database.
 
 from __future__ import annotations
 
+import gc
 import http.client
 import json
 import logging
@@ -288,6 +289,24 @@ def test_a_compaction_keeps_its_database_open_after_its_request(
     assert not caplog.records, caplog.text
     touch_until_closed(three, "db0", names[1:])  # idle again once it finished
     assert three.ok("GET", "/db0/doc")["db"] == "db0"
+
+
+def test_reopening_a_database_does_not_pile_up_its_compiled_functions(three: Server) -> None:
+    """A database closed to make room compiles its design functions again when it
+    reopens; the isolate must drop the old copies (it kept every one, until it ran
+    out of memory and failed a request)."""
+    pytest.importorskip("py_mini_racer", reason="design functions need mini-racer")
+    from settee.serve.js import runtime
+
+    names = make_dbs(three, 5)
+    three.ok("PUT", "/db0/_design/v", {"validate_doc_update": "function(doc) {}"})
+    three.ok("PUT", "/db0/first", {})
+    before = runtime().compiled()
+    for i in range(20):
+        touch_until_closed(three, "db0", names[1:])
+        three.ok("PUT", f"/db0/again{i}", {})  # the validator, compiled anew
+    gc.collect()
+    assert runtime().compiled() <= before + 1
 
 
 def _feed(server: Server, db: str, feed: str) -> http.client.HTTPResponse:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
+from collections import deque
 from typing import Any
 
 from settee.serve.protocol import HTTPError
@@ -88,11 +90,16 @@ def js_available() -> str | None:
 
 
 class JsFunction:
-    """One compiled function; call it with JSON-able arguments."""
+    """One compiled function; call it with JSON-able arguments. The isolate keeps
+    it until ``forget`` or until no Python object refers to it any more."""
 
-    def __init__(self, runtime: JsRuntime, handle: str) -> None:
+    def __init__(self, runtime: JsRuntime, handle: str, generation: int) -> None:
         self._runtime = runtime
         self._handle = handle
+        # A database closed to make room (max_dbs_open) drops its compiled functions
+        # and compiles them again when it reopens: without this the isolate kept
+        # every old copy until it ran out of memory and failed a request.
+        weakref.finalize(self, runtime.forget_later, handle, generation)
 
     def __call__(self, *args: Any) -> Any:
         return self._runtime.call(self._handle, list(args), collect=False)
@@ -115,6 +122,8 @@ class JsRuntime:
         #: Bumped when the isolate is replaced (after it ran out of memory): every
         #: function compiled before is gone, and callers compile again.
         self.generation = 0
+        #: (handle, generation) of functions no Python object refers to any more.
+        self._unreferenced: deque[tuple[str, int]] = deque()
 
     def _context(self) -> Any:
         if self._ctx is None:
@@ -134,16 +143,19 @@ class JsRuntime:
         if not isinstance(source, str):
             raise HTTPError(400, "compilation_error", f"{where} is not a string of JavaScript")
         with self._lock:
+            self._forget_unreferenced()
             try:
                 handle = self._eval(f"__settee_compile({json.dumps(source)})")
             except HTTPError as exc:
                 raise HTTPError(400, "compilation_error", f"{where}: {exc.reason}") from exc
-        return JsFunction(self, str(handle))
+            generation = self.generation
+        return JsFunction(self, str(handle), generation)
 
     def call(self, handle: str, args: list[Any], *, collect: bool) -> Any:
         payload = json.dumps(json.dumps(args, ensure_ascii=False))
         code = f"__settee_call({json.dumps(handle)}, {payload}, {'true' if collect else 'false'})"
         with self._lock:
+            self._forget_unreferenced()
             text = self._eval(code)
         try:
             answer = json.loads(text)
@@ -163,6 +175,31 @@ class JsRuntime:
         with self._lock:
             if self._ctx is not None:
                 self._eval(f"__settee_forget({json.dumps(handle)})")
+
+    def forget_later(self, handle: str, generation: int) -> None:
+        """Forget ``handle`` at the next call into the isolate. The garbage collector
+        calls this, on whatever thread it runs, perhaps one inside ``_eval``
+        holding the lock: so it only queues the handle."""
+        self._unreferenced.append((handle, generation))
+
+    def _forget_unreferenced(self) -> None:
+        """Forget the queued handles (holding the lock). Handles restart at 0 in a
+        replaced isolate, so one of an older generation is dropped, not forgotten."""
+        handles = []
+        while self._unreferenced:
+            handle, generation = self._unreferenced.popleft()
+            if generation == self.generation:
+                handles.append(handle)
+        if handles and self._ctx is not None:
+            self._eval(f"{json.dumps(handles)}.forEach(__settee_forget)")
+
+    def compiled(self) -> int:
+        """How many functions the isolate holds (0 before it starts)."""
+        with self._lock:
+            if self._ctx is None:
+                return 0
+            self._forget_unreferenced()
+            return int(self._eval("Object.keys(__settee.fns).length"))
 
     def _eval(self, code: str) -> Any:
         ctx = self._context()  # 400 with how to install it when mini-racer is absent
