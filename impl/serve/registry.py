@@ -15,15 +15,18 @@ Databases are opened on first use and kept open in least-recently-used order,
 at most ``max_dbs_open`` of them (CouchDB's ``[couchdb] max_dbs_open``): each
 holds 10 file descriptors and 4 writer threads, plus its view indexes, so a
 server of database-per-user applications would otherwise run out of both. A
-request *leases* its database (``acquire`` … ``release``, ``state.Lease`` on
-the app's side) for as long as it uses the entry, streamed answers included.
-Opening one more database first closes the least recently used ones that no
-request leases; one in use is never closed (a DELETE and shutdown are the
-exceptions, as before). When every open database is leased the open fails with
-503 ``all_dbs_active``, as couch_server refuses it (CouchDB answers 500
-``{"error": "error", "reason": "all_dbs_active"}`` through its catch-all; 503
-says what it is: retry). A closed database is simply opened again on its next
-use; a live ``_changes`` feed holds no lease while it waits (notifier.py).
+request *leases* its database (``acquire`` … ``release``; ``lease.Lease`` on
+the app's side) for as long as it uses the entry, streamed answers included,
+and a background compaction ``retain``s one until it ends. Opening one more
+database first closes the least recently used ones that no request leases;
+one in use is never closed (a DELETE and shutdown are the exceptions, as
+before). When every open database is leased the open fails with 503
+``all_dbs_active``, as couch_server refuses it rather than go past the bound
+(CouchDB answers 500 ``{"error": "error", "reason": "all_dbs_active"}``
+through its catch-all; 503 says what it is: retry). A closed database is
+simply opened again on its next use; a live ``_changes`` feed holds no lease
+while it waits (notifier.py). View indexes close with their database, so the
+bound holds them too (CouchDB counts them apart).
 
 ``acquire`` may block (opening, and closing idle databases, is file I/O): the
 app calls it on a worker thread, and ``try_acquire``/``release`` (never
