@@ -24,7 +24,7 @@ theirs, and the least recently used idle ones close to make room (registry.py).
 Modules, in reading order: options → sockets → protocol → local → lru →
 registry → lease → notifier → revs (the only reader of engine internals) →
 state → docchecks → validation → doccopy → docs → alldocs → bulk → dbs →
-changes → app → server → cli.
+changes → cluster → app → server → cli.
 """
 
 from __future__ import annotations
