@@ -859,6 +859,32 @@ def test_changes_runs_filter_and_view_functions(client: Client, db: str) -> None
     assert [row["doc"]["age"] >= 23 for row in one["results"]] == [True]
 
 
+def test_a_live_feed_keeps_its_filter_when_the_design_document_changes(
+    server: Any, client: Client, db: str
+) -> None:
+    """couch_changes resolves a feed's filter once, when it starts. Editing the
+    design document made settee free the compiled function the running feed
+    still called, and the feed failed at its next change."""
+    pytest.importorskip("py_mini_racer")
+    rev = put(client, db, "_design/q", {"filters": {"f": "function(doc) { return doc.ok; }"}})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", f"{db}/_changes?feed=continuous&filter=q/f&timeout=3000")
+        feed = conn.getresponse()
+        assert feed.status == 200
+        put(client, db, "a", {"ok": True})
+        assert json.loads(feed.readline())["id"] == "a"
+        edited = {"_rev": rev, "filters": {"f": "function(doc) { return false; }"}}
+        assert client("PUT", f"{db}/_design/q", edited).status == 201
+        put(client, db, "b", {"ok": False})
+        put(client, db, "c", {"ok": True})
+        rows = [json.loads(line) for line in feed.read().splitlines() if line.strip()]
+    finally:
+        conn.close()
+    assert [row.get("id") for row in rows[:-1]] == ["c"], rows
+    assert "last_seq" in rows[-1]
+
+
 @pytest.mark.parametrize(
     ("source", "error"),
     [

@@ -32,12 +32,10 @@ def user_ctx(db_name: str) -> dict[str, Any]:
 class _Ddoc:
     rev: str
     doc: dict[str, Any]
+    #: A function leaves the isolate once nothing refers to it (js.JsFunction): a
+    #: live feed that resolved its filter before the design document changed
+    #: keeps calling it, as couch_changes keeps the filter it started with.
     compiled: dict[tuple[str, ...], JsFunction] = field(default_factory=dict)
-
-    def forget(self) -> None:
-        for function in self.compiled.values():
-            function.forget()
-        self.compiled.clear()
 
 
 class DesignFunctions:
@@ -56,7 +54,7 @@ class DesignFunctions:
                 self._ddocs.clear()  # the isolate was replaced: nothing compiled survives
                 self._generation = runtime().generation
             for ddoc_id in [d for d in self._ddocs if revs.get(d) != self._ddocs[d].rev]:
-                self._ddocs.pop(ddoc_id).forget()
+                del self._ddocs[ddoc_id]
             missing = [d for d in revs if d not in self._ddocs]
         for ddoc_id in missing:
             try:

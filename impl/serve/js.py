@@ -91,7 +91,7 @@ def js_available() -> str | None:
 
 class JsFunction:
     """One compiled function; call it with JSON-able arguments. The isolate keeps
-    it until ``forget`` or until no Python object refers to it any more."""
+    it until no Python object refers to it any more."""
 
     def __init__(self, runtime: JsRuntime, handle: str, generation: int) -> None:
         self._runtime = runtime
@@ -108,9 +108,6 @@ class JsFunction:
         """A map function's ``emit``s for these arguments."""
         rows: list[list[Any]] = self._runtime.call(self._handle, list(args), collect=True)
         return rows
-
-    def forget(self) -> None:
-        self._runtime.forget(self._handle)
 
 
 class JsRuntime:
@@ -170,11 +167,6 @@ class JsRuntime:
         if "thrown" in answer:
             raise Thrown(answer["thrown"])
         return answer["ok"]
-
-    def forget(self, handle: str) -> None:
-        with self._lock:
-            if self._ctx is not None:
-                self._eval(f"__settee_forget({json.dumps(handle)})")
 
     def forget_later(self, handle: str, generation: int) -> None:
         """Forget ``handle`` at the next call into the isolate. The garbage collector
