@@ -81,7 +81,7 @@ from settee.spec.attachments import (
     since_position,
     validate_attachment_name,
 )
-from settee.spec.config import validate_options
+from settee.spec.config import OPTIONS, validate_options
 from settee.spec.docs import ValidDoc, render_doc, validate_doc, validate_docid
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.keys import before_start, in_range, sort_ids
@@ -130,6 +130,11 @@ def open(path: str | None = None, **options: Any) -> ReferenceDB:
     """Open (creating if needed) the reference database at directory ``path``,
     or a memory-only one when ``path`` is None."""
     return ReferenceDB(check_path(path, optional=True), validate_options(**options))
+
+
+# The options open takes (settee's, not the io layer's ``fs``): the proof asks this of
+# a factory that takes ``**options`` before running a campaign that needs ``fs``.
+open.accepted_options = frozenset(OPTIONS)  # type: ignore[attr-defined]
 
 
 def _check_record(docid: Any, seq: Any, tree: Any, bodies: Any, more: list[Any]) -> None:

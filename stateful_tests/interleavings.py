@@ -250,7 +250,7 @@ def _run_threads(spec: str, scenario: Scenario) -> RunResult:
 
         def body(client: Any) -> None:
             barrier.wait()
-            reader = scenario.reader and client.index == len(clients) - 1
+            reader = follower is not None and client.index == len(clients) - 1
             client.run(follower if reader else db)
 
         threads = [threading.Thread(target=body, args=(c,), daemon=True) for c in clients]

@@ -78,6 +78,23 @@ def test_real_threads_are_linearizable(
     record_property("histories", runs)
 
 
+def test_real_threads_run_an_engine_without_readonly_handles() -> None:
+    """A scenario with a readonly reader runs its other clients alone on an engine
+    whose factory takes no ``readonly`` (the reference, settee.http:open, a third
+    party's): the reader's client was dropped but the group writer was then taken
+    for it and called None, so settee verify's stress campaign failed every such
+    engine (found in review)."""
+    rng = random.Random("no-readonly")
+    readers = 0
+    while readers < 4:
+        scenario = random_scenario(rng, read_mode="parallel")
+        if not scenario.reader:
+            continue
+        readers += 1
+        result = run_threads("settee.reference:open", scenario)
+        assert not result.problems, result.report()
+
+
 def test_a_scanning_reader_over_several_shards_asks_only_one_shard_reads() -> None:
     """A readonly handle without HEADS scans each shard on its own, so SEMANTICS §1
     promises one instant only for its one-shard reads; asking more made the

@@ -169,3 +169,18 @@ def test_the_corruption_campaign_runs_on_any_engine_built_on_settees_io() -> Non
 
     assert _unsupported("corruption", "settee:Database") == ""
     assert _unsupported("corruption", "settee.http:open") != ""  # no fs=: skipped
+
+
+def test_verify_passes_on_the_reference_and_skips_what_needs_settees_io(tmp_path: Path) -> None:
+    """README: any factory can be checked. On the reference the crash campaign opened
+    it with ``fs=`` (its ``**options`` refuse it: BadRequest ended the run) and the
+    stress campaign called None for a readonly reader it cannot open (found in
+    review); both are engines' answers the proof must take."""
+    report = tmp_path / "summary.json"
+    args = ("--engine", "settee.reference:open", "--examples", "4", "--seed", "1")
+    run = _verify(tmp_path, *args, "--jobs", "2", "--json", str(report))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    campaigns = {c["name"]: c for c in json.loads(report.read_text())["campaigns"]}
+    assert campaigns["stress"]["histories"] > 0 and campaigns["equivalence"]["operations"] > 0
+    assert all(c["failures"] == 0 for c in campaigns.values())
+    assert "skipped" in run.stdout
