@@ -61,8 +61,10 @@ def load(db: Database, source: TextIO) -> int:
             continue
         try:
             batch.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"line {number} is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            # Not only JSONDecodeError: json raises a plain ValueError for an int past
+            # Python's 4,300 digits and recurses once per nesting level.
+            raise BadRequest(f"line {number} is not JSON settee can load: {exc}") from None
         if len(batch) >= LOAD_BATCH:
             count += _store(db, batch)
             batch = []

@@ -181,3 +181,23 @@ def test_dump_then_load_keeps_attachments(tmp_path: Any) -> None:
             load(target, io.StringIO(out.getvalue()))
             assert target.get("p", revs=True) == source.get("p", revs=True)
             assert target.attachment("p", "a.png") == source.attachment("p", "a.png")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[" * 100_000,  # json's decoder recursed: a raw RecursionError
+        '{"_id": "a", "_rev": "1-a", "x": ' + "1" * 5000 + "}",  # a raw ValueError
+        '{"_id": "a", "_rev": "1-a", "x": NaN}',
+        '{"_id": "a", "_rev": "1-a", "x": 1e999}',
+        '["not", "a", "document"]',
+    ],
+    ids=["nested 100,000 deep", "int of 5000 digits", "NaN", "inf", "a list"],
+)
+def test_load_refuses_a_hostile_line_with_bad_request(tmp_path: Any, line: str) -> None:
+    """Found in review: a line nested 100,000 deep or holding a 5,000-digit number made
+    ``settee load`` fail with a raw RecursionError or ValueError and a traceback."""
+    with settee.open(str(tmp_path / "db")) as db:
+        with pytest.raises(settee.BadRequest):
+            load(db, io.StringIO('{"_id": "b", "_rev": "1-b"}\n' + line + "\n"))
+        assert db.info()["doc_count"] == 0
