@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,9 +39,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _utf8(stream: object) -> None:
+    """Make a standard stream UTF-8: a dump's JSON lines are UTF-8 whatever the
+    locale (ids and bodies hold any character; an ASCII locale's stdout could not
+    write them), and ``load`` refuses other bytes instead of guessing."""
+    if isinstance(stream, io.TextIOWrapper):
+        stream.reconfigure(encoding="utf-8", errors="strict")
+
+
 def _cmd_dump(args: argparse.Namespace) -> int:
     from settee.transfer import dump
 
+    _utf8(sys.stdout)
     with settee.open(args.path, create=False) as db:
         count = dump(db, sys.stdout)
     print(f"dumped {count} revisions", file=sys.stderr)
@@ -50,6 +60,7 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 def _cmd_load(args: argparse.Namespace) -> int:
     from settee.transfer import load
 
+    _utf8(sys.stdin)
     with settee.open(args.path) as db:
         count = load(db, sys.stdin)
     print(f"loaded {count} revisions into {args.path}", file=sys.stderr)

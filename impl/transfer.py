@@ -56,7 +56,7 @@ def load(db: Database, source: TextIO) -> int:
     """Store every JSON line of ``source`` with new_edits=False; return how many."""
     batch: list[dict[str, Any]] = []
     count = 0
-    for number, line in enumerate(source, 1):
+    for number, line in _numbered_lines(source):
         if not line.strip():
             continue
         try:
@@ -69,6 +69,19 @@ def load(db: Database, source: TextIO) -> int:
             count += _store(db, batch)
             batch = []
     return count + _store(db, batch)
+
+
+def _numbered_lines(source: TextIO) -> Iterator[tuple[int, str]]:
+    """The lines of ``source`` numbered from 1; input that cannot be decoded (bytes
+    that are not UTF-8) is BadRequest, not a raw UnicodeDecodeError."""
+    lines = enumerate(source, 1)
+    while True:
+        try:
+            yield next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"the input is not UTF-8, as settee dump writes it: {exc}") from None
 
 
 def _store(db: Database, batch: list[dict[str, Any]]) -> int:

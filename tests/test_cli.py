@@ -201,3 +201,30 @@ def test_load_refuses_a_hostile_line_with_bad_request(tmp_path: Any, line: str) 
         with pytest.raises(settee.BadRequest):
             load(db, io.StringIO('{"_id": "b", "_rev": "1-b"}\n' + line + "\n"))
         assert db.info()["doc_count"] == 0
+
+
+def test_dump_and_load_speak_utf8_whatever_the_locale(tmp_path: Any) -> None:
+    """Found in review: under an ASCII or Latin-1 locale ``settee dump`` died with a raw
+    UnicodeEncodeError on a non-ASCII id, and ``settee load`` of bytes that are not
+    UTF-8 (under a UTF-8 locale) with a raw UnicodeDecodeError: the JSON lines are
+    UTF-8 on every machine."""
+    source, target = str(tmp_path / "a"), str(tmp_path / "b")
+    with settee.open(source) as db:
+        db.put({"_id": "é😀", "x": "ü"})
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+    run = [sys.executable, "-m", "settee"]
+    dumped = subprocess.run([*run, "dump", source], capture_output=True, env=env, timeout=60)
+    assert dumped.returncode == 0, dumped.stderr
+    assert "é😀".encode() in dumped.stdout
+    loaded = subprocess.run(
+        [*run, "load", target], input=dumped.stdout, capture_output=True, env=env, timeout=60
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    with settee.open(target) as db:
+        assert db.get("é😀")["x"] == "ü"
+    env["PYTHONIOENCODING"] = "utf-8"
+    refused = subprocess.run(
+        [*run, "load", target], input=b"\xff\xfe{}\n", capture_output=True, env=env, timeout=60
+    )
+    assert refused.returncode == 1 and b"Traceback" not in refused.stderr, refused.stderr
+    assert b"UTF-8" in refused.stderr
