@@ -2188,6 +2188,95 @@ def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) 
             handle.stop()
 
 
+#: Side-file damage that JSON parsing alone does not catch: a flipped bit in a member's
+#: name (``"rev"`` -> ``"reu"``) keeps the file valid JSON; a file replaced by a
+#: directory or a symlink loop.
+_SIDE_DAMAGES = ("{}", "[]", '"x"', '{"id": "ck", "reu": 1, "body": {}}', "directory", "loop")
+
+
+@pytest.mark.parametrize("damage", _SIDE_DAMAGES)
+def test_local_side_files_of_the_wrong_shape_or_no_files_are_corruption(
+    tmp_path: Path, damage: str
+) -> None:
+    """Found in review: a _local document's file that parses to another shape answered
+    a raw KeyError or TypeError (500 unknown_error, a traceback in the log) on every
+    read of it and of _local_docs; one replaced by a directory or a symlink loop a raw
+    OSError, and _security likewise. Each is now CouchDB's corruption error naming the
+    file, and _local_docs no longer skips a document file that does not parse."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/side").status == 201
+        assert c("PUT", "/side/_local/ck", {"seq": 1}).status == 201
+        assert c("PUT", "/side/_security", {"admins": {"names": ["bob"]}}).status == 200
+    finally:
+        handle.stop()
+    folder = tmp_path / "_local" / "side"
+    [local] = [p for p in folder.iterdir() if p.name != "_security.json"]
+    security = (folder / "_security.json", ("/side/_security",))
+    for found, paths in ((local, ("/side/_local/ck", "/side/_local_docs")), security):
+        if found != local and damage.startswith("{"):
+            continue  # any object is a security object
+        pristine = found.read_bytes()
+        found.unlink()
+        if damage == "directory":
+            found.mkdir()
+        elif damage == "loop":
+            found.symlink_to(found.name)
+        else:
+            found.write_text(damage)
+        handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+        try:
+            c = Client(handle.port)
+            for path in paths:
+                r = c("GET", path)
+                assert r.json["error"] == "corruption" and found.name in r.json["reason"], r.raw
+            if found is local:
+                r = c("PUT", "/side/_local/ck", {"seq": 2})
+                assert r.json["error"] == "corruption", r.raw
+            else:  # written over (a symlink is replaced), or refused naming the file
+                r = c("PUT", "/side/_security", {"admins": {"names": ["eve"]}})
+                reason = r.json.get("reason", "")
+                assert r.status == 200 or reason.startswith(str(found) + ": "), r.raw
+        finally:
+            handle.stop()
+        if found.is_dir() and not found.is_symlink():
+            found.rmdir()
+        else:
+            found.unlink()
+        found.write_bytes(pristine)
+    local.write_text('{"id": "ck", "rev": ')  # cut short: GET said so, the listing skipped it
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        r = Client(handle.port)("GET", "/side/_local_docs")
+        assert r.json["error"] == "corruption" and local.name in r.json["reason"], r.raw
+    finally:
+        handle.stop()
+
+
+def test_a_damaged_legacy_local_file_is_corruption(tmp_path: Path) -> None:
+    """An earlier release's one-file store of _local documents (``_local/<db>.json``)
+    that does not parse, or parses to another shape, was a raw JSONDecodeError,
+    KeyError or TypeError on every _local request (found in review)."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        assert Client(handle.port)("PUT", "/old").status == 201
+    finally:
+        handle.stop()
+    legacy = tmp_path / "_local" / "old.json"
+    legacy.parent.mkdir(exist_ok=True)
+    for damage in ('{"docs": ', "[]", '{"dogs": {}}', '{"docs": {"ck": {"rev": 1}}}'):
+        legacy.write_text(damage)
+        handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+        try:
+            for path in ("/old/_local/ck", "/old/_local_docs"):
+                r = Client(handle.port)("GET", path)
+                assert r.json["error"] == "corruption" and "old.json" in r.json["reason"], r.raw
+        finally:
+            handle.stop()
+        assert legacy.read_text() == damage, "the damaged file must be kept"
+
+
 def test_a_damaged_attachment_chunk_stops_the_answer_and_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -93,7 +93,17 @@ def local_etag(doc: dict[str, Any]) -> str:
 
 def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
     """Replace the file ``path`` with ``value`` as JSON: write a temporary file, fsync,
-    rename over, fsync the directory, so a crash leaves the old file or the new one."""
+    rename over, fsync the directory, so a crash leaves the old file or the new one.
+    A path that cannot be written (a directory, or a file where its folder should
+    be) is a SetteeError naming it, not a raw OSError (found in review: a 500 with
+    a traceback)."""
+    try:
+        _write_json(path, value, fsync=fsync)
+    except OSError as exc:
+        raise SetteeError(f"{path}: cannot be written ({exc}): fix or remove it") from None
+
+
+def _write_json(path: str, value: Any, *, fsync: bool) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     try:
@@ -127,13 +137,20 @@ class LocalDocs:
     @staticmethod
     def read_json(path: str) -> Any:
         """The JSON a side file holds (FileNotFoundError passes); a file that does
-        not parse is a CorruptionError naming it (found in review: a raw
-        JSONDecodeError, a 500 with a traceback on every request)."""
-        with open(path, encoding="utf-8") as f:
-            try:
+        not parse, or cannot be read (a directory, a symlink loop), is a
+        CorruptionError naming it (found in review: a raw JSONDecodeError or
+        OSError, a 500 with a traceback on every request)."""
+        try:
+            with open(path, encoding="utf-8") as f:
                 return json.load(f)
-            except ValueError as exc:
-                raise CorruptionError(path, 0, f"not JSON ({exc}): restore or remove it") from None
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise CorruptionError(
+                path, 0, f"cannot be read ({exc}): restore or remove it"
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            raise CorruptionError(path, 0, f"not JSON ({exc}): restore or remove it") from None
 
     def _file(self, doc_id: str) -> str:
         digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()
@@ -145,12 +162,12 @@ class LocalDocs:
         if doc_id in self._cache:
             return self._cache[doc_id]
         try:
-            entry: dict[str, Any] | None = self.read_json(self._file(doc_id))
+            entry: dict[str, Any] | None = _checked(
+                self._file(doc_id), self.read_json(self._file(doc_id))
+            )
         except FileNotFoundError:
             entry = None
-        if entry is not None and not isinstance(entry, dict):
-            raise CorruptionError(self._file(doc_id), 0, "not a JSON object: restore or remove it")
-        if entry is not None and entry.get("id") != doc_id:
+        if entry is not None and entry["id"] != doc_id:
             entry = None  # a hash collision: not this document (never seen in practice)
         self._cache[doc_id] = entry
         return entry
@@ -160,17 +177,19 @@ class LocalDocs:
         if self._migrated:
             return
         try:
-            with open(self.legacy, encoding="utf-8") as f:
-                docs = json.load(f)["docs"]
+            stored = self.read_json(self.legacy)
         except FileNotFoundError:
             self._migrated = True
             return
-        for doc_id, entry in docs.items():
-            write_json_durably(
-                self._file(doc_id),
-                {"id": doc_id, "rev": entry["rev"], "body": entry["body"]},
-                fsync=self._fsync,
-            )
+        docs = stored.get("docs") if isinstance(stored, dict) else None
+        if not isinstance(docs, dict):
+            raise CorruptionError(self.legacy, 0, 'no "docs" object: restore or remove it')
+        entries = [
+            _checked(self.legacy, {"id": i, **old} if isinstance(old, dict) else old)
+            for i, old in docs.items()
+        ]
+        for entry in entries:
+            write_json_durably(self._file(entry["id"]), entry, fsync=self._fsync)
         # Only once every document has its own file; a crash before this repeats the
         # split, which nothing can have changed in between (writes wait for it).
         os.replace(self.legacy, self.legacy + ".migrated")
@@ -235,15 +254,19 @@ class LocalDocs:
                 names = sorted(os.listdir(self.path))
             except FileNotFoundError:
                 return []
+            except OSError as exc:  # not a directory, a symlink loop
+                raise CorruptionError(self.path, 0, f"cannot be listed ({exc})") from None
             docs = []
             for name in names:
                 if len(name) != 45 or not name.endswith(".json"):
                     continue  # _security.json, temporary files
+                path = os.path.join(self.path, name)
                 try:
-                    with open(os.path.join(self.path, name), encoding="utf-8") as f:
-                        entry = json.load(f)
-                except (FileNotFoundError, ValueError):
-                    continue  # removed meanwhile, or torn (write_json_durably renames whole)
+                    # A file that does not parse is damage, as a get of it says: never
+                    # torn (write_json_durably renames it whole), so not skipped.
+                    entry = _checked(path, self.read_json(path))
+                except FileNotFoundError:
+                    continue  # removed meanwhile
                 docs.append({"_id": entry["id"], "_rev": f"0-{entry['rev']}", **entry["body"]})
         return sorted(docs, key=lambda doc: doc["_id"])
 
@@ -255,7 +278,9 @@ class LocalDocs:
             except FileNotFoundError:
                 return {"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}}
         if not isinstance(value, dict):
-            raise SetteeError(f"{self._security_file()}: not a JSON object (restore or remove it)")
+            raise CorruptionError(
+                self._security_file(), 0, "not a JSON object: restore or remove it"
+            )
         return value
 
     def set_security(self, value: dict[str, Any]) -> None:
@@ -276,6 +301,21 @@ class LocalDocs:
             for path in (self.legacy, self.legacy + ".tmp", self.legacy + ".migrated"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
+
+
+def _checked(path: str, entry: Any) -> dict[str, Any]:
+    """``entry`` if it is a local document's record, ``{"id": str, "rev": int, "body":
+    object}``, as ``write`` stores it; else a CorruptionError naming ``path``. The
+    files carry no checksum, but a flipped bit in a member's name keeps them valid
+    JSON, and a raw KeyError was a 500 with a traceback (found in review)."""
+    if not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("id"), str)
+        and type(entry.get("rev")) is int
+        and isinstance(entry.get("body"), dict)
+    ):
+        raise CorruptionError(path, 0, "not a local document's record: restore or remove it")
+    return entry
 
 
 def _fsync_dir(path: str) -> None:
