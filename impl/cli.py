@@ -51,7 +51,10 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     from settee.transfer import dump
 
     _utf8(sys.stdout)
-    with settee.open(args.path, create=False) as db:
+    # Readonly: a dump only reads. A writer's open republishes HEADS, which erased
+    # the record of a durable commit a damaged header lost (settee check then said
+    # OK), and it could not dump beside the running writer.
+    with settee.open(args.path, readonly=True) as db:
         count = dump(db, sys.stdout)
     print(f"dumped {count} revisions", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import settee
 from settee.check import check_database
 from settee.cli import main
-from settee.file import TornTailWarning
+from settee.file import LostCommitWarning, TornTailWarning
 from settee.io import MemoryFileSystem
 from settee.layout import shard_path
 from settee.transfer import dump, load
@@ -228,3 +229,37 @@ def test_dump_and_load_speak_utf8_whatever_the_locale(tmp_path: Any) -> None:
     )
     assert refused.returncode == 1 and b"Traceback" not in refused.stderr, refused.stderr
     assert b"UTF-8" in refused.stderr
+
+
+def test_dump_never_writes_so_a_lost_commit_stays_reported(tmp_path: Any, capsys: Any) -> None:
+    """Found in review: ``settee dump`` opened the database as its writer, which
+    republishes HEADS; after a flipped bit in a shard's newest header (a durable commit
+    lost), dumping erased the only record of the loss and ``settee check`` then said
+    OK. A dump is a read: it opens readonly, changes no byte, and runs beside the
+    writer."""
+    path = str(tmp_path / "db")
+    with settee.open(path, shards=1) as db:
+        db.put({"_id": "a"})
+        db.put({"_id": "b"})
+    shard = Path(shard_path(path, 0))
+    data = bytearray(shard.read_bytes())
+    data[(len(data) - 1) // 4096 * 4096 + 30] ^= 1  # inside the newest header
+    shard.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in Path(path).iterdir()}
+    assert main(["check", path]) == 1
+    with pytest.warns(LostCommitWarning):
+        assert main(["dump", path]) == 0
+    assert {p.name: p.read_bytes() for p in Path(path).iterdir()} == before
+    capsys.readouterr()
+    assert main(["check", path]) == 1
+    assert "HEADS names as durable" in capsys.readouterr().out
+    shard.write_bytes(bytes(data[: (len(data) - 1) // 4096 * 4096]))  # the loss accepted
+    (Path(path) / "HEADS").unlink()
+    with settee.open(path) as writer:
+        writer.put({"_id": "c"})
+        capsys.readouterr()
+        assert main(["dump", path]) == 0
+        assert [json.loads(line)["_id"] for line in capsys.readouterr().out.splitlines()] == [
+            "a",
+            "c",
+        ]
