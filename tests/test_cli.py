@@ -263,3 +263,16 @@ def test_dump_never_writes_so_a_lost_commit_stays_reported(tmp_path: Any, capsys
             "a",
             "c",
         ]
+
+
+def test_dump_of_shards_without_metadata_says_how_to_rebuild_it(tmp_path: Any, capsys: Any) -> None:
+    """A dump reads (readonly), so it does not rebuild a lost ``settee.meta`` as a
+    writer's open does; it says so instead of calling the directory no database."""
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=2) as db:
+        db.put({"_id": "a"})
+    (path / "settee.meta").unlink()
+    before = sorted(p.name for p in path.iterdir())
+    assert main(["dump", str(path)]) == 1
+    assert "open it with settee.open(path) to rebuild" in capsys.readouterr().err
+    assert sorted(p.name for p in path.iterdir()) == before
