@@ -2188,6 +2188,40 @@ def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) 
             handle.stop()
 
 
+@pytest.mark.parametrize(
+    "damage",
+    ['{"revs_limit": "5"}', '{"revs_limit": 0}', '{"revs_limit": true}', "directory", "loop"],
+)
+def test_damaged_settings_are_corruption_on_every_request(tmp_path: Path, damage: str) -> None:
+    """A stored revs_limit settee.open refuses, and a directory or a symlink loop in
+    the settings file's place: CouchDB's corruption error naming the file (found in
+    review: 400 bad_request blaming the client, or a raw OSError answered 500)."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/side").status == 201
+        assert c("PUT", "/side/_revs_limit", 5).status == 200
+    finally:
+        handle.stop()
+    [settings] = [p for p in tmp_path.rglob("*.json") if p.parent.name == "_settings"]
+    settings.unlink()
+    if damage == "directory":
+        settings.mkdir()
+    elif damage == "loop":
+        settings.symlink_to(settings)
+    else:
+        settings.write_text(damage)
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        for path in ("/side", "/side/_all_docs"):
+            r = c("GET", path)
+            assert (r.status, r.json["error"]) == (500, "corruption"), r.raw
+            assert "_settings" in r.json["reason"]
+    finally:
+        handle.stop()
+
+
 #: Side-file damage that JSON parsing alone does not catch: a flipped bit in a member's
 #: name (``"rev"`` -> ``"reu"``) keeps the file valid JSON; a file replaced by a
 #: directory or a symlink loop.

@@ -53,7 +53,8 @@ from settee.serve.lru import LeasedLru
 from settee.serve.options import db_options
 from settee.serve.protocol import HTTPError
 from settee.serve.viewindex import ViewIndex
-from settee.spec.errors import CorruptionError
+from settee.spec.config import validate_options
+from settee.spec.errors import BadRequest, CorruptionError
 
 __all__ = [
     "DbEntry",
@@ -248,15 +249,19 @@ class Registry:
         path = self._settings_path(name)
         try:
             with open(path, encoding="utf-8") as f:
-                opts["revs_limit"] = json.load(f)["revs_limit"]
+                limit = json.load(f)["revs_limit"]
+            validate_options(revs_limit=limit)  # settee.open's own rule for it
         except FileNotFoundError:
-            pass
-        except (ValueError, KeyError, TypeError) as exc:
-            # Found in review: a raw KeyError or JSONDecodeError, a 500 with a
-            # traceback on every request to the database.
+            return opts
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, BadRequest) as exc:
+            # Found in review: a raw KeyError or JSONDecodeError, and a directory or
+            # symlink loop in the file's place a raw OSError, each a 500 with a
+            # traceback on every request to the database; a stored value settee.open
+            # refuses was a 400 blaming the client for what the disk holds.
             raise CorruptionError(
                 path, 0, f"unreadable settings ({exc!r}): restore or remove it"
             ) from None
+        opts["revs_limit"] = limit
         return opts
 
     def set_revs_limit(self, entry: DbEntry, limit: int) -> None:
