@@ -246,17 +246,17 @@ class Database:
             raise result
         return {"ok": True, "id": valid.id, "rev": result}
 
-    def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
+    def delete(self, docid: Any, rev: Any) -> dict[str, Any]:
         """Leave a tombstone on top of ``rev``; raises NotFound, Conflict, BadRequest."""
         self._check_writable()
-        doc_id = validate_docid(doc_id)
+        docid = validate_docid(docid)
         rev = check_optional_rev(rev)
-        tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
+        tombstone = {"_id": docid, "_deleted": True} | ({"_rev": rev} if rev else {})
         valid = self._validate(tombstone, new_edits=True)
         [result] = self._write([valid], new_edits=True, deleting=True)
         if isinstance(result, BaseException):
             raise result
-        return {"ok": True, "id": doc_id, "rev": result}
+        return {"ok": True, "id": docid, "rev": result}
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """Write many documents; one result per doc (only errors with new_edits=False)."""
@@ -310,7 +310,7 @@ class Database:
 
     def get(
         self,
-        doc_id: Any,
+        docid: Any,
         rev: Any = None,
         revs: Any = False,
         conflicts: Any = False,
@@ -321,7 +321,7 @@ class Database:
         ``attachments``/``atts_since``: which attachments come with their data
         instead of as stubs (SEMANTICS.md §18)."""
         self._check_open()
-        doc_id = validate_docid(doc_id)
+        docid = validate_docid(docid)
         if (
             rev is None
             and revs is False
@@ -332,7 +332,7 @@ class Database:
             # The common call: every option at its default (nothing to check), the
             # winner read from its by_id value's clear fields. A third of a get was
             # the option checks and a DocInfo no answer used.
-            doc = self._shard(doc_id).current().live_winner_doc(doc_id)
+            doc = self._shard(docid).current().live_winner_doc(docid)
             if doc is not None:
                 return doc
         rev = check_optional_rev(rev)
@@ -340,7 +340,7 @@ class Database:
         check_bool("conflicts", conflicts)
         check_bool("attachments", attachments)
         since = check_atts_since(atts_since)
-        snap, info, wanted = self._revision(doc_id, rev)
+        snap, info, wanted = self._revision(docid, rev)
         # A plain get of a live winner with a stored body was answered above.
         body = snap.body(info, wanted) if wanted in info.tree else None
         if body is None:
@@ -350,7 +350,7 @@ class Database:
         if since is not None:
             data_above = since_position(info.tree, wanted, since)
         return render_doc(
-            doc_id,
+            docid,
             wanted,
             info.tree[wanted][1],
             body,
@@ -378,19 +378,19 @@ class Database:
         snap, info, wanted = self._revision(doc_id, check_optional_rev(rev))
         return snap, _named(info, wanted, name)
 
-    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
+    def attachment(self, docid: Any, name: Any, rev: Any = None) -> dict[str, Any]:
         """One attachment of the winning (or the given) revision, its bytes included;
         raises NotFound (SEMANTICS.md §18)."""
-        snap, att = self._attachment(doc_id, name, rev)
+        snap, att = self._attachment(docid, name, rev)
         return attachment_answer(att, snap.attachment_data(att))
 
     def attachment_chunks(
-        self, doc_id: Any, name: Any, rev: Any = None
+        self, docid: Any, name: Any, rev: Any = None
     ) -> tuple[dict[str, Any], Iterator[bytes]]:
         """``attachment`` without ``data``, and the bytes as an iterator of chunks of
         at most 64 KiB, each read (and crc-checked) when it is asked for: an
         attachment is never in memory whole. NotFound as ``attachment``."""
-        snap, att = self._attachment(doc_id, name, rev)
+        snap, att = self._attachment(docid, name, rev)
         meta = attachment_answer(att, b"")
         del meta["data"]
         # The generator holds the snapshot, which keeps its file open while it is
@@ -429,15 +429,15 @@ class Database:
         may_lag = bool(self.config["readonly"])  # behind its writer at times (§1)
         return views.changes(snaps, since, limit, include_docs, may_lag=may_lag)
 
-    def revs_diff(self, request: Any) -> dict[str, Any]:
+    def revs_diff(self, revs: Any) -> dict[str, Any]:
         """Which of the given revisions this database lacks (SEMANTICS.md §10)."""
         self._check_open()
-        checked = check_revs_diff(request)
+        checked = check_revs_diff(revs)
         out: dict[str, Any] = {}
         snaps = self._snapshots() if checked else []
-        for doc_id, revs in checked.items():
+        for doc_id, named in checked.items():
             info = snaps[shard_of(doc_id, len(snaps))].doc_info(doc_id)
-            entry = views.revs_diff_entry(info.tree if info else None, revs)
+            entry = views.revs_diff_entry(info.tree if info else None, named)
             if entry is not None:
                 out[doc_id] = entry
         return out

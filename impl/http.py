@@ -260,13 +260,13 @@ class Database:
         answer = self._call("PUT", httpwire.doc_path(valid.id), body)
         return httpwire.result(answer)
 
-    def delete(self, doc_id: Any, rev: Any) -> dict[str, Any]:
+    def delete(self, docid: Any, rev: Any) -> dict[str, Any]:
         """``DELETE /db/{id}?rev=``; raises NotFound, Conflict, BadRequest."""
         self._check_open()
-        doc_id = validate_docid(doc_id)
+        docid = validate_docid(docid)
         rev = check_optional_rev(rev)
         query = "" if rev is None else "?rev=" + quote(rev, safe="")
-        return httpwire.result(self._call("DELETE", httpwire.doc_path(doc_id) + query))
+        return httpwire.result(self._call("DELETE", httpwire.doc_path(docid) + query))
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """``POST /db/_bulk_docs``; one result per doc (only errors with new_edits=False)."""
@@ -297,7 +297,7 @@ class Database:
 
     def get(
         self,
-        doc_id: Any,
+        docid: Any,
         rev: Any = None,
         revs: Any = False,
         conflicts: Any = False,
@@ -306,7 +306,7 @@ class Database:
     ) -> dict[str, Any]:
         """``GET /db/{id}?rev=&revs=&conflicts=&attachments=&atts_since=``; raises NotFound."""
         self._check_open()
-        doc_id = validate_docid(doc_id)
+        docid = validate_docid(docid)
         params = {
             "rev": check_optional_rev(rev),
             "revs": check_bool("revs", revs) or None,
@@ -314,21 +314,21 @@ class Database:
             "attachments": check_bool("attachments", attachments) or None,
             "atts_since": check_atts_since(atts_since),
         }
-        return httpwire.doc(self._call("GET", httpwire.doc_path(doc_id) + httpwire.query(params)))
+        return httpwire.doc(self._call("GET", httpwire.doc_path(docid) + httpwire.query(params)))
 
     def attachment_chunks(
-        self, doc_id: Any, name: Any, rev: Any = None
+        self, docid: Any, name: Any, rev: Any = None
     ) -> tuple[dict[str, Any], Iterator[bytes]]:
         """``attachment`` without ``data``, and the bytes in 64 KiB chunks."""
-        found = self.attachment(doc_id, name, rev)
+        found = self.attachment(docid, name, rev)
         data = found.pop("data")
         return found, iter(chunked(data))
 
-    def attachment(self, doc_id: Any, name: Any, rev: Any = None) -> dict[str, Any]:
+    def attachment(self, docid: Any, name: Any, rev: Any = None) -> dict[str, Any]:
         """The attachment from ``GET /db/{id}?attachments=true`` (its record and bytes
         in one JSON answer); raises NotFound."""
         name = validate_attachment_name(name)
-        found = self.get(doc_id, rev=rev, attachments=True).get("_attachments", {}).get(name)
+        found = self.get(docid, rev=rev, attachments=True).get("_attachments", {}).get(name)
         if found is None:
             raise NotFound("missing")
         data = base64.b64decode(found["data"])
@@ -392,10 +392,10 @@ class Database:
             "last_seq": httpwire.field(answer, "last_seq", "_changes"),
         }
 
-    def revs_diff(self, request: Any) -> dict[str, Any]:
+    def revs_diff(self, revs: Any) -> dict[str, Any]:
         """``POST /db/_revs_diff``."""
         self._check_open()
-        answer = self._call("POST", "/_revs_diff", check_revs_diff(request))
+        answer = self._call("POST", "/_revs_diff", check_revs_diff(revs))
         if not isinstance(answer, dict):
             raise SetteeError(f"_revs_diff answered {describe(answer)}, not an object")
         return {
