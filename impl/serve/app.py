@@ -161,7 +161,6 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     # for others (registry.py), never one a request is using.
     async with state.lease(first) as lease:
         entry = lease.entry
-        db = entry.db
         try:
             if not rest:  # GET, HEAD, POST /{db}: they use the open database, as below
                 return await dbs.handle_open_db(state, request, entry)
@@ -169,26 +168,21 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
         except settee.SetteeError as exc:
             # A plain SetteeError is what a closed database raises (the subclasses are
             # answers: not found, conflict, bad request, corruption).
-            closed = _closed_under(state, entry, db)
+            closed = _closed_under(state, entry)
             if type(exc) is settee.SetteeError and closed is not None:
                 raise closed from exc
             raise
 
 
-def _closed_under(state: State, entry: DbEntry, db: settee.Database) -> HTTPError | None:
+def _closed_under(state: State, entry: DbEntry) -> HTTPError | None:
     """What a request answers when its database was closed while it ran: by a
-    DELETE (404, as if it had come after), a shutdown, or a reopen (503, retry);
-    None when the database it used is still the open one."""
+    DELETE (404, as if it had come after) or a shutdown (503, retry); None when
+    the database it used is still the open one. Its lease kept it from being
+    closed to make room (registry.py), and an entry's ``db`` is never replaced."""
     if state.registry.stopping:
         return HTTPError(503, "service_unavailable", "the server is stopping")
     if state.registry.cached(entry.name) is not entry:
         return db_missing()
-    if entry.db is not db:
-        return HTTPError(
-            503,
-            "service_unavailable",
-            "the database was reopened while this request ran; retry it",
-        )
     return None
 
 
