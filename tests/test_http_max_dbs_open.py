@@ -35,6 +35,7 @@ import settee
 from settee.cli import main as settee_main
 from settee.serve import DEFAULTS, merge_options, start_server
 from settee.serve.lru import LeasedLru
+from settee.serve.options import descriptor_warning
 from settee.serve.protocol import HTTPError
 from settee.serve.registry import Registry
 
@@ -162,6 +163,32 @@ def test_max_dbs_open_defaults_merges_and_refuses_values_below_one(
     argv = ["serve", "--dir", str(tmp_path), "--port", "0", "--max-dbs-open", "0"]
     assert settee_main(argv) == 1
     assert "max_dbs_open must be a positive int, not 0" in capsys.readouterr().err
+
+
+def test_a_descriptor_limit_below_what_the_bound_may_hold_is_warned_at_start(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 databases of 4 shards hold up to 500 descriptors: under a soft limit of 256
+    (macOS's default) settee serve says so and how many databases fit, instead of
+    failing at the 25th database with EMFILE."""
+    assert descriptor_warning(merge_options(), 1024) is None
+    warning = descriptor_warning(merge_options(), 256)
+    assert warning is not None and "532" in warning and "--max-dbs-open 22" in warning
+    assert descriptor_warning(merge_options(max_dbs_open=22), 256) is None
+    tight = merge_options(max_dbs_open=22, max_connections=100)
+    assert "--max-dbs-open 12" in (descriptor_warning(tight, 256) or "")
+    assert "--max-dbs-open 1" in (descriptor_warning(merge_options(shards=64), 100) or "")
+
+    from settee.serve import cli, server
+
+    def stop_here(*args: Any, **options: Any) -> Any:
+        raise SystemExit(3)
+
+    monkeypatch.setattr(cli, "_descriptor_limit", lambda: 256)
+    monkeypatch.setattr(server, "start_server", stop_here)
+    with pytest.raises(SystemExit):
+        settee_main(["serve", "--dir", str(tmp_path), "--port", "0"])
+    assert "warning: max_dbs_open=50 databases of 4 shards" in capsys.readouterr().err
 
 
 # -- the bookkeeping -------------------------------------------------------------------------------

@@ -57,7 +57,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _descriptor_limit() -> int:
+    """The soft RLIMIT_NOFILE (no limit: as good as infinite)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return sys.maxsize if soft == resource.RLIM_INFINITY else soft
+
+
 def run(args: argparse.Namespace) -> int:
+    from settee.serve.options import descriptor_warning, merge_options
     from settee.serve.server import start_server
 
     # Only the options the user gave: the rest keep their defaults (options.py).
@@ -79,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_fsync:
         given["fsync"] = False
     directory = args.dir or default_dir()
+    warning = descriptor_warning(merge_options(**given), _descriptor_limit())
+    if warning is not None:
+        print(f"settee serve: warning: {warning}", file=sys.stderr, flush=True)
     handle = start_server(directory, args.host, args.port, **given)
     print(f"settee serve: {handle.url}/ serving {handle.dir}", flush=True)
     stop = threading.Event()

@@ -19,7 +19,14 @@ from typing import Any
 
 from settee.spec.errors import BadRequest
 
-__all__ = ["DB_OPTIONS", "DEFAULTS", "db_options", "merge_options", "request_limit"]
+__all__ = [
+    "DB_OPTIONS",
+    "DEFAULTS",
+    "db_options",
+    "descriptor_warning",
+    "merge_options",
+    "request_limit",
+]
 
 #: Every server option and its default. ``recbuf``/``sndbuf`` default to None:
 #: settee never calls ``setsockopt(SO_RCVBUF/SO_SNDBUF)`` unless asked, so the
@@ -95,6 +102,30 @@ def merge_options(**given: Any) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadRequest(f"server option {key} must be a positive int, not {value!r}")
     return merged
+
+
+#: Descriptors the process holds besides databases and connections (the listening
+#: socket, the event loop's, stdio, the V8 isolate's): a margin, not a count.
+_PROCESS_DESCRIPTORS = 32
+
+
+def descriptor_warning(options: Mapping[str, Any], soft_limit: int) -> str | None:
+    """What to tell the user when ``max_dbs_open`` databases (two descriptors per
+    shard, the lock and HEADS each; view indexes come on top) and
+    ``max_connections`` connections could need more file descriptors than the
+    process may open (``soft_limit``, RLIMIT_NOFILE): past it, opening one more
+    database or accepting one more connection fails. None when they fit."""
+    per_db = 2 * options["shards"] + 2
+    connections = options["max_connections"] or 0
+    needed = options["max_dbs_open"] * per_db + connections + _PROCESS_DESCRIPTORS
+    if needed <= soft_limit:
+        return None
+    fits = max(1, (soft_limit - connections - _PROCESS_DESCRIPTORS) // per_db)
+    return (
+        f"max_dbs_open={options['max_dbs_open']} databases of {options['shards']} shards "
+        f"may hold {needed} file descriptors, above this process's limit of {soft_limit} "
+        f"(ulimit -n): raise the limit or pass --max-dbs-open {fits}"
+    )
 
 
 def request_limit(options: Mapping[str, Any]) -> int:
