@@ -1825,6 +1825,23 @@ def test_replicated_stubs_come_from_the_nearest_stored_ancestor(engine: Any) -> 
     assert engine.bulk_docs([orphan], new_edits=False)[0]["error"] == "missing_stub"
 
 
+def test_stubs_of_a_losing_leaf_edit_come_from_that_leaf(engine: Any) -> None:
+    """An interactive edit's stubs name the attachments of the revision its _rev
+    names (couch_db: the previous revision of the edit), a losing leaf's too, not
+    the winner's (found by mutation testing: stubs read from the winner passed;
+    the machine rarely edits a loser whose attachment the winner also names)."""
+    lose, win = "1-" + H["a"], "1-" + H["b"]
+    for rev, data in ((lose, b"lose"), (win, b"win")):
+        doc = {"_id": "d", "_rev": rev, "_attachments": {"x": _att(data)}}
+        assert engine.bulk_docs([doc], new_edits=False) == []
+    assert engine.get("d", conflicts=True)["_conflicts"] == [lose]
+    edit = {"_id": "d", "_rev": lose, "v": 1, "_attachments": {"x": {"stub": True}}}
+    rev = engine.put(edit)["rev"]
+    assert engine.get("d")["_rev"] == rev
+    assert engine.attachment("d", "x")["data"] == b"lose"
+    assert engine.attachment("d", "x", rev=win)["data"] == b"win"
+
+
 def test_revision_ids_digest_attachments(engine: Any) -> None:
     """couch_db:new_revid digests attachment names, types and digests; the same
     edit gives the same id on every store, a different attachment another."""
