@@ -1825,6 +1825,23 @@ def test_replicated_stubs_come_from_the_nearest_stored_ancestor(engine: Any) -> 
     assert engine.bulk_docs([orphan], new_edits=False)[0]["error"] == "missing_stub"
 
 
+def test_replicated_stubs_skip_older_stored_ancestors(engine: Any) -> None:
+    """The newest stored ancestor on the sent path, not any: with two kept, a stub
+    takes the nearer one's attachment (found by mutation testing: stubs resolved
+    against the oldest stored ancestor passed, as the test above keeps one)."""
+    r1 = engine.put({"_id": "a", "_attachments": {"x": _att(b"1")}})["rev"]
+    r2 = engine.put({"_id": "a", "_rev": r1, "_attachments": {"x": _att(b"2")}})["rev"]
+    doc = {
+        "_id": "a",
+        "_revisions": {"start": 3, "ids": ["c" * 32, hash_of(r2), hash_of(r1)]},
+        "_attachments": {"x": {"stub": True}},
+    }
+    assert engine.bulk_docs([doc], new_edits=False) == []
+    assert engine.get("a")["_rev"] == "3-" + "c" * 32
+    assert engine.attachment("a", "x")["data"] == b"2"
+    assert engine.get("a")["_attachments"]["x"]["revpos"] == 2
+
+
 def test_stubs_of_a_losing_leaf_edit_come_from_that_leaf(engine: Any) -> None:
     """An interactive edit's stubs name the attachments of the revision its _rev
     names (couch_db: the previous revision of the edit), a losing leaf's too, not
