@@ -1294,6 +1294,29 @@ def test_revs_limit_of_one_keeps_only_each_leaf(opener: Any) -> None:
     assert db.revs_diff({"b": ["2-" + H["2"]]}) == {"b": {"missing": ["2-" + H["2"]]}}
 
 
+def test_a_stemmed_revision_brought_back_by_replication_has_no_body(opener: Any) -> None:
+    """Stemming forgets a revision with its body: when a replicated path names it
+    again as the ancestor of a new branch, it is back in the tree without one
+    (found by mutation testing: an engine keeping the bodies of stemmed revisions
+    answered the old body for it, and took the branch's stubs from it)."""
+    db = opener.open(opener.path + "-back", revs_limit=2)
+    r1 = db.put({"_id": "a", "v": 1, "_attachments": {"x": _att(b"1")}})["rev"]
+    r2 = db.put({"_id": "a", "_rev": r1, "v": 2})["rev"]
+    db.put({"_id": "a", "_rev": r2, "v": 3})
+    assert db.revs_diff({"a": [r1]}) == {"a": {"missing": [r1]}}
+    branch = {
+        "_id": "a",
+        "_revisions": {"start": 2, "ids": [H["f"], hash_of(r1)]},
+        "_attachments": {"x": {"stub": True}},
+    }
+    assert db.bulk_docs([branch], new_edits=False)[0]["error"] == "missing_stub"
+    del branch["_attachments"]
+    assert db.bulk_docs([branch], new_edits=False) == []
+    assert db.revs_diff({"a": [r1]}) == {}
+    with pytest.raises(NotFound):
+        db.get("a", rev=r1)
+
+
 def test_a_commit_of_megabytes_reads_back_before_and_after_reopen(opener: Any, reopen: Any) -> None:
     """One call of several MiB into one shard, with an attachment over a MiB: what a
     writer appends early on its way (settee's file.SPILL_BYTES) must be appended once
