@@ -1092,3 +1092,26 @@ def test_compaction_keeps_one_copy_of_bytes_that_leaves_share(tmp_path: Any) -> 
         assert db.info()["sizes"]["file"] < 1.5 * len(data)
         for rev in (rev2, other):
             assert db.attachment("a", "f", rev=rev)["data"] == data
+
+
+def test_an_attachment_counts_towards_active_by_its_length_per_leaf(tmp_path: Any) -> None:
+    """SEMANTICS.md §18: while a leaf holds an attachment, its length counts towards
+    sizes.active, once per leaf; when no leaf holds it, it no longer counts. sizes
+    are settee's own (§11: never compared with the reference), so the semantic suite
+    cannot pin this (found by mutation testing: a stored_size without the
+    attachments passed every test)."""
+    import base64
+
+    att = {"content_type": "text/plain", "data": base64.b64encode(b"z" * 100_000).decode()}
+    with settee.open(str(tmp_path / "db"), fsync=False) as db:
+        first = db.put({"_id": "a"})["rev"]
+        bare = db.info()["sizes"]["active"]
+        db.put({"_id": "a", "_rev": first, "_attachments": {"x": att}})
+        assert 100_000 <= db.info()["sizes"]["active"] - bare < 100_100
+        # A second leaf holding it: a sibling replicated onto the first revision.
+        path = {"start": 2, "ids": ["f" * 32, first[2:]]}
+        db.bulk_docs([{"_id": "a", "_revisions": path, "_attachments": {"x": att}}], False)
+        assert 200_000 <= db.info()["sizes"]["active"] - bare < 200_200
+        db.delete("a", "2-" + "f" * 32)
+        db.put({"_id": "a", "_rev": db.get("a")["_rev"]})
+        assert db.info()["sizes"]["active"] < bare + 100
