@@ -1208,6 +1208,23 @@ def test_compact_drops_non_leaf_bodies_only(engine: Any) -> None:
     assert engine.get("a", revs=True)["_revisions"]["ids"][-1] == hash_of(r1)
 
 
+def test_attachment_of_a_revision_without_a_body_is_missing(engine: Any) -> None:
+    """attachment(rev=R) reads R's own attachments: a revision whose body is not kept
+    (compacted away, or a replicated ancestor never sent) has none, even when the
+    winner holds one of that name (found by mutation testing: an engine answering
+    the winner's attachment there passed, as nothing asked compacted revisions for
+    attachments)."""
+    r1 = engine.put({"_id": "a", "_attachments": {"x": _att(b"old")}})["rev"]
+    engine.put({"_id": "a", "_rev": r1, "_attachments": {"x": _att(b"new")}})
+    replicate(engine, "b", ["2-" + H["2"], "1-" + H["1"]], {"_attachments": {"x": _att(b"b")}})
+    assert engine.attachment("a", "x", rev=r1)["data"] == b"old"
+    engine.compact()
+    for doc_id, rev in (("a", r1), ("b", "1-" + H["1"])):
+        with pytest.raises(NotFound):
+            engine.attachment(doc_id, "x", rev=rev)
+    assert engine.attachment("a", "x")["data"] == b"new"
+
+
 def test_writes_after_compaction(engine: Any) -> None:
     """The database stays writable and consistent after compaction."""
     revs = seeded(engine, ["a", "b"])
