@@ -695,6 +695,20 @@ def test_new_edits_false_extends_existing_branch(engine: Any) -> None:
     assert doc["_revisions"]["ids"] == [H["3"], H["2"], hash_of(r1)]
 
 
+def test_new_edits_false_stops_at_a_known_revision_of_another_parent(engine: Any) -> None:
+    """A path naming a known revision under another parent than the tree's keeps
+    the tree's ancestry: the merge stops there, so the path's older revisions are
+    not added (spec.revtree.merge_path; the flat tree holds a revision once). Found
+    by mutation testing: a merge that went on added them as a new root, a live leaf
+    with no body, and passed every engine (merge_path is shared by all of them)."""
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["1"]], {"v": 2})
+    replicate(engine, "a", ["3-" + H["3"], "2-" + H["2"], "1-" + H["f"]], {"v": 3})
+    doc = engine.get("a", revs=True, conflicts=True)
+    assert doc["_rev"] == "3-" + H["3"] and "_conflicts" not in doc
+    assert doc["_revisions"]["ids"] == [H["3"], H["2"], H["1"]]
+    assert engine.revs_diff({"a": ["1-" + H["f"]]}) == {"a": {"missing": ["1-" + H["f"]]}}
+
+
 def test_new_edits_false_with_only_rev(engine: Any) -> None:
     """_rev without _revisions is a one-node path (couch_doc:from_json_obj)."""
     assert engine.bulk_docs([{"_id": "a", "_rev": "5-" + H["5"], "v": 5}], new_edits=False) == []
