@@ -1341,6 +1341,23 @@ def test_revs_limit_applies_to_replicated_paths(opener: Any) -> None:
     assert db.get("a", revs=True)["_revisions"] == {"start": 6, "ids": [H["6"], H["5"], H["4"]]}
 
 
+def test_revs_limit_counts_from_every_leaf_of_a_branched_tree(opener: Any) -> None:
+    """Stemming keeps revs_limit revisions of each leaf's own path, a shorter
+    branch's too, so a revision too far from the deepest leaf stays when it is near
+    another (couch_key_tree:stem; SEMANTICS §12), and the deep leaf's _revisions
+    then reaches it. Found by mutation testing: a stem that stopped walking a branch
+    at the first revision another leaf had kept passed every engine (spec.revtree is
+    shared), as the suite stemmed only unbranched histories."""
+    db = opener.open(opener.path + "-branched", revs_limit=3)
+    replicate(db, "a", ["3-" + H["e"], "2-" + H["2"], "1-" + H["1"]], {"v": "short"})
+    replicate(db, "a", ["4-" + H["4"], "3-" + H["3"], "2-" + H["2"], "1-" + H["1"]], {"v": 4})
+    doc = db.get("a", revs=True, conflicts=True)
+    assert doc["_rev"] == "4-" + H["4"] and doc["_conflicts"] == ["3-" + H["e"]]
+    assert doc["_revisions"]["ids"] == [H["4"], H["3"], H["2"], H["1"]]
+    short = db.get("a", rev="3-" + H["e"], revs=True)["_revisions"]
+    assert short == {"start": 3, "ids": [H["e"], H["2"], H["1"]]}
+
+
 def test_revs_limit_of_one_keeps_only_each_leaf(opener: Any) -> None:
     """The smallest limit: every branch keeps its leaf alone, after an edit, a
     replication and a compaction (found by mutation testing: an engine that kept
