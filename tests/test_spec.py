@@ -246,6 +246,15 @@ def test_merge_reattaches_a_stemmed_root() -> None:
     assert added and merged["3-c"] == ["2-b", False] and merged["2-b"] == [None, False]
 
 
+def test_merge_gives_the_deleted_flag_to_the_leaf_alone() -> None:
+    """A replicated tombstone's path: its older revisions are ancestors, live as far
+    as the tree knows (serve's _revs_info says "missing" for them, not "deleted").
+    No engine call reads an ancestor's flag, so the proof cannot see it (found by
+    mutation testing: a merge_path flagging the whole path passed every test)."""
+    tree, _ = revtree.merge_path(chain("1-a"), ["3-c", "2-b", "1-a"], True)
+    assert tree == {"1-a": [None, False], "2-b": ["1-a", False], "3-c": ["2-b", True]}
+
+
 def test_merge_does_not_mutate_its_input() -> None:
     tree = chain("2-b", "1-a")
     snapshot = {r: list(v) for r, v in tree.items()}
