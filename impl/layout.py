@@ -129,16 +129,16 @@ def open_layout(
 def read_layout(fs: FileSystem, path: str) -> Layout:
     """The metadata of an existing database; SetteeError if ``path`` holds none."""
     meta = os.path.join(path, META_NAME)
-    if not fs.exists(meta) and _shard_files(fs, path):
+    if fs.exists(meta):
+        return _read_meta(fs, path, meta)
+    if _shard_files(fs, path):
         # Readonly handles, settee dump and settee check never write: only a writer's
         # open rebuilds the metadata.
         raise SetteeError(
             f"{path} has shard files but no {META_NAME}: open it with settee.open(path) "
             "to rebuild the metadata from the shard headers"
         )
-    if not fs.exists(meta):
-        raise SetteeError(f"{path} is not a settee database (no {META_NAME}); check the path")
-    return _read_meta(fs, path, meta)
+    raise SetteeError(f"{path} is not a settee database (no {META_NAME}); check the path")
 
 
 def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
