@@ -57,6 +57,7 @@ import settee.reference
 import settee.shard
 from settee.file import SPILL_BYTES
 from settee.proof.crash.simfs import KINDS, CrashState, Image, Op, SimFS, SimulatedCrash
+from settee.proof.stateful import watchdog
 from settee.spec.routing import shard_of
 
 __all__ = [
@@ -792,22 +793,26 @@ def check_point(
         disk = SimFS.replay(rec.base, rec.ops[:step], strict_mkdir=rec.strict_mkdir)
         image = disk.image(state)
     fs = SimFS(image, strict_mkdir=rec.strict_mkdir)
-    try:
-        db = _open(factory, fs, rec.options)
-    except Exception as exc:
-        return [f"reopen raised {type(exc).__name__}: {exc}"]
-    try:
-        problems, docs = _check_recovered(oracle, db, step)
-        if not problems:
-            problems = _check_append_only(image, fs.image())
-        if not problems:
-            problems = _check_second_crash(oracle, db, fs, docs, factory, second_seed)
-        return problems
-    except Exception:
-        return [f"unexpected exception after recovery:\n{traceback.format_exc()}"]
-    finally:
-        fs.halt()
-        db.close()
+    # A reopen or read that never returns (a loop over a damaged tail) is a problem of
+    # this crash state, not a campaign that hangs: the whole check gets one call's time.
+    with watchdog.watching():
+        try:
+            db = _open(factory, fs, rec.options)
+        except Exception as exc:
+            return [f"reopen raised {type(exc).__name__}: {exc}"]
+        try:
+            problems, docs = _check_recovered(oracle, db, step)
+            if not problems:
+                problems = _check_append_only(image, fs.image())
+            if not problems:
+                problems = _check_second_crash(oracle, db, fs, docs, factory, second_seed)
+            return problems
+        except Exception:
+            return [f"unexpected exception after recovery:\n{traceback.format_exc()}"]
+        finally:
+            fs.halt()
+            if not watchdog.fired():  # a hung engine may hang its close as well
+                db.close()
 
 
 _SHARD_FILE = re.compile(r"shard-[0-9]+\.settee")

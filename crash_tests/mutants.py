@@ -9,10 +9,12 @@ crash suite's meta-test (test_mutants.py), which shows each one is caught.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import settee
+from settee.file import TornTailWarning
 from settee.io import FileSystemWrapper, OsFileSystem
 from settee.shard import Shard
 from settee.snapshot import Snapshot
@@ -161,8 +163,23 @@ def publish_before_header_fsync(path: str, fs: Any = None, **options: Any) -> An
     return db
 
 
+def spin_on_torn_tail(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine whose recovery never ends when a shard has a torn tail: it
+    spins looking for a header after it, as a walker that does not advance past a
+    bad frame would. A crash campaign without a watchdog hung on it for good."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        db = settee.Database(path, fs=fs, **options)
+    while any(issubclass(w.category, TornTailWarning) for w in seen):
+        pass
+    return db
+
+
 #: Mutants that change the engine itself rather than its io layer: name -> factory.
-ENGINE_MUTANTS: dict[str, Factory] = {"publish_before_header_fsync": publish_before_header_fsync}
+ENGINE_MUTANTS: dict[str, Factory] = {
+    "publish_before_header_fsync": publish_before_header_fsync,
+    "spin_on_torn_tail": spin_on_torn_tail,
+}
 
 #: Every mutant of this module: name -> engine factory.
 MUTANTS: dict[str, Factory] = {

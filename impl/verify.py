@@ -97,8 +97,20 @@ def _stateful_batch(result: CampaignResult, seed: int, examples: int | None) -> 
     result.interleavings += summary.interleaving_steps
     if summary.failures:
         result.failures += summary.failures
-        result.reproducer = summary.reproducer
+        result.reproducer = _without_shrink_warning(summary.reproducer)
         result.replay = {"kind": "stateful", "token": summary.replay}
+
+
+#: Hypothesis's warning when shrinking stops at MAX_SHRINKING_SECONDS, which
+#: ``_shrinking_bounded_by`` lowers: it would say five minutes and ask for a bug report.
+_SHRINK_WARNING = re.compile(
+    r"WARNING: Hypothesis has spent more than five minutes.*?\n\nPLEASE REPORT THIS[^\n]*\n",
+    re.DOTALL,
+)
+
+
+def _without_shrink_warning(reproducer: str) -> str:
+    return _SHRINK_WARNING.sub("(shrinking stopped at its time limit)\n", reproducer)
 
 
 @contextlib.contextmanager
@@ -203,6 +215,11 @@ def _progress_line(r: CampaignResult) -> str:
 
 def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run every campaign; print live progress and a summary; 1 on any failure."""
+    if args.call_timeout is not None:
+        # The campaigns' processes are spawned from here and inherit the environment.
+        from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
+
+        os.environ[CALL_TIMEOUT_ENV] = repr(args.call_timeout)
     if args.replay:
         return _replay(args.replay, out)
     if args.seed is None:
@@ -399,6 +416,16 @@ def _replay(path: str, out: TextIO) -> int:
     return 1 if result.failures else 0
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return seconds
+
+
 def add_parser(sub: Any) -> None:
     verify = sub.add_parser(
         "verify",
@@ -423,6 +450,13 @@ def add_parser(sub: Any) -> None:
     )
     verify.add_argument(
         "--only", default="", help=f"comma-separated subset of {','.join(CAMPAIGNS)}"
+    )
+    verify.add_argument(
+        "--call-timeout",
+        type=_positive_seconds,
+        default=None,
+        help="seconds an engine call may run before the equivalence machine reports it "
+        "as hung, with the steps that led to it (default 20; SETTEE_CALL_TIMEOUT)",
     )
     verify.add_argument("--json", default="", help="write a machine-readable summary here")
     verify.add_argument("--replay", default="", help="re-run a saved failure file")

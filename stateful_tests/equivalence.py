@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from settee.proof.stateful import hostile
+from settee.proof.stateful import hostile, watchdog
 from settee.proof.stateful.engines import (
     REFERENCE,
     load_factory,
@@ -215,6 +215,9 @@ class EquivalenceMachine(RuleBasedStateMachine):
         self.options: dict[str, Any] = {}
         self.known: dict[str, list[str]] = {}
         STATS["examples"] += 1
+        # Until teardown, a call that does not return is a failure (watchdog.py).
+        # Hypothesis calls teardown in a finally right after making the machine.
+        watchdog.arm()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -264,11 +267,17 @@ class EquivalenceMachine(RuleBasedStateMachine):
         self.ref = load_factory(self.reference_spec)(f"{self.tmp}/reference", **self.options)
 
     def teardown(self) -> None:
-        for db in (self.eng, self.ref):
-            if db is not None:
-                with contextlib.suppress(Exception):  # a failure is already being reported
-                    db.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            # An engine that hung may hang its close too: leave it open (its threads
+            # die with the process) rather than wait out the watchdog once more.
+            hung = watchdog.fired()
+            for db in (self.ref,) if hung else (self.eng, self.ref):
+                if db is not None:
+                    with contextlib.suppress(Exception):  # a failure is already being reported
+                        db.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        finally:
+            watchdog.disarm()
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -295,6 +304,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
         db: Any, side: str, seed: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         def call() -> Any:
+            watchdog.beat(f"{name} on the {side}")  # its arguments: the steps printed
             with deterministic_docids(seed):
                 return getattr(db, name)(*args, **kwargs)
 

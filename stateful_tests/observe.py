@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from settee.proof.stateful.watchdog import Hung, beat
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 from settee.spec.routing import shard_of
 
@@ -54,8 +55,11 @@ def outcome(call: Callable[[], Any]) -> Outcome:
     The reason is kept only for ``NotFound`` ("missing"/"deleted"), the one
     error whose reason the contract fixes.
     """
+    beat()
     try:
         return ("ok", call())
+    except Hung:
+        raise  # the call did not return: a failure, not an answer
     except Exception as exc:  # every error is an answer to compare, not a test failure
         reason = exc.reason if isinstance(exc, NotFound) else ""
         return ("error", error_name(exc), reason)

@@ -22,6 +22,7 @@ from settee.proof.stateful.interleavings import (
     run_scheduled,
 )
 from settee.proof.stateful.mutants import MUTANTS
+from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
 #: so running it first here would only cost time; each has its own test below.
@@ -44,14 +45,23 @@ CONCURRENT_ONLY = {
     "fractured_follower",
 }
 
+#: Mutants whose calls never return: caught by the watchdog (watchdog.py), run here
+#: with a short call timeout, and their failure must say what happened.
+HANGING = {"endless_range", "unanswered_delete"}
+
 ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
 
 
 @pytest.mark.parametrize("name", sorted(set(MUTANTS) - CONCURRENT_ONLY))
-def test_mutant_is_caught(name: str) -> None:
+def test_mutant_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if name in HANGING:
+        monkeypatch.setenv(CALL_TIMEOUT_ENV, "2")
     [result] = run_mutants([name], max_examples=100, seed=0)
     print("\n" + result.text())
     assert result.caught_by, f"mutant {name} ({result.description}) escaped every machine"
+    if name in HANGING:
+        reproducer = result.summaries[-1].reproducer
+        assert "no engine call returned within 2 s" in reproducer, reproducer[-3000:]
 
 
 def test_partial_batch_is_caught_by_the_interleavings() -> None:

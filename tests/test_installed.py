@@ -173,6 +173,20 @@ def test_pytest_pyargs_from_an_editable_install_finds_the_mapped_folders(tmp_pat
         assert test in run.stdout, test
 
 
+def test_pytest_pyargs_fails_a_semantic_test_whose_call_never_returns(tmp_path: Path) -> None:
+    """Without pytest-timeout (``-p no:timeout``) a delete that waits forever for its
+    answer fails its test with Hung after three call timeouts, instead of hanging."""
+    engine = "settee.proof.stateful.mutants:unanswered_delete"
+    cmd = [sys.executable, "-P", "-m", "pytest", "--pyargs", "settee.proof", "-q"]
+    cmd += ["-p", "no:cacheprovider", "-p", "no:timeout", "--settee-engine", engine]
+    cmd += ["-k", "test_delete_leaves_a_tombstone and unanswered_delete and parallel"]
+    env = {**os.environ, "SETTEE_CALL_TIMEOUT": "0.3"}
+    run = subprocess.run(cmd, cwd=tmp_path, text=True, capture_output=True, timeout=120, env=env)
+    assert run.returncode == 1, _output(run)
+    assert "Hung: no engine call returned within 0.9 s" in run.stdout, _output(run)
+    assert "3 failed" in run.stdout, _output(run)  # shards 1, 2 and 4
+
+
 ONCE = """
 import collections, sys, pytest
 

@@ -54,6 +54,38 @@ def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, muta
     assert "!=" in again.stdout  # the diff between engine and reference, again
 
 
+def test_verify_reports_a_call_that_never_returns_and_replays_it(tmp_path: Path) -> None:
+    """A range that loops forever (the mutation round's V31 hung the proof itself) is a
+    failure with its steps, within the call timeout plus the shrinking floor, and its
+    replay hangs the same way and says so."""
+    engine = "settee.proof.stateful.mutants:endless_range"
+    run = _verify(
+        tmp_path, "--engine", engine, "--only", "equivalence", "--minutes", "0.05",
+        "--seed", "0", "--call-timeout", "1",
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Hung: no engine call returned within 1 s; the last call started was all_docs" in (
+        run.stdout
+    ), run.stdout[-3000:]
+    assert "state.all_docs_range(" in run.stdout and "five minutes" not in run.stdout
+    saved = tmp_path / "settee-verify-equivalence-failure.json"
+    again = _verify(tmp_path, "--replay", str(saved), "--call-timeout", "1")
+    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "no engine call returned within 1 s" in again.stdout, again.stdout[-3000:]
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon"])
+def test_verify_refuses_a_call_timeout_that_is_not_a_positive_number(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from settee.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["verify", "--call-timeout", bad])
+    assert exited.value.code == 2
+    assert "not a positive number of seconds" in capsys.readouterr().err
+
+
 def test_verify_crash_campaign_fails_on_a_durability_mutant(tmp_path: Path) -> None:
     """An engine that acknowledges before its header is durable loses writes in a crash."""
     engine = "settee.proof.crash.mutants:ack_before_header_fsync"

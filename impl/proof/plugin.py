@@ -22,7 +22,8 @@ What it adds:
   ``engine``, ``reopen`` (the semantic suite), ``engine_spec`` (the machines: each engine)
   and ``crash_factory`` (the crash suite: the first engine that is not the reference);
   at teardown ``settee check`` must find nothing wrong in any database settee's own
-  engine left on disk;
+  engine left on disk; a test whose engine never returns fails with ``Hung`` after three
+  call timeouts (``settee.proof.stateful.watchdog``);
 * the proof's ``slow`` campaigns are deselected unless ``-m`` chooses markers;
 * one summary line of what the proof checked (steps, histories, crash states, ...).
 """
@@ -40,6 +41,7 @@ import pytest
 from hypothesis import settings
 
 from settee.engines import load_factory
+from settee.proof.stateful import watchdog
 from settee.proof.stateful.budget import PROFILE_ENV, register_profiles
 from settee.proof.stateful.engines import (
     DEFAULT_ENGINE,
@@ -276,8 +278,12 @@ class Opener:
 def opener(engine_param: EngineParam, tmp_path: Path) -> Iterator[Opener]:
     """An :class:`Opener` for the implementation under test."""
     op = Opener(engine_param, tmp_path)
-    yield op
-    op.close_all()
+    # A semantic test takes well under a second: one whose engine never returns (or
+    # never closes) fails with Hung after three call timeouts instead of hanging the
+    # session, with or without pytest-timeout.
+    with watchdog.watching(3 * watchdog.call_timeout()):
+        yield op
+        op.close_all()
     op.check_files()
 
 

@@ -10,6 +10,7 @@ and are planted into the shards of the database a wrapper opens.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import settee
@@ -298,6 +299,28 @@ class BodyCacheAcrossFiles(Wrapper):
             shard.kept = shard.snapshot.file.body_cache
 
 
+class EndlessRange(Wrapper):
+    """A range asked for more rows than there are never returns: it reads again and
+    again for the rows it lacks (the mutation round's V31, a merge over shards that
+    forgot every shard was read to its end, looped like this in Python)."""
+
+    def all_docs(self, *args: Any, **kwargs: Any) -> Any:
+        answer = self.inner.all_docs(*args, **kwargs)
+        limit = kwargs.get("limit")
+        if type(limit) is int and kwargs.get("keys") is None:
+            while len(answer["rows"]) < limit:
+                answer = self.inner.all_docs(*args, **kwargs)
+        return answer
+
+
+class UnansweredDelete(Wrapper):
+    """A delete's request is never answered, as one left in a queue no writer reads:
+    its caller waits forever, blocked (not spinning)."""
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        threading.Event().wait()
+
+
 #: name -> (class, what it breaks).
 MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "lost_update": (LostUpdate, "no conflict check: a stale put overwrites"),
@@ -328,6 +351,8 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
         BodyCacheAcrossFiles,
         "cached bodies of the old file answer reads after compaction",
     ),
+    "endless_range": (EndlessRange, "a range with a limit past its rows never returns"),
+    "unanswered_delete": (UnansweredDelete, "a delete waits forever for its answer"),
 }
 
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})
