@@ -48,6 +48,7 @@ _WORKLOADS = (
     "all_docs",
     "changes",
     "insert",
+    "put",
 )
 _WHOLE = ("all_docs", "changes")  # workloads whose call reads every row
 _OPTIONS = {"--shards": "shards", "--read-mode": "read_mode", "--body-cache": "body_cache_bytes"}
@@ -77,7 +78,11 @@ def _step(name: str, db: Any, rng: random.Random, next_id: list[int]) -> Callabl
         next_id[0] += 100
         db.bulk_docs([make_doc(doc_id(n), n) for n in range(first, first + 100)])
 
-    return insert
+    def put() -> None:
+        next_id[0] += 1
+        db.put(make_doc(doc_id(next_id[0]), next_id[0]))
+
+    return put if name == "put" else insert
 
 
 def _child(source: str, name: str, calls: int, options: dict[str, Any]) -> None:
@@ -87,7 +92,7 @@ def _child(source: str, name: str, calls: int, options: dict[str, Any]) -> None:
         shutil.copytree(source, os.path.join(path, "db"))
         with settee.open(os.path.join(path, "db"), fsync=False, **options) as db:
             step = _step(name, db, random.Random(1), [_DOCS])
-            if name == "insert":
+            if name in ("insert", "put"):
                 warm = 20
             elif name in _WHOLE:
                 warm = 3  # each call reads every row: a few make the caches warm
