@@ -27,7 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from settee import snapshot
+from settee import btree, snapshot
 from settee.btree import (
     FILL_FACTOR,
     KP_NODE,
@@ -486,6 +486,53 @@ def test_node_payload_is_the_canonical_encoding() -> None:
         node = decode_payload(term)
         assert node[0] in (KV_NODE, KP_NODE)
         assert encode_payload(node) == term
+
+
+@pytest.mark.parametrize("node_bytes", [96, 300, MAX_NODE_BYTES])
+def test_nodes_rewritten_near_their_end_are_spliced_into_the_canonical_encoding(
+    node_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that changes a node only near its end reuses the payload the last
+    commit wrote for it (_Modify.spliced): every term it stores must still be byte
+    for byte the encoding of its node, for appends, replacements and removals at the
+    end, growing values, splits and collapses, at every node size and fan-out."""
+    spliced = []
+    original = btree._Modify.spliced
+
+    def counting(self: Any, kind: str, entries: list[Any], old: Any) -> Any:
+        whole = original(self, kind, entries, old)
+        spliced.append(whole is not None)
+        return whole
+
+    monkeypatch.setattr(btree._Modify, "spliced", counting)
+    rng = random.Random(node_bytes)
+    store = MemoryStore()
+    tree = new_tree(store, node_bytes=node_bytes, difference=difference_count_sum)
+    model: dict[int, Any] = {}
+    top = 0
+    for step in range(600):
+        inserts: list[Any] = []
+        removes: list[int] = []
+        for _ in range(rng.choice([1, 1, 2, 5])):
+            roll = rng.random()
+            if roll < 0.6 or not model:
+                top += 1  # a new largest key: an append at the end of every level
+                inserts.append((top, (top, "v" * rng.randrange(0, 40))))
+            elif roll < 0.85:
+                key = rng.choice(sorted(model)[-6:])  # a replacement near the end
+                inserts.append((key, (step, "w" * rng.randrange(0, 80))))
+            else:
+                removes.append(rng.choice(sorted(model)[-4:]))  # a removal near the end
+        start = len(store.terms)
+        tree = commit(store, tree, inserts, removes)
+        for k in removes:
+            model.pop(k, None)
+        model.update(inserts)
+        for term in store.terms[start:]:
+            assert encode_payload(decode_payload(term)) == term, step
+    assert sum(spliced) > 300, (sum(spliced), len(spliced))
+    assert dict(tree.fold()) == model
+    assert list(check_tree(tree)) == []
 
 
 def test_fold_follows_couchdb_direction_convention() -> None:
