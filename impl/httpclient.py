@@ -170,7 +170,8 @@ def error_for(status: int, body: Any, what: str) -> SetteeError:
     """The settee error for a CouchDB error reply ``{"error", "reason"}`` to ``what``:
     409 ``Conflict``; 404 ``NotFound`` with the server's reason, except a missing
     database (``SetteeError``); 400, 413 (CouchDB's ``document_too_large``), 414, 415
-    and 431 ``BadRequest``; 500 ``corruption`` ``CorruptionError``; else ``SetteeError``."""
+    and 431 ``BadRequest``; 410 (settee serve) or 500 (CouchDB) ``corruption``
+    ``CorruptionError``; else ``SetteeError``."""
     error = body.get("error") if isinstance(body, dict) else None
     reason = body.get("reason") if isinstance(body, dict) else body
     text = reason if isinstance(reason, str) else json.dumps(reason)
@@ -182,7 +183,7 @@ def error_for(status: int, body: Any, what: str) -> SetteeError:
         return NotFound(text)
     if status in _BAD_REQUEST_STATUSES:
         return BadRequest(f"{what}: {error}: {text}")
-    if status == 500 and error == "corruption":
+    if error == "corruption" and status in (410, 500):  # settee serve's; CouchDB's 500
         return _corruption(text)
     return SetteeError(f"{what}: HTTP {status} {error}: {text}")
 

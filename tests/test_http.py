@@ -2156,6 +2156,65 @@ def test_a_database_without_its_meta_file_is_still_there(tmp_path: Path) -> None
         handle.stop()
 
 
+@pytest.mark.parametrize("damage", ["shard file deleted", "meta and a shard deleted", "bit flip"])
+def test_a_damaged_database_is_a_4xx_naming_the_file_and_nothing_else_changes(
+    tmp_path: Path, damage: str
+) -> None:
+    """A half-deleted directory or a flipped bit answers 410 corruption saying which
+    file to restore, never a 500 (a client retrying it would meet the same damage
+    forever); the files are left as they were, and the server's other databases and
+    new ones still read and write."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        for db in ("/hurt", "/whole"):
+            assert c("PUT", f"{db}?q=2").status == 201
+            for i in range(20):
+                put(c, db, f"d{i:02d}", {"v": i})
+    finally:
+        handle.stop()
+    hurt = next(p for p in tmp_path.iterdir() if p.name == "hurt")
+    shard = hurt / "shard-001.settee"
+    if damage == "bit flip":
+        data = bytearray(shard.read_bytes())
+        data[data.rindex(b"\x81\xa1v") + 3] ^= 0x01  # the value of a body {"v": n}
+        shard.write_bytes(bytes(data))
+    else:
+        shard.unlink()
+        if damage.startswith("meta"):
+            (hurt / "settee.meta").unlink()
+    before = {p.name: p.read_bytes() for p in hurt.iterdir() if p.is_file()}
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        statuses = []
+        for method, path, body in (
+            ("GET", "/hurt", None),
+            ("GET", "/hurt/_all_docs?include_docs=true", None),
+            ("GET", "/hurt/_changes", None),
+            ("PUT", "/hurt/new", {"v": 1}),
+            ("POST", "/hurt/_bulk_docs", {"docs": [{"_id": f"n{i}"} for i in range(8)]}),
+        ):
+            r = c(method, path, body)
+            statuses.append(r.status)
+            if r.status >= 400:
+                assert (r.status, r.json["error"]) == (410, "corruption"), (path, r.raw)
+                assert "shard-001" in r.json["reason"] or "settee.meta" in r.json["reason"]
+        assert 410 in statuses and max(statuses) < 500, statuses
+        assert c("GET", "/whole").json["doc_count"] == 20
+        put(c, "/whole", "more", {"v": 1})
+        assert c("PUT", "/fresh").status == 201
+    finally:
+        handle.stop()
+    after = {p.name: p.read_bytes() for p in hurt.iterdir() if p.is_file()}
+    if damage == "bit flip":  # the rest of the database still takes writes: appended only
+        assert all(
+            after[name].startswith(data) for name, data in before.items() if ".settee" in name
+        )
+    else:
+        assert after == before
+
+
 def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) -> None:
     """The server's JSON side files (settings, _local documents, _security) that no
     longer parse answer CouchDB's corruption error naming the file (found in review:
@@ -2216,7 +2275,7 @@ def test_damaged_settings_are_corruption_on_every_request(tmp_path: Path, damage
         c = Client(handle.port)
         for path in ("/side", "/side/_all_docs"):
             r = c("GET", path)
-            assert (r.status, r.json["error"]) == (500, "corruption"), r.raw
+            assert (r.status, r.json["error"]) == (410, "corruption"), r.raw
             assert "_settings" in r.json["reason"]
     finally:
         handle.stop()

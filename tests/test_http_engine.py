@@ -148,6 +148,7 @@ def test_the_installed_suites_pass_over_http(server: Any, suite: str) -> None:
         (400, {"error": "bad_request", "reason": "Invalid rev format"}, BadRequest, None),
         (413, {"error": "document_too_large", "reason": "a"}, BadRequest, None),
         (414, "URI Too Long", BadRequest, None),
+        (410, {"error": "corruption", "reason": "/d/shard.0:4096: bad crc"}, CorruptionError, None),
         (500, {"error": "corruption", "reason": "/d/shard.0:4096: bad crc"}, CorruptionError, None),
         (500, {"error": "unknown_error", "reason": "boom"}, SetteeError, None),
         (

@@ -135,6 +135,20 @@ def respond(r: Reply) -> web.Response:
     return web.Response(status=r.status, body=r.body, headers=headers)
 
 
+#: The status of an answer that damage on disk prevents (a flipped bit, a missing or
+#: truncated file, a damaged side file): 410 Gone, "no longer available at the origin
+#: server and ... likely to be permanent" (RFC 9110 15.5.11) — until the file is
+#: restored. A 4xx, not CouchDB's 500 for file_corruption: a client retrying a 5xx
+#: would get the same damage forever, and settee answers every request that cannot
+#: succeed with a 4xx that says why (README "Over HTTP"); the body names the file.
+DAMAGED = 410
+
+
+def damaged(reason: str) -> HTTPError:
+    """The answer for a database whose directory is damaged (``DAMAGED``, ``corruption``)."""
+    return HTTPError(DAMAGED, "corruption", reason)
+
+
 def error_reply(exc: BaseException) -> Reply:
     """The CouchDB response for an exception a handler raised."""
     if isinstance(exc, HTTPError):
@@ -148,7 +162,7 @@ def error_reply(exc: BaseException) -> Reply:
         status = 412 if exc.error == "missing_stub" else 400
         return reply(status, {"error": exc.error, "reason": str(exc)})
     if isinstance(exc, CorruptionError):
-        return reply(500, {"error": "corruption", "reason": str(exc)})
+        return reply(DAMAGED, {"error": "corruption", "reason": str(exc)})
     if isinstance(exc, SetteeError):
         return reply(500, {"error": "unknown_error", "reason": str(exc)})
     return reply(500, {"error": "unknown_error", "reason": f"{type(exc).__name__}: {exc}"})

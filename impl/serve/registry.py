@@ -51,7 +51,7 @@ from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.lru import LeasedLru
 from settee.serve.options import db_options
-from settee.serve.protocol import HTTPError
+from settee.serve.protocol import HTTPError, damaged
 from settee.serve.viewindex import ViewIndex
 from settee.spec.config import validate_options
 from settee.spec.errors import BadRequest, CorruptionError
@@ -100,6 +100,19 @@ def check_db_name(name: str) -> None:
 
 def _dir_name(name: str) -> str:
     return name.replace("/", "%2F")
+
+
+def _open_existing(path: str, options: dict[str, Any]) -> settee.Database:
+    """``settee.open`` of a database the server found on disk. One it refuses as damaged
+    (a shard file missing, no metadata beside shard files) is ``protocol.damaged``, like
+    a file that fails its checks (CorruptionError); a refusal the file system caused (a
+    permission, a lock it cannot take) stays the server's own error."""
+    try:
+        return settee.open(path, **options)
+    except settee.SetteeError as exc:
+        if type(exc) is settee.SetteeError and not isinstance(exc.__cause__, OSError):
+            raise damaged(str(exc)) from exc
+        raise
 
 
 def db_missing() -> HTTPError:
@@ -213,7 +226,7 @@ class Registry:
                 if not self._exists(name):
                     raise db_missing()
                 self._make_room()
-                db = settee.open(self._path(name), **self._reopen_options(name))
+                db = _open_existing(self._path(name), self._reopen_options(name))
                 entry = DbEntry(name, db, self._local(name))
                 self._open.add(name, entry, leased=True)
             return entry
