@@ -213,8 +213,10 @@ def _progress_line(r: CampaignResult) -> str:
 # -- the command --------------------------------------------------------------------------------
 
 
-def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Run every campaign; print live progress and a summary; 1 on any failure."""
+def run_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run every campaign; print live progress and a summary (to ``out``, by default
+    the ``sys.stdout`` of the moment); 1 on any failure."""
+    out = sys.stdout if out is None else out
     if args.call_timeout is not None:
         # The campaigns' processes are spawned from here and inherit the environment.
         from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
@@ -253,9 +255,8 @@ def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         path = os.path.abspath(f"settee-verify-{r.name}-failure.json")
         with open(path, "w") as f:
             json.dump(asdict(r), f, indent=2)
-        out.write(
-            f"\n== {r.name} failed ==\n{r.reproducer}\nreplay: settee verify --replay {path}\n"
-        )
+        again = f"replay: settee verify --replay {path}" if r.replay else f"saved in {path}"
+        out.write(f"\n== {r.name} failed ==\n{r.reproducer}\n{again}\n")
     return 1 if failed else 0
 
 
@@ -263,21 +264,71 @@ def _run_all(
     names: list[str], args: argparse.Namespace, jobs: int, budget: float, out: TextIO
 ) -> list[CampaignResult]:
     context = multiprocessing.get_context("spawn")
+    # A campaign's own watchdogs turn a hung call into a failure; this one ends a run
+    # that still does not finish (a hang in C code, a signal the engine swallows).
+    rounds = -(-len(names) // jobs)
+    overdue = None if args.examples else time.monotonic() + rounds * budget + OVERDUE_GRACE
     with context.Manager() as manager:
         progress = manager.Queue()
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            futures: dict[str, Future[CampaignResult]] = {
-                name: pool.submit(
-                    run_one, name, args.engine, args.seed, budget, args.examples, progress
-                )
-                for name in names
-            }
+        pool = ProcessPoolExecutor(jobs, mp_context=context)
+        futures: dict[str, Future[CampaignResult]] = {
+            name: pool.submit(
+                run_one, name, args.engine, args.seed, budget, args.examples, progress
+            )
+            for name in names
+        }
+        try:
             while not all(f.done() for f in futures.values()):
+                if overdue is not None and time.monotonic() > overdue:
+                    break
                 with contextlib.suppress(queue.Empty):
                     _name, line = progress.get(timeout=0.5)
                     out.write(f"  {line}\n")
                     out.flush()
-            return [futures[name].result() for name in names]
+        finally:
+            unfinished = [name for name, f in futures.items() if not f.done()]
+            _stop(pool, kill=bool(unfinished))
+        return [_result_of(name, args.engine, futures[name], budget) for name in names]
+
+
+#: Seconds past its budget a time-boxed run may take before its unfinished campaigns
+#: are stopped and reported: shrinking a failure (``SHRINK_FLOOR``), hung calls the
+#: watchdog ends (each costs ``--call-timeout``), the last batch's overrun.
+OVERDUE_GRACE = 600.0
+
+
+def _stop(pool: ProcessPoolExecutor, *, kill: bool) -> None:
+    """Shut ``pool`` down; with ``kill``, end its processes first (a campaign that never
+    finishes would keep ``shutdown`` waiting forever)."""
+    if kill:
+        # The executor has no public way to end a running task; its processes are
+        # plain multiprocessing.Process objects.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+    pool.shutdown(wait=not kill, cancel_futures=True)
+
+
+def _result_of(
+    name: str, engine: str, future: Future[CampaignResult], budget: float
+) -> CampaignResult:
+    """The campaign's result, or a failure saying why it has none: its process died
+    (the engine ended it, or crashed the interpreter) or it never finished."""
+    if future.done() and not future.cancelled() and future.exception() is None:
+        return future.result()
+    result = CampaignResult(name, engine, failures=1)
+    if not future.done() or future.cancelled():
+        result.reproducer = (
+            f"{name} did not finish within {budget:.0f} s and {OVERDUE_GRACE:.0f} s of grace: "
+            "a call that neither returned nor could be interrupted (a hang in C code, or "
+            "an engine that swallows the watchdog's Hung); its process was stopped"
+        )
+    else:
+        result.reproducer = (
+            f"{name}'s process ended without a result ({future.exception()!r}): the "
+            "engine ended the process (os._exit, a crash in C code, the kernel's OOM "
+            "killer), or another campaign's process did and took the pool down"
+        )
+    return result
 
 
 def _print_summary(results: list[CampaignResult], out: TextIO) -> None:

@@ -74,6 +74,65 @@ def test_verify_reports_a_call_that_never_returns_and_replays_it(tmp_path: Path)
     assert "no engine call returned within 0.5 s" in again.stdout, again.stdout[-3000:]
 
 
+#: Engines the proof's own watchdogs cannot end: one that kills its process, one that
+#: swallows every exception while it waits forever.
+_UNRULY = """
+import os, time
+import settee
+
+def dies(path, **options):
+    db = settee.open(path, **options)
+    db.put = lambda *a, **k: os._exit(3)
+    return db
+
+def swallows(path, **options):
+    db = settee.open(path, **options)
+
+    def put(*a, **k):
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:
+                pass
+
+    db.put = put
+    return db
+"""
+
+
+@pytest.mark.parametrize(
+    ("engine", "says"),
+    [
+        ("dies", "equivalence's process ended without a result"),
+        ("swallows", "equivalence did not finish within 2 s and 4 s of grace"),
+    ],
+)
+def test_verify_reports_a_campaign_its_watchdogs_cannot_end(
+    engine: str,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A failure, not a traceback or a verify that never ends: the campaign's process
+    died (the pool broke), or it ran past its budget and a grace and was stopped."""
+    from settee import verify
+    from settee.cli import main
+    from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
+
+    (tmp_path / "unruly.py").write_text(_UNRULY)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned campaigns import it too
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(verify, "OVERDUE_GRACE", 4.0)
+    monkeypatch.setenv(CALL_TIMEOUT_ENV, "0.5")  # restored after: verify sets it for good
+    argv = ["verify", "--engine", f"unruly:{engine}", "--only", "equivalence", "--seed", "0"]
+    code = main([*argv, "--minutes", str(2 / 60), "--call-timeout", "0.5"])
+    out = capsys.readouterr().out
+    assert code == 1 and "settee verify FAILED" in out, out[-2000:]
+    assert says in out, out[-2000:]
+    assert "saved in" in out and "replay:" not in out
+
+
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon"])
 def test_verify_refuses_a_call_timeout_that_is_not_a_positive_number(
     bad: str, capsys: pytest.CaptureFixture[str]
