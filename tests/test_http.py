@@ -1250,6 +1250,45 @@ def test_views_follow_updates_deletions_and_conflicts(client: Client, db: str) -
     assert conflicts == [{"id": "c", "key": [loser], "value": None}]
 
 
+def test_design_info_reports_each_view_index_as_couchdb(client: Client, db: str) -> None:
+    """GET /db/_design/ddoc/_info (api/ddoc/common.rst): the ddoc's name without its
+    prefix and its view group's state; updates_pending counts the changes the views
+    have not indexed (minimum: the most caught-up view, total: the least), the
+    signature moves only when a map function does."""
+    views = {
+        "a": {"map": "function(doc) { emit(doc.n, null); }"},
+        "b": {"map": "function(doc) { emit(doc.tag, 1); }", "reduce": "_sum"},
+    }
+    for i in range(5):
+        put(client, db, f"d{i}", {"n": i, "tag": "x"})
+    rev = put(client, db, "_design/g", {"views": views, "language": "javascript"})
+    info = client("GET", f"{db}/_design/g/_info").json
+    assert info["name"] == "g"
+    index = info["view_index"]
+    assert index["language"] == "javascript" and index["compact_running"] is False
+    assert index["updates_pending"] == {"minimum": 6, "preferred": 6, "total": 6}  # with the ddoc
+    assert re.fullmatch(r"[0-9a-f]{32}", index["signature"])
+    assert set(index["sizes"]) == {"active", "external", "file"} and index["sizes"]["file"] > 0
+    assert client("GET", f"{db}/_design/g/_view/a").json["total_rows"] == 5  # builds a alone
+    pending = client("GET", f"{db}/_design/g/_info").json["view_index"]["updates_pending"]
+    assert pending == {"minimum": 0, "preferred": 6, "total": 6}
+    assert client("GET", f"{db}/_design/g/_view/b").json["rows"] == [{"key": None, "value": 5}]
+    index = client("GET", f"{db}/_design/g/_info").json["view_index"]
+    assert index["updates_pending"] == {"minimum": 0, "preferred": 0, "total": 0}
+    assert index["update_seq"] == client("GET", db).json["update_seq"]
+    views["b"]["map"] = "function(doc) { emit(doc.n, 2); }"
+    rev = put(client, db, "_design/g", {"_rev": rev, "views": views})
+    changed = client("GET", f"{db}/_design/g/_info").json["view_index"]
+    assert changed["signature"] != index["signature"]
+    assert client("GET", f"{db}/_design/nope/_info").json == {
+        "error": "not_found",
+        "reason": "missing",
+    }
+    assert client("POST", f"{db}/_design/g/_info", {}).status == 405
+    client("DELETE", f"{db}/_design/g?rev={rev}")
+    assert client("GET", f"{db}/_design/g/_info").json["reason"] == "deleted"
+
+
 def test_missing_views_and_bad_queries(client: Client, db: str) -> None:
     put(client, db, "_design/q", {"views": VIEWS})
     assert client("GET", f"{db}/_design/q/_view/nope").json == {

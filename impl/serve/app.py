@@ -17,7 +17,18 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 import settee
-from settee.serve import alldocs, attachments, bulk, changes, cluster, dbs, docs, find, viewquery
+from settee.serve import (
+    alldocs,
+    attachments,
+    bulk,
+    changes,
+    cluster,
+    dbs,
+    ddocinfo,
+    docs,
+    find,
+    viewquery,
+)
 from settee.serve.lease import Lease
 from settee.serve.protocol import HTTPError, error_reply, respond
 from settee.serve.registry import DbEntry, db_missing
@@ -229,6 +240,8 @@ async def _route_in_db(
     if head == "_design" and len(rest) > 2 and not rest[2].startswith("_"):
         ddoc = "_design/" + rest[1]
         return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))
+    if head == "_design" and len(rest) == 3 and rest[2] == "_info":
+        return await ddocinfo.handle_ddoc_info(state, request, entry, rest[1])
     if head == "_design" and len(rest) > 2:
         raise HTTPError(404, "not_found", f"settee serve does not serve {rest[2]} yet")
     # Any other id with a path is an attachment (chttpd_db:db_req's last clause): a

@@ -86,6 +86,10 @@ class ViewIndex:
     def close(self) -> None:
         self.db.close()
 
+    def updating(self) -> bool:
+        """Whether an update is running now (``_info``'s ``updater_running``)."""
+        return self._lock.locked()
+
     # -- updating -------------------------------------------------------------------------
 
     def checkpoint(self) -> dict[str, Any]:
