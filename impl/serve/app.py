@@ -27,6 +27,7 @@ from settee.serve import (
     ddocinfo,
     docs,
     find,
+    updates,
     viewquery,
 )
 from settee.serve.lease import Lease
@@ -240,6 +241,8 @@ async def _route_in_db(
     if head == "_design" and len(rest) > 2 and not rest[2].startswith("_"):
         ddoc = "_design/" + rest[1]
         return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))
+    if head == "_design" and len(rest) > 2 and rest[2] == "_update":
+        return await updates.handle_update(state, request, entry, rest[1], rest[3:])
     if head == "_design" and len(rest) == 3 and rest[2] == "_info":
         return await ddocinfo.handle_ddoc_info(state, request, entry, rest[1])
     if head == "_design" and len(rest) > 2:

@@ -34,7 +34,7 @@ from aiohttp import web
 import settee
 from settee.serve import revs
 from settee.serve.alldocs import with_attachment_data
-from settee.serve.design import user_ctx
+from settee.serve.design import request_object
 from settee.serve.lease import Lease
 from settee.serve.protocol import (
     HTTPError,
@@ -178,23 +178,9 @@ def _ddoc_filter(kind: str, name: str, form: str) -> ChangesFilter | None:
 
 
 def _filter_request(request: web.BaseRequest, entry: DbEntry, body: Any) -> dict[str, Any]:
-    """The ``req`` object CouchDB passes to a filter function (the members filters use)."""
-    raw_path = request.rel_url.raw_path
-    return {
-        "info": {"db_name": entry.name},
-        "id": None,
-        "method": request.method,
-        "path": [p for p in request.rel_url.path.split("/") if p],
-        "raw_path": str(request.rel_url),
-        "requested_path": [p for p in raw_path.split("/") if p],
-        "query": dict(request.query),
-        "headers": dict(request.headers),
-        "body": "undefined" if request.method == "GET" else json.dumps(body),
-        "peer": request.remote or "",
-        "form": {},
-        "cookie": {},
-        "userCtx": user_ctx(entry.name),
-    }
+    """The ``req`` object CouchDB passes to a filter function."""
+    text = "undefined" if request.method == "GET" else json.dumps(body)
+    return request_object(request, entry.name, body=text)
 
 
 def _resolve_filter(

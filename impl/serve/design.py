@@ -11,21 +11,56 @@ replication included, takes effect on the next write or feed.
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiohttp import web
 
 import settee
 from settee.serve.js import JsFunction, Thrown, runtime
 from settee.serve.protocol import HTTPError
 
-__all__ = ["DesignFunctions", "ViewFunctions", "user_ctx"]
+__all__ = ["DesignFunctions", "ViewFunctions", "request_object", "user_ctx"]
 
 
 def user_ctx(db_name: str) -> dict[str, Any]:
     """CouchDB's ``userCtx`` for a request: settee serve has no users, every
     request is an admin's."""
     return {"db": db_name, "name": None, "roles": ["_admin"]}
+
+
+def request_object(
+    request: web.BaseRequest, db_name: str, *, body: str, doc_id: str | None = None
+) -> dict[str, Any]:
+    """CouchDB's request object for design functions (chttpd_external:json_req_obj),
+    but ``uuid`` and ``secObj``, which the caller adds where a function gets them:
+    ``body`` as the function sees it, ``form`` the body's fields when it is a form
+    sent by POST or PUT."""
+    raw_path = request.rel_url.raw_path
+    form: dict[str, str] = {}
+    content_type = request.headers.get("Content-Type", "").lower()
+    if request.method in ("POST", "PUT") and content_type.startswith(_FORM):
+        form = dict(urllib.parse.parse_qsl(body, keep_blank_values=True))
+    return {
+        "info": {"db_name": db_name},
+        "id": doc_id,
+        "method": request.method,
+        "path": [p for p in request.rel_url.path.split("/") if p],
+        "raw_path": str(request.rel_url),
+        "requested_path": [p for p in raw_path.split("/") if p],
+        "query": dict(request.query),
+        "headers": dict(request.headers),
+        "body": body,
+        "peer": request.remote or "",
+        "form": form,
+        "cookie": {},
+        "userCtx": user_ctx(db_name),
+    }
+
+
+_FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass
@@ -65,6 +100,15 @@ class DesignFunctions:
                 self._ddocs.setdefault(ddoc_id, _Ddoc(doc["_rev"], doc))
         with self._lock:
             return {d: self._ddocs[d] for d in revs if d in self._ddocs}
+
+    def _named(self, db: settee.Database, ddoc_name: str) -> tuple[str, _Ddoc]:
+        """``_design/{ddoc_name}`` and its entry; NotFound ``missing`` or ``deleted``."""
+        ddoc_id = "_design/" + ddoc_name
+        ddoc = self._current(db).get(ddoc_id)
+        if ddoc is None:
+            db.get(ddoc_id)  # raises NotFound: "missing" or "deleted"
+            raise settee.NotFound("missing")
+        return ddoc_id, ddoc
 
     def _function(
         self, ddoc: _Ddoc, ddoc_id: str, path: tuple[str, ...], source: Any
@@ -112,11 +156,7 @@ class DesignFunctions:
         """A view's map function (compiled), its sources and reduce; 404 as CouchDB
         when the design document (``missing``) or the view (``missing_named_view``)
         is absent."""
-        ddoc_id = "_design/" + ddoc_name
-        ddoc = self._current(db).get(ddoc_id)
-        if ddoc is None:
-            db.get(ddoc_id)  # raises NotFound: "missing" or "deleted"
-            raise settee.NotFound("missing")
+        ddoc_id, ddoc = self._named(db, ddoc_name)
         views = ddoc.doc.get("views")
         view = views.get(view_name) if isinstance(views, dict) else None
         if not isinstance(view, dict):
@@ -138,11 +178,7 @@ class DesignFunctions:
         """``filter=ddoc/name`` (kind ``filters``) or ``filter=_view&view=ddoc/name``
         (kind ``views``: a document passes when the map function emits): a
         predicate over documents; 404 as CouchDB when either is missing."""
-        ddoc_id = "_design/" + ddoc_name
-        ddoc = self._current(db).get(ddoc_id)
-        if ddoc is None:
-            db.get(ddoc_id)  # raises NotFound: "missing" or "deleted"
-            raise settee.NotFound("missing")
+        ddoc_id, ddoc = self._named(db, ddoc_name)
         functions = ddoc.doc.get(kind)
         if not isinstance(functions, dict):
             raise settee.NotFound(f"missing json key: {kind}")
@@ -155,6 +191,19 @@ class DesignFunctions:
             return lambda doc: bool(mapper.emitted(doc))
         function = self._function(ddoc, ddoc_id, ("filters", name), functions[name])
         return lambda doc: _truthy(function(doc, req))
+
+    # -- update functions ---------------------------------------------------------------------
+
+    def update_function(self, db: settee.Database, ddoc_name: str, name: str) -> JsFunction:
+        """``updates.{name}`` of ``_design/{ddoc_name}``, compiled; 404 as CouchDB when
+        the design document or the function is missing."""
+        ddoc_id, ddoc = self._named(db, ddoc_name)
+        functions = ddoc.doc.get("updates")
+        if not isinstance(functions, dict) or name not in functions:
+            raise HTTPError(
+                404, "not_found", f"missing updates function {name} on design doc {ddoc_id}"
+            )
+        return self._function(ddoc, ddoc_id, ("updates", name), functions[name])
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,12 @@ def _doc_from_request(
     return doc
 
 
+def write_doc(state: State, entry: DbEntry, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Write ``doc`` (checked by ``check_doc``) as a PUT of it would: 201 (200 for a
+    deletion) and ``{"ok", "id", "rev"}``; ``validate_doc_update`` applies."""
+    return _write_doc(state, entry, doc, new_edits=True)
+
+
 def _write_doc(
     state: State, entry: DbEntry, doc: dict[str, Any], new_edits: bool
 ) -> tuple[int, dict[str, Any]]:
