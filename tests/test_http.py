@@ -2040,8 +2040,8 @@ def test_uuids_are_sent_with_cache_busting_headers(client: Client) -> None:
 def test_attachment_byte_ranges(client: Client, db: str) -> None:
     """chttpd_db serves one Range of an attachment stored as is with 206 and
     Content-Range (attachments.rst "HTTP Range Requests"); a range past the end or
-    running backward is 416; bytes=0- (attachment_ranges_test.exs: "a 200"),
-    several ranges or another unit get the whole attachment."""
+    running backward is 416; bytes=0- (attachment_ranges_test.exs: "a 200"), ten
+    ranges or more, a malformed header or another unit get the whole attachment."""
     rev = put(client, db, "d", {})
     data = bytes(range(256)) * 300  # two chunks: a range may span them
     r = client("PUT", f"{db}/d/f?rev={rev}", raw=data, headers={"Content-Type": "x/y"})
@@ -2065,7 +2065,8 @@ def test_attachment_byte_ranges(client: Client, db: str) -> None:
         r = get(unsatisfiable)
         assert r.status == 416, unsatisfiable
         assert r.headers["Content-Range"] == f"bytes */{len(data)}", unsatisfiable
-    for whole in ("bytes=0-", "bytes=0-1,4-5", "lines=1-2"):
+    ten = ",".join(f"{i}-{i}" for i in range(1, 11))
+    for whole in ("bytes=0-", "bytes=0-,4-5", "lines=1-2", f"bytes={ten}", "bytes=1-2;3-4"):
         r = get(whole)
         assert (r.status, r.raw) == (200, data), whole
         assert "Content-Range" not in r.headers, whole
@@ -2074,6 +2075,36 @@ def test_attachment_byte_ranges(client: Client, db: str) -> None:
     assert empty.status == 201
     r = client("GET", f"{db}/e/f", headers={"Range": "bytes=0-"})
     assert (r.status, r.raw) == (200, b"")
+
+
+def test_several_byte_ranges_are_one_multipart_byteranges_answer(client: Client, db: str) -> None:
+    """chttpd_db:send_ranges_multipart: two to nine ranges are a 206 multipart/byteranges
+    body (RFC 9110 14.6), each part with its Content-Type and Content-Range, in the
+    order asked, overlapping or not; a range past the end among others is left out,
+    and ranges none of which holds a byte are 416."""
+    rev = put(client, db, "d", {})
+    data = bytes(range(256)) * 300  # two chunks: a range may span them
+    r = client("PUT", f"{db}/d/f?rev={rev}", raw=data, headers={"Content-Type": "x/y"})
+    assert r.status == 201
+    asked = [(65530, 65545), (1, 2), (0, 3), (len(data) - 5, len(data) - 1)]
+    spec = "bytes=65530-65545, 1-2,0-3,-5," + f"{len(data) + 10}-"
+    r = client("GET", f"{db}/d/f", headers={"Range": spec})
+    assert r.status == 206
+    kind, _, boundary = r.headers["Content-Type"].partition("; boundary=")
+    assert kind == "multipart/byteranges"
+    boundary = boundary.strip('"')
+    parts = r.raw.split(b"--" + boundary.encode())
+    assert parts[0] == b"" and parts[-1] == b"--\r\n"
+    for (first, last), part in zip(asked, parts[1:-1], strict=True):
+        head, _, body = part.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[1:] == [
+            b"Content-Type: x/y",
+            f"Content-Range: bytes {first}-{last}/{len(data)}".encode(),
+        ]
+        assert body == data[first : last + 1] + b"\r\n"
+    none = client("GET", f"{db}/d/f", headers={"Range": f"bytes={len(data)}-,-0"})
+    assert none.status == 416
+    assert client("HEAD", f"{db}/d/f", headers={"Range": "bytes=1-2,5-6"}).status == 206
 
 
 def test_if_none_match_takes_a_list_and_weak_tags(client: Client, db: str) -> None:

@@ -10,9 +10,11 @@ stores a revision without it. Writes pass the database's
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -99,41 +101,54 @@ def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str
     return validated_write(entry, doc)
 
 
-#: ``Range: bytes=first-last``, ``bytes=first-`` or ``bytes=-suffix``: one range.
-_ONE_RANGE = re.compile(r"bytes=(?:([0-9]{1,19})-([0-9]{0,19})|-([0-9]{1,19}))")
+#: One range of a ``Range: bytes=...`` header: ``first-last``, ``first-`` or ``-suffix``.
+_ONE_RANGE = re.compile(r"([0-9]{1,19})-([0-9]{0,19})|-([0-9]{1,19})")
+#: CouchDB answers fewer than this many ranges as multipart/byteranges, more whole.
+_MAX_RANGES = 10
 
 
-def _byte_range(header: str | None, length: int) -> tuple[int, int] | None:
-    """The inclusive byte range ``[first, last]`` a ``Range`` header asks of ``length``
-    bytes; None to send them all (no header, ``bytes=0-``, several ranges, or a form
-    that is not ``bytes=``: RFC 9110 lets a server ignore Range); 416 when no byte
-    of it exists or it runs backward. CouchDB answers one range of an attachment
-    stored as is with 206 (chttpd_db:parse_ranges)."""
+def _byte_ranges(header: str | None, length: int) -> list[tuple[int, int]] | None:
+    """The inclusive byte ranges ``[first, last]`` a ``Range`` header asks of ``length``
+    bytes, in the order asked; None to send them all (no header, a first range of
+    ``bytes=0-``, ten ranges or more, or a form that is not ``bytes=``: RFC 9110 lets
+    a server ignore Range). A range that runs backward is 416, as are ranges none
+    of which holds a byte; one past the end among others is left out (RFC 9110
+    14.1.1). As chttpd_db:parse_ranges, ends past the last byte are cut to it."""
     if header is None:
         return None
-    found = _ONE_RANGE.fullmatch(header.strip())
-    if found is None:
+    unit, _, spec = header.strip().partition("=")
+    specs = [part.strip() for part in spec.split(",")] if unit == "bytes" else []
+    found = [_ONE_RANGE.fullmatch(part) for part in specs]
+    if not found or None in found or len(found) >= _MAX_RANGES:
         return None
-    first_text, last_text, suffix = found.groups()
-    if suffix is not None:
-        first, last = max(0, length - int(suffix)), length - 1
-        if int(suffix) == 0:
-            first = length  # no byte: unsatisfiable below
-    else:
-        first = int(first_text)
-        if first == 0 and not last_text:
-            return None  # chttpd_db:parse_ranges: bytes=0- is the whole entity, a 200
-        last = min(int(last_text), length - 1) if last_text else length - 1
-        if last_text and int(last_text) < first:
-            last = -1  # a backward range: CouchDB refuses it (parse_ranges), below
-    if first >= length or first > last:
-        raise HTTPError(
-            416,
-            "requested_range_not_satisfiable",
-            "Requested range not satisfiable",
-            headers={"Content-Range": f"bytes */{length}"},
-        )
-    return first, last
+    ranges = []
+    for match in found:
+        first_text, last_text, suffix = match.groups()  # type: ignore[union-attr]
+        if suffix is not None:
+            first, last = max(0, length - int(suffix)), length - 1
+            if int(suffix) == 0:
+                continue  # no byte
+        else:
+            first = int(first_text)
+            if first == 0 and not last_text and not ranges:
+                return None  # chttpd_db:parse_ranges: bytes=0- is the whole entity, a 200
+            if last_text and int(last_text) < first:
+                raise _unsatisfiable(length)  # backward: CouchDB refuses it (parse_ranges)
+            last = min(int(last_text), length - 1) if last_text else length - 1
+        if first < length:
+            ranges.append((first, last))
+    if not ranges:
+        raise _unsatisfiable(length)
+    return ranges
+
+
+def _unsatisfiable(length: int) -> HTTPError:
+    return HTTPError(
+        416,
+        "requested_range_not_satisfiable",
+        "Requested range not satisfiable",
+        headers={"Content-Range": f"bytes */{length}"},
+    )
 
 
 async def _stream(
@@ -174,6 +189,52 @@ async def _stream(
     return response
 
 
+async def _stream_ranges(
+    state: State,
+    request: web.BaseRequest,
+    att: dict[str, Any],
+    reopen: Callable[[], tuple[dict[str, Any], Iterator[bytes]]],
+    headers: dict[str, str],
+    ranges: list[tuple[int, int]],
+) -> web.StreamResponse:
+    """Several ranges as one 206 ``multipart/byteranges`` answer (RFC 9110 14.6), as
+    chttpd_db:send_ranges_multipart: each part its Content-Type and Content-Range,
+    then its bytes, read afresh from the attachment's start (ranges may come in
+    any order, and overlap)."""
+    boundary = uuid.uuid4().hex
+    headers = {k: v for k, v in headers.items() if k != "Content-Type"}
+    headers["Content-Type"] = f'multipart/byteranges; boundary="{boundary}"'
+    response = web.StreamResponse(status=206, headers=headers)
+    await response.prepare(request)
+    if request.method != "GET":
+        await response.write_eof()
+        return response
+    length = att["length"]
+    part_type = " ".join(str(att["content_type"]).splitlines())  # a line of its own
+    try:
+        for first, last in ranges:
+            head = (
+                f"--{boundary}\r\nContent-Type: {part_type}\r\n"
+                f"Content-Range: bytes {first}-{last}/{length}\r\n\r\n"
+            )
+            await response.write(head.encode("utf-8", "surrogatepass"))
+            _att, chunks = await state.run(reopen)
+            at = 0
+            while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
+                piece = chunk[max(0, first - at) : last - at + 1]
+                at += len(chunk)
+                if piece:
+                    await response.write(piece)
+            await response.write(b"\r\n")
+    except settee.SetteeError as exc:
+        log.error("%s %s: stopped in a byte range: %s", request.method, request.path, exc)
+        response.force_close()
+        return response
+    await response.write(f"--{boundary}--\r\n".encode())
+    await response.write_eof()
+    return response
+
+
 async def handle_attachment(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str, name: str
 ) -> web.StreamResponse:
@@ -193,11 +254,15 @@ async def handle_attachment(
             return web.Response(
                 status=304, headers={k: headers[k] for k in ("ETag", "Cache-Control")}
             )
-        wanted = None
+        ranges = None
         # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;
         # another version goes whole, or a resumed download would splice two.
         if request.headers.get("If-Range", tag) == tag:
-            wanted = _byte_range(request.headers.get("Range"), att["length"])
+            ranges = _byte_ranges(request.headers.get("Range"), att["length"])
+        if ranges is not None and len(ranges) > 1:
+            reopen = functools.partial(_open, entry.db, doc_id, name, rev)
+            return await _stream_ranges(state, request, att, reopen, headers, ranges)
+        wanted = None if ranges is None else ranges[0]
         return await _stream(state, request, att["length"], chunks, headers, wanted)
     if method == "PUT":
         data = await state.spool_body(request)
