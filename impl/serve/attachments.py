@@ -121,7 +121,7 @@ def _byte_ranges(header: str | None, length: int) -> list[tuple[int, int]] | Non
     found = [_ONE_RANGE.fullmatch(part) for part in specs]
     if not found or None in found or len(found) >= _MAX_RANGES:
         return None
-    ranges = []
+    ranges: list[tuple[int, int]] = []
     for match in found:
         first_text, last_text, suffix = match.groups()  # type: ignore[union-attr]
         if suffix is not None:
