@@ -217,7 +217,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
         STATS["examples"] += 1
         # Until teardown, a call that does not return is a failure (watchdog.py).
         # Hypothesis calls teardown in a finally right after making the machine.
-        watchdog.arm()
+        self.watch_level = watchdog.arm()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
                         db.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
-            watchdog.disarm()
+            watchdog.disarm(self.watch_level)
 
     # -- helpers ------------------------------------------------------------------------------
 

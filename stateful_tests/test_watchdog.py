@@ -57,6 +57,27 @@ def test_nested_levels_watch_with_the_innermost_time() -> None:
         time.sleep(0.4)  # the outer level's 60 s started again
 
 
+def test_a_signal_landing_as_a_block_ends_never_leaves_the_watchdog_armed() -> None:
+    """Blocks ending right at their deadline: the watchdog's signal lands anywhere,
+    in the block, in its exit, in disarm. Each Hung must come from inside a block,
+    with every level ended after it; none may reach the code after the last block
+    (found in review: a signal inside contextlib's exit left the level armed, firing
+    Hung into whatever ran next, every quarter second)."""
+    seconds = 0.005
+    hangs = 0
+    for i in range(400):
+        try:
+            with watchdog.watching(seconds):
+                end = time.monotonic() + seconds * (1.0 + (i % 40) * 0.01)
+                while time.monotonic() < end:
+                    pass
+        except Hung:
+            hangs += 1
+        assert not watchdog._state.levels, f"iteration {i}: a level outlived its block"
+    time.sleep(1.2)  # past a re-fire: nothing armed, nothing raised
+    assert hangs > 0  # the deadlines were met often enough to race
+
+
 def test_outcome_lets_a_hang_through_instead_of_answering_with_it() -> None:
     """A Hung raised inside a call is a failure, never recorded as the engine's answer."""
 

@@ -31,8 +31,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import FrameType
 
 __all__ = [
     "CALL_TIMEOUT_ENV",
@@ -79,46 +78,80 @@ class _State:
         self.what = ""
         self.fired = False
         self.message = ""
+        #: Bumped by every arm and disarm: a signal sent for an earlier generation is
+        #: stale by the time it lands (the call it was for has returned).
+        self.generation = 0
+        self.fired_generation = -1
 
 
 _state = _State()
 
 
-def arm(seconds: float | None = None) -> None:
-    """Start watching the calling thread (nested arms keep the outer one's thread)."""
+def arm(seconds: float | None = None) -> int:
+    """Start watching the calling thread; return the level to give :func:`disarm`.
+    Levels nest (the innermost's time applies); one thread is watched at a time,
+    the outermost level's."""
     seconds = call_timeout() if seconds is None else seconds
     with _state.cond:
         if not _state.levels:
             _state.target = threading.get_ident()
             _state.fired = False
             _install_handler()
+        level = len(_state.levels)
         _state.levels.append(seconds)
+        _state.generation += 1
         _state.deadline = time.monotonic() + seconds
         _state.what = ""
         if _state.thread is None:
             _state.thread = threading.Thread(target=_watch, name="settee-watchdog", daemon=True)
             _state.thread.start()
         _state.cond.notify()
+    return level
 
 
-def disarm() -> None:
-    """Undo the innermost :func:`arm`; the outer level, if any, starts its time afresh."""
+def disarm(level: int | None = None) -> None:
+    """End ``level`` (by default the innermost) and every level inside it; the level
+    around it, if any, starts its time afresh. Safe to repeat."""
+    while True:
+        try:
+            _disarm(level)
+            return
+        except Hung:
+            # An asynchronous Hung (another thread than the main one) queued before
+            # this disarm ran: ending the levels is idempotent, so end them again.
+            continue
+
+
+def _disarm(level: int | None) -> None:
     with _state.cond:
-        if _state.levels:
-            _state.levels.pop()
-        if _state.levels:
-            _state.deadline = time.monotonic() + _state.levels[-1]
+        levels = _state.levels
+        keep = max(0, len(levels) - 1) if level is None else level
+        if keep < len(levels):
+            del levels[keep:]
+            _state.generation += 1
+            if not levels and _state.target != threading.main_thread().ident:
+                # Cancel an asynchronous Hung not delivered yet (NULL clears it).
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(_state.target), None)
+        if levels:
+            _state.deadline = time.monotonic() + levels[-1]
         _state.cond.notify()
 
 
-@contextmanager
-def watching(seconds: float | None = None) -> Iterator[None]:
-    """:func:`arm` for the ``with`` block."""
-    arm(seconds)
-    try:
-        yield
-    finally:
-        disarm()
+class watching:  # a context manager, named as the function it replaced
+    """:func:`arm` for the ``with`` block. A class, not ``contextlib.contextmanager``:
+    a signal landing in contextlib's ``__exit__``, before it resumed the generator's
+    ``finally``, left the level armed (found in review); this ``__exit__`` is the
+    module's own code, where a signal is never raised."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = seconds
+        self.level = -1
+
+    def __enter__(self) -> None:
+        self.level = arm(self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        disarm(self.level)
 
 
 def beat(what: str = "") -> None:
@@ -150,6 +183,7 @@ def _watch() -> None:
             last = f"; the last call started was {state.what}" if state.what else ""
             state.message = f"no engine call returned within {seconds:g} s{last}"
             state.fired = True
+            state.fired_generation = state.generation
             _interrupt(state.target)
             state.deadline = time.monotonic() + max(1.0, seconds / 4)
 
@@ -161,10 +195,33 @@ def _interrupt(ident: int) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(Hung))
 
 
-def _on_signal(signum: int, frame: object) -> None:
-    # A signal sent just before a disarm lands after it: ignore it then.
-    if _state.levels and _state.fired:
-        raise Hung(_state.message)
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    # Raise only into the call it was sent for: not when a disarm or arm came since
+    # (the signal was in flight), nor inside this module's own code (a Hung raised in
+    # disarm would leave its level armed, to fire into whatever runs next); a thread
+    # still stuck is signalled again a moment later.
+    state = _state
+    if not state.levels or state.fired_generation != state.generation:
+        return
+    if _in_watchdog(frame):
+        return
+    raise Hung(state.message)
+
+
+def _in_watchdog(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or one of its callers (the lock a disarm waits for is the
+    threading module's) is this module's code."""
+    for _ in range(_FRAMES_SEEN):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename == __file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: Frames walked up from where a signal landed: arm/disarm -> Condition -> its lock.
+_FRAMES_SEEN = 6
 
 
 def _handler_installed() -> bool:

@@ -123,3 +123,46 @@ def test_unserved(client: Client, db: str, endpoint: str, method: str) -> None:
     assert (r.status, r.json) == (404, expected)
     assert client("GET", f"{db}/keep").json["v"] == 1
     assert client("GET", db).json["doc_count"] == 1
+
+
+@pytest.mark.parametrize("name", ["_local", NODE])
+def test_node_names_itself_and_shows_its_configuration(
+    client: Client, name: str, server: Any
+) -> None:
+    """/_node/{node-name} (api/server/common.rst), _local or the node's name: the
+    options under CouchDB's sections and keys, every value a string; an unknown
+    key is 404 unknown_config_value, writing 405 (options are set at start)."""
+    assert client("GET", f"/_node/{name}").json == {"name": NODE}
+    config = client("GET", f"/_node/{name}/_config").json
+    assert config["couchdb"]["max_dbs_open"] == "50"
+    assert config["couchdb"]["database_dir"] == server.dir
+    assert config["cluster"] == {"q": "4", "n": "1"}
+    assert all(isinstance(v, str) for section in config.values() for v in section.values())
+    assert client("GET", f"/_node/{name}/_config/couchdb").json == config["couchdb"]
+    assert client("GET", f"/_node/{name}/_config/couchdb/max_dbs_open").json == "50"
+    assert client("GET", f"/_node/{name}/_config/nosuch").json == {}
+    assert client("GET", f"/_node/{name}/_config/couchdb/nosuch").json == _error(
+        "not_found", "unknown_config_value"
+    )
+    r = client("PUT", f"/_node/{name}/_config/couchdb/max_dbs_open", "10")
+    assert (r.status, r.headers["Allow"]) == (405, "GET,HEAD")
+    versions = client("GET", f"/_node/{name}/_versions").json
+    assert versions["settee"]["version"] == settee.__version__
+    assert versions["javascript_engine"]["name"] == "v8"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/_node/_local/_stats", "/_node/_local/_system", "/_db_updates", "/_replicate",
+     "/_scheduler/jobs", "/_utils/", "/_config"],
+)  # fmt: skip
+def test_server_endpoints_not_served_say_so(client: Client, path: str) -> None:
+    """Where their names, taken as databases, answered "Database does not exist."."""
+    r = client("GET", path)
+    assert r.status == 404 and "settee serve does not serve" in r.json["reason"], r.raw
+
+
+def test_an_unknown_node_is_not_found(client: Client) -> None:
+    r = client("GET", "/_node/other@host/_config")
+    assert r.status == 404 and "nonode@nohost only" in r.json["reason"]
+    assert client("GET", "/_node").status == 400

@@ -27,6 +27,7 @@ from settee.serve import (
     ddocinfo,
     docs,
     find,
+    node,
     updates,
     viewquery,
 )
@@ -48,6 +49,18 @@ _SERVER_ROUTES = {
     "_session": dbs.handle_session,
     "_active_tasks": dbs.handle_active_tasks,
     "_membership": cluster.handle_membership,
+}
+
+#: CouchDB's server endpoints settee serve does not have (README, "Not served yet"),
+#: and what to say: their names taken as databases answered "Database does not exist."
+_SERVER_NOT_SERVED = {
+    "_db_updates": "yet",
+    "_replicate": "yet (replicate with a client: PouchDB, or CouchDB pulling from it)",
+    "_scheduler": "yet (no server-side replication)",
+    "_reshard": "(a database's shard count is fixed when it is created)",
+    "_utils": "(no Fauxton)",
+    "_config": "(CouchDB 3 serves it at /_node/_local/_config, as settee serve does)",
+    "_stats": "(CouchDB 3 serves it at /_node/_local/_stats, which settee serve does not yet)",
 }
 
 _DB_ROUTES = {
@@ -162,6 +175,12 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
     first = parts[0] if parts else ""
     if len(parts) <= 1 and first in _SERVER_ROUTES:
         return await _SERVER_ROUTES[first](state, request)
+    if first == "_node":
+        return await node.handle_node(state, request, parts[1:])
+    if first in _SERVER_NOT_SERVED:
+        raise HTTPError(
+            404, "not_found", f"settee serve does not serve /{first} {_SERVER_NOT_SERVED[first]}"
+        )
     # Any other first segment names a database, as chttpd_db:handle_request takes
     # it: creating one checks the name (system databases such as _users included),
     # every other request on a name no database has is 404.
