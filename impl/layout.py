@@ -58,6 +58,8 @@ from settee.spec.values import describe
 __all__ = [
     "COMPACT_SUFFIX",
     "META_NAME",
+    "DamagedDirectory",
+    "DatabaseInUse",
     "Layout",
     "MetadataRebuiltWarning",
     "acquire_lock",
@@ -76,6 +78,16 @@ _SHARD_NAME = re.compile(r"shard-(\d{3,})\.settee")
 
 class MetadataRebuiltWarning(UserWarning):
     """Opening found no ``settee.meta`` and rebuilt it from the shard headers."""
+
+
+class DamagedDirectory(SetteeError):
+    """A database directory open refuses because files are missing or are not its
+    own: restore or move them (nothing was changed). ``settee serve`` answers it
+    as damage (410), where it answers another refusal as the server's."""
+
+
+class DatabaseInUse(SetteeError):
+    """Another process (or another writable handle) holds the database's lock."""
 
 
 def shard_path(path: str, index: int) -> str:
@@ -119,7 +131,7 @@ def open_layout(
         )
     for index in range(layout.shards):
         if not fs.exists(shard_path(path, index)):
-            raise SetteeError(
+            raise DamagedDirectory(
                 f"{shard_path(path, index)} is missing: the database is incomplete; "
                 "restore the file from a backup"
             )
@@ -226,7 +238,7 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
     found = [_read_found(fs, i, p) for i, p in sorted(_shard_files(fs, path).items())]
     identities = {f.identity[0::2] for f in found if f.identity is not None}
     if len(identities) > 1:
-        raise SetteeError(
+        raise DamagedDirectory(
             f"{path} has no {META_NAME} and its shard files belong to different databases "
             f"{sorted(identities)}; move the foreign files away"
         )
@@ -235,7 +247,7 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
         f.index for f in found if f.index >= count or (f.identity and f.identity[1] != f.index)
     ]
     if wrong:
-        raise SetteeError(
+        raise DamagedDirectory(
             f"{path} has no {META_NAME} and shard files {wrong} do not fit a database of "
             f"{count} shards; move them away"
         )
@@ -243,7 +255,7 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
     complete = {f.index for f in found if f.identity is not None}
     if complete != set(range(count)) and any(f.seq > 0 for f in found):
         missing = sorted(set(range(count)) - complete)
-        raise SetteeError(
+        raise DamagedDirectory(
             f"{path} has no {META_NAME}, and shards {missing} are missing or have no valid "
             "header while others hold data: restore the files from a backup"
         )
@@ -275,7 +287,7 @@ def _refuse_foreign_files(path: str, found: list[_Found]) -> None:
     indexes = sorted(f.index for f in found)
     if len(headerless) > 1 or (headerless and indexes != list(range(headerless[0] + 1))):
         names = [os.path.basename(shard_path(path, i)) for i in headerless]
-        raise SetteeError(
+        raise DamagedDirectory(
             f"{path} has no {META_NAME} and {names} hold no settee header: a creation that "
             "crashed leaves at most one such file, the last it made, so these are not "
             "settee's; move them away (nothing was changed)"
@@ -364,7 +376,7 @@ def acquire_lock(fs: FileSystem, path: str) -> int | None:
             if attempt + 1 < _LOCK_TRIES:
                 time.sleep(_LOCK_PAUSE)
     os.close(fd)
-    raise SetteeError(
+    raise DatabaseInUse(
         f"{path} is open in another process (or another settee.open in this one); "
         "settee allows one process per database: close the other one first"
     )

@@ -2285,6 +2285,28 @@ def test_a_damaged_database_is_a_4xx_naming_the_file_and_nothing_else_changes(
         assert after == before
 
 
+def test_a_database_another_process_holds_is_503_not_damage(tmp_path: Path) -> None:
+    """The lock refusal is no damage (found in review: 410 corruption): 503, retry once
+    the other process closes it, and then the database is served."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        assert Client(handle.port)("PUT", "/busy").status == 201
+    finally:
+        handle.stop()
+    holder = settee.open(str(tmp_path / "busy"))  # the lock is per open file, as a process's
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        r = c("GET", "/busy")
+        assert (r.status, r.json["error"]) == (503, "service_unavailable"), r.raw
+        assert "open in another process" in r.json["reason"]
+        holder.close()
+        assert c("GET", "/busy").status == 200
+    finally:
+        holder.close()
+        handle.stop()
+
+
 def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) -> None:
     """The server's JSON side files (settings, _local documents, _security) that no
     longer parse answer CouchDB's corruption error naming the file (found in review:

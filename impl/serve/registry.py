@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import settee
-from settee.layout import META_NAME
+from settee.layout import META_NAME, DamagedDirectory, DatabaseInUse
 from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.lru import LeasedLru
@@ -103,16 +103,18 @@ def _dir_name(name: str) -> str:
 
 
 def _open_existing(path: str, options: dict[str, Any]) -> settee.Database:
-    """``settee.open`` of a database the server found on disk. One it refuses as damaged
-    (a shard file missing, no metadata beside shard files) is ``protocol.damaged``, like
-    a file that fails its checks (CorruptionError); a refusal the file system caused (a
-    permission, a lock it cannot take) stays the server's own error."""
+    """``settee.open`` of a database the server found on disk. One refused as damaged
+    (``DamagedDirectory``: a shard file missing, files not its own) is
+    ``protocol.damaged``, like a file that fails its checks (CorruptionError, which
+    error_reply answers so); one another process holds is 503 (retry once it
+    closes); any other refusal (a permission, a format this settee cannot read)
+    stays the server's own error."""
     try:
         return settee.open(path, **options)
-    except settee.SetteeError as exc:
-        if type(exc) is settee.SetteeError and not isinstance(exc.__cause__, OSError):
-            raise damaged(str(exc)) from exc
-        raise
+    except DamagedDirectory as exc:
+        raise damaged(str(exc)) from exc
+    except DatabaseInUse as exc:
+        raise HTTPError(503, "service_unavailable", str(exc)) from exc
 
 
 def db_missing() -> HTTPError:
