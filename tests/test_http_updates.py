@@ -60,7 +60,15 @@ UPDATES = {
     "empty": "function(doc, req) { return [{}, 'oops']; }",
     "echo": "function(doc, req) { return [null, {json: {body: req.body, method: req.method}}]; }",
     "no-response": "function(doc, req) { return [null, 42]; }",
-    "forbid": "function(doc, req) { throw({forbidden: 'not you'}); }",
+    "forbid": "function(doc, req) { throw(['error', 'forbidden', 'not you']); }",
+    "forbid-object": "function(doc, req) { throw({forbidden: 'not you'}); }",
+    "number-doc": "function(doc, req) { return [5, 'no doc', 'ignored']; }",
+    "headers": """function(doc, req) {
+        return [null, {body: "<b>" + req.query.q + "</b>",
+                       headers: {"X-Count": 3, "X-Flag": true}}];
+    }""",
+    "bad-header": "function(doc, req) { return [null, {headers: JSON.parse(req.body)}]; }",
+    "bad-code": "function(doc, req) { return [null, {code: JSON.parse(req.body)}]; }",
 }
 
 
@@ -156,10 +164,12 @@ def test_the_response_object_sets_code_json_headers_and_bytes(
         ("PUT", "error", 400, "render_error"),  # CouchDB: 500
         ("PUT", "no-response", 400, "render_error"),
         ("PUT", "empty/foo", 400, "illegal_docid"),
-        ("PUT", "forbid", 403, "forbidden"),
+        ("PUT", "forbid", 403, "forbidden"),  # render.js passes ["error", ...] on
+        ("PUT", "forbid-object", 400, "render_error"),  # not an {error, reason}
     ],
+    ids=["noname", "get", "nope", "error", "noresp", "emptyid", "forbid", "forbidobj"],
 )
-def test_refusals_name_what_is_wrong_and_write_nothing(
+def test_refusals_write_nothing(
     client: Client, db: str, ddoc: str, method: str, path: str, status: int, error: str
 ) -> None:
     before = client("GET", db).json["update_seq"]
@@ -194,3 +204,44 @@ _REFUSE_COUNTERS_PAST_ONE = """function(doc, old) {
 
 def _returns(doc: Any) -> str:
     return f"function(doc, req) {{ return [{json.dumps(doc)}, 'ok']; }}"
+
+
+def test_html_goes_sandboxed_and_header_values_become_text(client: Client, ddoc: str) -> None:
+    """chttpd_external puts Content-Security-Policy: sandbox on top of every answer
+    that is not JSON (a function's HTML would run on the server's origin); header
+    values that are numbers or atoms are sent as their text (couch_util:to_list);
+    a doc that is not an object is not written, and more than [doc, response] is
+    ignored (render.js reads result[0] and result[1])."""
+    r = client("PUT", f"{ddoc}/headers?q=%3Cscript%3E")
+    assert (r.status, r.raw) == (200, b"<b><script></b>")
+    assert r.headers["Content-Security-Policy"] == "sandbox"
+    assert (r.headers["X-Count"], r.headers["X-Flag"]) == ("3", "true")
+    r = client("PUT", f"{ddoc}/number-doc")
+    assert (r.status, r.raw) == (200, b"no doc") and "X-Couch-Id" not in r.headers
+    json_answer = client("PUT", f"{ddoc}/resp-code-and-json/")
+    assert "Content-Security-Policy" not in json_answer.headers
+
+
+@pytest.mark.parametrize(
+    ("ddoc_path", "body"),
+    [
+        ("bad-header", {"X-A": "a\r\nSet-Cookie: e=1"}),
+        ("bad-header", {"Bad Name": "x"}),
+        ("bad-header", {"X:Y": "x"}),
+        ("bad-header", {"Content-Length": "1000"}),
+        ("bad-header", {"Transfer-Encoding": "chunked"}),
+        ("bad-header", {"X-A": {"nested": 1}}),
+        ("bad-code", 100),
+        ("bad-code", 101),
+        ("bad-code", 1000),
+        ("bad-code", "200"),
+    ],
+    ids=["crlf", "space", "colon", "length", "chunked", "object", "100", "101", "1000", "str"],
+)
+def test_wire_breakers_are_refused(client: Client, ddoc: str, ddoc_path: str, body: Any) -> None:
+    """Found in review: a header with a line break cut the connection, a bad name or
+    a Content-Length the body does not have hung the client, a 1xx code was sent as
+    an interim answer. Each is a 400 external_response_error, the connection fine."""
+    r = client("POST", f"{ddoc}/{ddoc_path}", raw=json.dumps(body).encode(), timeout=10)
+    assert (r.status, r.json["error"]) == (400, "external_response_error"), r.raw
+    assert client("PUT", f"{ddoc}/get-uuid").status == 200

@@ -7,10 +7,14 @@ document id or when none is stored) and CouchDB's request object, and returns
 would write it (CouchDB's checks, ``validate_doc_update``), and the answer is
 201 with ``X-Couch-Update-NewRev`` and ``X-Couch-Id``; otherwise 200. The
 ``response`` is a string (an HTML body) or CouchDB's response object (``code``,
-``json``, ``body``, ``base64``, ``headers``), whose ``code`` wins. GET is refused
+``json``, ``body``, ``base64``, ``headers``), whose ``code`` wins; a body that is
+not JSON goes with CouchDB's ``Content-Security-Policy: sandbox``. GET is refused
 (update functions change documents). Where CouchDB answers a function that
-throws, or returns something else, with a 500 ``render_error``, settee answers
-400: the request named a broken function, and retrying cannot help.
+throws, or returns no response, with a 500 ``render_error``, settee answers 400,
+and a response object that cannot be sent as it is (an unknown member, a header
+that is not one line, a status that is not final) is 400
+``external_response_error``: the request named a broken function, and retrying
+cannot help.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import urllib.parse
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 import settee
 from settee.serve.design import request_object
@@ -67,7 +73,7 @@ def _text(raw: bytes) -> str:
 
 def _update(
     state: State, entry: DbEntry, ddoc: str, name: str, doc_id: str | None, req: dict[str, Any]
-) -> tuple[int, dict[str, str], bytes]:
+) -> tuple[int, CIMultiDict[str], bytes]:
     function = entry.design.update_function(entry.db, ddoc, name)
     stored = _stored(entry.db, doc_id)
     try:
@@ -78,23 +84,25 @@ def _update(
         if exc.error != "os_process_error":  # an Error thrown, a time or memory limit
             raise
         raise _render_error(f"function raised error: {exc.reason}") from None
-    if not (isinstance(result, list) and len(result) == 2):
-        raise _render_error("the update function did not return [doc, response]")
-    doc, response = result
+    # render.js runUpdate: result[0] and result[1], whatever else the array holds.
+    if not isinstance(result, list):
+        raise _render_error("undefined response from update function")
+    doc = result[0] if result else None
+    response = result[1] if len(result) > 1 else None
     if isinstance(response, str):
         response = {"body": response}
     if not isinstance(response, dict):
         raise _render_error("undefined response from update function")
-    headers: dict[str, str] = {}
+    added: dict[str, str] = {}
     status = 200
-    if doc is not None:
+    if isinstance(doc, dict):  # couch_mrview_show writes an object; anything else, nothing
         check_doc(doc)
         if "_id" not in doc:
             raise HTTPError(400, "illegal_docid", "Document id must not be empty")
         status, written = write_doc(state, entry, doc)
-        headers["X-Couch-Update-NewRev"] = written["rev"]
-        headers["X-Couch-Id"] = urllib.parse.quote(written["id"], safe="")
-    return _response(response, status, headers)
+        added["X-Couch-Update-NewRev"] = written["rev"]
+        added["X-Couch-Id"] = urllib.parse.quote(written["id"], safe="")
+    return _response(response, status, added)
 
 
 def _stored(db: settee.Database, doc_id: str | None) -> dict[str, Any] | None:
@@ -109,23 +117,52 @@ def _stored(db: settee.Database, doc_id: str | None) -> dict[str, Any] | None:
 
 
 def _response(
-    response: dict[str, Any], status: int, headers: dict[str, str]
-) -> tuple[int, dict[str, str], bytes]:
-    """chttpd_external:send_external_response of the function's response object."""
+    response: dict[str, Any], status: int, added: dict[str, str]
+) -> tuple[int, CIMultiDict[str], bytes]:
+    """chttpd_external:send_external_response of the function's response object, with
+    CouchDB's Content-Security-Policy on top of a body that is not JSON (a function's
+    own policy can only narrow it). What would break the answer on the wire is
+    refused: a header that is not one line of a token and text, the framing headers
+    the server sets itself, a status that is not a final one."""
     unknown = sorted(set(response) - _RESPONSE_KEYS)
     if unknown:
         raise _external_error(f"Invalid data from external server: {unknown[0]}")
     code = response.get("code", status)
-    if type(code) is not int or not 100 <= code <= 599:
-        raise _external_error(f"code {code!r} is not an HTTP status")
-    given = response.get("headers", {})
-    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
-        raise _external_error("headers must be an object of strings")
+    if type(code) is not int or not 200 <= code <= 599:
+        raise _external_error(f"code {code!r} is not a final HTTP status (200-599)")
     content_type, body = _body(response)
-    headers = {**given, **headers}
-    if not any(name.lower() == "content-type" for name in headers):
+    headers: CIMultiDict[str] = CIMultiDict()
+    if content_type != "application/json":
+        headers["Content-Security-Policy"] = "sandbox"
+    for name, value in _given_headers(response.get("headers", {})):
+        headers.add(name, value)
+    for name, value in added.items():
+        headers[name] = value
+    if "Content-Type" not in headers:
         headers["Content-Type"] = content_type
-    return code, headers, body
+    return code, headers, b"" if code in (204, 304) else body
+
+
+#: A header name (RFC 9110 5.6.2 token) and a value of visible text on one line.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+#: Headers the server sets for the answer's framing and connection.
+_SERVERS_OWN = frozenset({"content-length", "transfer-encoding", "connection"})
+
+
+def _given_headers(given: Any) -> list[tuple[str, str]]:
+    if not isinstance(given, dict):
+        raise _external_error("headers must be an object")
+    out = []
+    for name, value in given.items():
+        if not _TOKEN.fullmatch(name) or name.lower() in _SERVERS_OWN:
+            raise _external_error(f"header {name!r} cannot be set by a function")
+        if isinstance(value, bool) or value is None or isinstance(value, int | float):
+            value = json.dumps(value)  # couch_util:to_list of a number or an atom
+        if not isinstance(value, str) or not _VALUE.fullmatch(value):
+            raise _external_error(f"header {name!r} has a value that is not one line of text")
+        out.append((name, value))
+    return out
 
 
 def _body(response: dict[str, Any]) -> tuple[str, bytes]:
@@ -144,16 +181,20 @@ def _body(response: dict[str, Any]) -> tuple[str, bytes]:
 
 
 def _thrown(value: Any) -> HTTPError:
-    """A thrown ``{error, reason}`` is the answer it names (render.js renderError
-    throws it on); anything else a render error."""
-    if isinstance(value, dict) and {"error", "reason"} <= set(value):
-        error, reason = str(value["error"]), str(value["reason"])
-        status = {"forbidden": 403, "unauthorized": 401, "not_found": 404}.get(error, 400)
-        return HTTPError(status, error, reason)
-    if isinstance(value, dict) and len(value) == 1 and set(value) & {"forbidden", "unauthorized"}:
-        [(error, reason)] = value.items()
-        return HTTPError(403 if error == "forbidden" else 401, error, str(reason))
-    return _render_error(f"function raised error: {json.dumps(value)}")
+    """What render.js renderError passes on: a thrown ``{error, reason}`` or
+    ``["error", error, reason]`` is that error (403 ``forbidden``, 401, 404, else
+    400); anything else a render error."""
+    error = reason = None
+    if isinstance(value, dict) and value.get("error") and value.get("reason"):
+        error, reason = value["error"], value["reason"]
+    elif isinstance(value, list) and len(value) >= 3 and value[0] in ("error", "fatal"):
+        error, reason = value[1], value[2]
+    if error is None:
+        return _render_error(f"function raised error: {json.dumps(value)}")
+    error = error if isinstance(error, str) else json.dumps(error)
+    reason = reason if isinstance(reason, str) else json.dumps(reason)
+    status = {"forbidden": 403, "unauthorized": 401, "not_found": 404}.get(error, 400)
+    return HTTPError(status, error, reason)
 
 
 def _render_error(reason: str) -> HTTPError:
