@@ -286,9 +286,14 @@ def _run_all(
                     out.write(f"  {line}\n")
                     out.flush()
         finally:
-            unfinished = [name for name, f in futures.items() if not f.done()]
+            # Noted before the kill: the pool marks a killed campaign's future done (a
+            # broken pool), which would read as a process that died by itself.
+            unfinished = {name for name, f in futures.items() if not f.done()}
             _stop(pool, kill=bool(unfinished))
-        return [_result_of(name, args.engine, futures[name], budget) for name in names]
+        return [
+            _result_of(name, args.engine, futures[name], budget, name in unfinished)
+            for name in names
+        ]
 
 
 #: Seconds past its budget a time-boxed run may take before its unfinished campaigns
@@ -309,14 +314,15 @@ def _stop(pool: ProcessPoolExecutor, *, kill: bool) -> None:
 
 
 def _result_of(
-    name: str, engine: str, future: Future[CampaignResult], budget: float
+    name: str, engine: str, future: Future[CampaignResult], budget: float, overdue: bool
 ) -> CampaignResult:
-    """The campaign's result, or a failure saying why it has none: its process died
-    (the engine ended it, or crashed the interpreter) or it never finished."""
-    if future.done() and not future.cancelled() and future.exception() is None:
+    """The campaign's result, or a failure saying why it has none: it never finished
+    (``overdue``: stopped), or its process died (the engine ended it, or crashed the
+    interpreter)."""
+    if not overdue and future.done() and future.exception() is None:
         return future.result()
     result = CampaignResult(name, engine, failures=1)
-    if not future.done() or future.cancelled():
+    if overdue or future.cancelled():
         result.reproducer = (
             f"{name} did not finish within {budget:.0f} s and {OVERDUE_GRACE:.0f} s of grace: "
             "a call that neither returned nor could be interrupted (a hang in C code, or "

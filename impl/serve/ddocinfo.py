@@ -61,7 +61,7 @@ def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
             "purge_seq": 0,
             "signature": hashlib.md5(group, usedforsecurity=False).hexdigest(),
             "sizes": _sizes(indexes),
-            "update_seq": 0 if oldest is None else seen[oldest],
+            "update_seq": 0 if oldest is None else _seq_number(seen[oldest]),
             "updater_running": any(index.updating() for index in indexes),
             "updates_pending": {
                 "minimum": min(pending, default=0),
@@ -72,6 +72,13 @@ def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
             "waiting_commit": False,
         },
     }
+
+
+def _seq_number(token: Any) -> int:
+    """The number a changes token begins with (``"6-..."``: the sum of its shards'
+    seqs), an integer as CouchDB's fabric_group_info sums them; 0 before any."""
+    head = str(token).partition("-")[0]
+    return int(head) if head.isascii() and head.isdigit() and len(head) < 20 else 0
 
 
 def _pending(db: settee.Database, since: Any) -> int:
