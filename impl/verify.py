@@ -513,7 +513,8 @@ def add_parser(sub: Any) -> None:
         type=_positive_seconds,
         default=None,
         help="seconds an engine call may run before the equivalence machine reports it "
-        "as hung, with the steps that led to it (default 20; SETTEE_CALL_TIMEOUT)",
+        "as hung, with the steps that led to it, and a crash state's whole check "
+        "(default 20; SETTEE_CALL_TIMEOUT)",
     )
     verify.add_argument("--json", default="", help="write a machine-readable summary here")
     verify.add_argument("--replay", default="", help="re-run a saved failure file")

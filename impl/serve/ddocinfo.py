@@ -50,7 +50,8 @@ def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
     signatures = sorted({signature(source, language) for source in maps})
     indexes = [state.registry.view_index(entry, sig) for sig in signatures]
     seen = [index.checkpoint()["since"] for index in indexes]
-    pending = [_pending(entry.db, since) for since in seen]
+    counted = {repr(since): _pending(entry.db, since) for since in seen}  # once per checkpoint
+    pending = [counted[repr(since)] for since in seen]
     oldest = max(range(len(seen)), key=pending.__getitem__) if seen else None
     group = json.dumps([language, signatures]).encode()
     return {
