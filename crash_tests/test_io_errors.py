@@ -15,6 +15,8 @@ either once or from then on. Then:
 from __future__ import annotations
 
 import errno
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -159,3 +161,49 @@ def test_failed_fsync_refuses_later_writes_until_reopen() -> None:
         assert again.put({"_id": "healed"})["ok"]
         assert "refused" not in {r["id"] for r in again.all_docs()["rows"]}
     assert list(check_database("/db", inner)) == []
+
+
+def test_a_write_queued_behind_a_failed_fsync_is_refused_not_committed() -> None:
+    """A write already in the writer's queue when a commit's fsync fails is refused
+    too: the shard commits nothing after an fsync error (the page cache cannot be
+    trusted), not only nothing admitted after it. A writer that checked the failure
+    only on admission committed and acknowledged the queued write (mutant of
+    Shard._commit_writes; the sequential workload above never queues one)."""
+    inner = MemoryFileSystem()
+    db = settee.Database("/db", fs=inner, shards=1)
+    db.put({"_id": "before"})
+    db.close()
+    fs = FailingFileSystem(inner, fail_at=10**9, code=errno.EIO, persistent=False, only=("fsync",))
+    db = settee.Database("/db", fs=fs, shards=1)
+    shard = db.shards[0]
+    outcome: list[Any] = []
+
+    def queued_put() -> None:
+        try:
+            outcome.append(db.put({"_id": "queued"}))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    second = threading.Thread(target=queued_put)
+
+    def hook(step: str) -> None:
+        # On the writer, about to fsync the first write's data: queue a second write.
+        if step == "before_data_fsync" and threading.current_thread() is shard._writer:
+            shard.step_hook = None
+            second.start()
+            deadline = time.monotonic() + 10
+            while shard._queue._items.empty():
+                assert time.monotonic() < deadline, "the second write never reached the queue"
+                time.sleep(0.001)
+
+    shard.step_hook = hook
+    fs.fail_at = fs.count  # the next fsync: the first write's data fsync
+    with pytest.raises(settee.SetteeError, match="write failed"):
+        db.put({"_id": "lost"})
+    second.join(10)
+    assert len(outcome) == 1, outcome
+    assert isinstance(outcome[0], settee.SetteeError), outcome[0]
+    assert "reopen" in str(outcome[0])
+    db.close()
+    with settee.Database("/db", fs=inner) as again:
+        assert "queued" not in {r["id"] for r in again.all_docs()["rows"]}
