@@ -26,7 +26,10 @@ import settee
 import settee.reference
 from settee.check import check_database
 from settee.cli import main as cli_main
+from settee.file import ShardFile
+from settee.io import OsFileSystem
 from settee.layout import META_NAME, MetadataRebuiltWarning, shard_path
+from settee.shard import ShardIdentity, check_identity
 from settee.spec.errors import CorruptionError, SetteeError
 
 
@@ -487,3 +490,49 @@ def test_reference_log_cut_inside_a_call_keeps_a_prefix_of_its_documents(
         assert kept == order[: len(kept)], kept
         seen.add(len(kept))
     assert seen == set(range(len(order) + 1))
+
+
+@pytest.mark.parametrize("readonly", [False, True], ids=["writer", "readonly"])
+@pytest.mark.parametrize("damage", ["shards swapped", "shard of another database"])
+def test_a_shard_file_of_another_shard_or_database_is_refused(
+    tmp_path: Path, damage: str, readonly: bool
+) -> None:
+    """Every header names its database, shard and shard count (FORMAT.md "Shard header
+    payload": a shard of another database is refused). Mutants: a shard open that
+    skipped the identity check served another database's documents (or a shard's
+    documents under the other shard's hash range), and passed the whole proof."""
+    db_path = tmp_path / "db"
+    _make(db_path)
+    first, second = Path(shard_path(str(db_path), 0)), Path(shard_path(str(db_path), 1))
+    if damage == "shards swapped":
+        first_bytes = first.read_bytes()
+        first.write_bytes(second.read_bytes())
+        second.write_bytes(first_bytes)
+    else:
+        _make(tmp_path / "other")
+        first.write_bytes(Path(shard_path(str(tmp_path / "other"), 0)).read_bytes())
+    before = _listing(db_path)
+    with warnings.catch_warnings(), pytest.raises(SetteeError, match="cannot be moved"):
+        # A readonly open may warn first: HEADS names commits the swapped file lacks.
+        warnings.simplefilter("ignore")
+        settee.open(str(db_path), readonly=readonly)
+    assert _listing(db_path) == before, "open() must not change a damaged directory"
+
+
+def test_a_header_naming_another_shard_count_is_refused(tmp_path: Path) -> None:
+    """The identity check compares all three fields: a header of shard 0 of the same
+    database opened with another shard count is refused (mutant: a check of the
+    uuid and index only)."""
+    db_path = tmp_path / "db"
+    _make(db_path)
+    fs = OsFileSystem()
+    file = ShardFile.open(fs, shard_path(str(db_path), 0), create=False)
+    try:
+        header = file.header
+        assert header is not None
+        check_identity(file, ShardIdentity(header.db, 0, 2))
+        for wrong in (ShardIdentity(header.db, 0, 3), ShardIdentity(header.db, 1, 2)):
+            with pytest.raises(SetteeError, match="cannot be moved between databases"):
+                check_identity(file, wrong)
+    finally:
+        file.close()
