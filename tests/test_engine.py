@@ -63,6 +63,25 @@ def test_commit_order_is_data_fsync_header_fsync(tmp_path: Any) -> None:
     db.close()
 
 
+def test_a_write_that_changes_nothing_writes_nothing(tmp_path: Any) -> None:
+    """A conflict, a delete of a missing document and a replicated revision the shard
+    already holds store nothing new: no append, no fsync, no header (CouchDB's
+    updater commits only when the database changed). Mutant: a writer committing
+    every group, changed or not, passed the whole proof (the empty commit's header
+    names the same trees and seq, so every read answers alike)."""
+    fs = RecordingFileSystem()
+    db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1)
+    rev = db.put({"_id": "a", "x": 1})["rev"]
+    fs.log.clear()
+    with pytest.raises(settee.Conflict):
+        db.put({"_id": "a", "x": 2})
+    with pytest.raises(settee.NotFound):
+        db.delete("b", rev)
+    assert db.bulk_docs([{"_id": "a", "_rev": rev, "x": 1}], new_edits=False) == []
+    assert [op for op, name in fs.log if op in ("append", "fsync")] == []
+    db.close()
+
+
 def test_fsync_false_never_fsyncs_commits(tmp_path: Any) -> None:
     fs = RecordingFileSystem()
     db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1, fsync=False)
