@@ -1541,7 +1541,17 @@ BAD_DOCS = {
     "id_design_bare": {"_id": "_design/"},
     "id_design_no_slash": {"_id": "_design"},
     "id_lone_surrogate": {"_id": "a" + LONE},
+    # An _id that is there but None is a bad id, not a missing one: _bulk_docs invents
+    # ids only for documents without _id (couch_doc:validate_docid throws illegal_docid
+    # for a non-binary; found by mutation testing: an _id of None given a new id passed).
+    "id_none": {"_id": None},
     "unknown_special_field": {"_id": "a", "_foo": 1},
+    # Near misses of the fields CouchDB reads, ignores or keeps in the body are
+    # unknown too (SEMANTICS §2.1 "any other _-field").
+    "special_near_ignored": {"_id": "a", "_conflict": ["1-" + H["a"]]},
+    "special_near_read": {"_id": "a", "_revs": {"start": 1, "ids": [H["a"]]}},
+    "special_near_body": {"_id": "a", "_replication": "x"},
+    "special_local_id": {"_id": "a", "_local_id": "x"},
     "attachments": {"_id": "a", "_attachments": {"x": {"stub": "yes"}}},
     "deleted_not_bool": {"_id": "a", "_deleted": "yes"},
     "rev_not_str": {"_id": "a", "_rev": 1},
@@ -1557,6 +1567,12 @@ BAD_DOCS = {
     "rev_bad_pos": {"_id": "a", "_rev": "x-abc"},
     "revisions_not_dict": {"_id": "a", "_revisions": ["1-abc"]},
     "revisions_empty_ids": {"_id": "a", "_revisions": {"start": 1, "ids": []}},
+    # Exactly start and ids (SEMANTICS §2.1; found by mutation testing: a check that
+    # only required both passed).
+    "revisions_extra_member": {
+        "_id": "a",
+        "_revisions": {"start": 1, "ids": [H["a"]], "rev": "1-" + H["a"]},
+    },
     "revisions_start_too_low": {"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}},
     "revisions_disagree_with_rev": {
         "_id": "a",
@@ -1788,6 +1804,20 @@ def test_max_document_size(opener: Any) -> None:
     with pytest.raises(BadRequest):
         db.bulk_docs([{"_id": "ok"}, {"_id": "big", "v": "x" * 300}])
     assert rows_ids(db.all_docs()) == ["small"]
+
+
+def test_max_document_size_is_a_bound_the_body_may_reach(opener: Any) -> None:
+    """A body whose msgpack encoding is exactly max_document_size bytes is stored;
+    one byte more is refused (SEMANTICS §2.1: "more than max_document_size msgpack
+    bytes"; found by mutation testing: a check refusing the limit itself passed)."""
+    body = {"v": "x" * 100}
+    size = len(msgpack.packb(body, use_bin_type=True))
+    db = opener.open(opener.path + "-bound", max_document_size=size)
+    db.put({"_id": "at", **body})
+    with pytest.raises(BadRequest):
+        db.put({"_id": "above", "v": "x" * 101})
+    assert rows_ids(db.all_docs()) == ["at"]
+    assert db.get("at")["v"] == body["v"]
 
 
 def test_put_with_revisions_in_interactive_mode(engine: Any) -> None:
