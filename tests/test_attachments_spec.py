@@ -37,12 +37,16 @@ def test_inline_and_stub_attachments_are_read_in_document_order() -> None:
             "b.txt": {"content_type": "text/plain", "data": b64(b"hi"), "length": 99},
             "a.bin": {"stub": True, "revpos": 2, "digest": "ignored"},
             "c": {"data": ""},
+            # Only an absent content_type defaults (couch_util:get_value with a
+            # default): an empty one is kept (mutant: ``get(...) or DEFAULT`` passed).
+            "d": {"data": "", "content_type": ""},
         }
     )
     assert found == (
         atts.Inline("b.txt", "text/plain", b"hi", None),
         atts.Stub("a.bin", 2),
         atts.Inline("c", atts.DEFAULT_CONTENT_TYPE, b"", None),
+        atts.Inline("d", "", b"", None),
     )
 
 
@@ -77,6 +81,7 @@ class _Failing:
         ({"a": {"data": "YWJj="}}, "Invalid attachment data for a"),
         ({"a": {"data": "YWJj===="}}, "base64"),
         ({"a": {"data": "", "content_type": 5}}, "content_type"),
+        ({"a": {"data": "", "content_type": None}}, "content_type"),  # not absent: not a str
         ({"a": {"data": "", "content_type": "text/plain\r\nX: y"}}, "control character"),
         ({"a": {"data": "", "content_type": "a\x00"}}, "control character"),
         # DEL is a control character too (RFC 5234 CTL; a Content-Type header cannot

@@ -300,7 +300,9 @@ def test_attachment_revpos_beyond_64_bits_is_a_bad_request(engine: Any, revpos: 
     every_shard_accepts_writes(engine)
 
 
-@pytest.mark.parametrize("where", ["name of 300 characters", "a file", "under a file"])
+@pytest.mark.parametrize(
+    "where", ["name of 300 characters", "a file", "under a file", "a NUL byte"]
+)
 def test_an_unusable_path_is_a_settee_error(opener: Any, tmp_path: Any, where: str) -> None:
     """Found in review: the reference raised raw OSErrors (ENAMETOOLONG,
     FileExistsError, NotADirectoryError) where the engine named the path."""
@@ -310,6 +312,9 @@ def test_an_unusable_path_is_a_settee_error(opener: Any, tmp_path: Any, where: s
         "name of 300 characters": str(tmp_path / ("n" * 300)),
         "a file": str(blocker),
         "under a file": str(blocker / "db"),
+        # The OS refuses it with a raw ValueError (found by mutation testing: a path
+        # check without the NUL test passed, as no case held one).
+        "a NUL byte": str(tmp_path / "a\0b"),
     }[where]
     opener.open()
     if not os.path.exists(opener.path):

@@ -1636,12 +1636,16 @@ def test_replicated_bulk_docs_without_id_get_new_ids(engine: Any) -> None:
 
 
 def test_all_docs_keys_of_one_with_equal_bounds_is_key(engine: Any) -> None:
-    """couch_mrview_util:validate_args accepts {[Key], Key, Key} (how key=K arrives);
-    any other bound beside keys is refused."""
+    """couch_mrview_util:validate_args accepts {[Key], Key, Key} (how key=K arrives)
+    and empty keys beside any bounds ({[], _, _} -> ok: no rows); any other bound
+    beside keys is refused."""
     engine.put({"_id": "a"})
     engine.put({"_id": "b"})
     keyed = engine.all_docs(keys=["a"], startkey="a", endkey="a")
     assert keyed == engine.all_docs(keys=["a"])
+    # Found by mutation testing: refusing bounds beside keys=[] passed every engine.
+    assert engine.all_docs(keys=[], startkey="a", endkey="b")["rows"] == []
+    assert engine.all_docs(keys=[], startkey="b")["rows"] == []
     for bounds in ({"startkey": "a"}, {"startkey": "a", "endkey": "b"}):
         with pytest.raises(BadRequest):
             engine.all_docs(keys=["a"], **bounds)
@@ -1714,6 +1718,7 @@ def test_delete_bad_arguments(engine: Any) -> None:
         {"keys": "abc"},
         {"keys": ["a", 1]},
         {"keys": {"a": 1}},
+        {"keys": ["a" + LONE]},
         {"limit": -1},
         {"limit": 1.5},
         {"limit": True},
@@ -1725,6 +1730,9 @@ def test_delete_bad_arguments(engine: Any) -> None:
         {"include_docs": 1},
         {"keys": ["a"], "startkey": "a"},
         {"keys": ["a"], "endkey": "z"},
+        # {[Key], Key, Key} is the one exception: two keys are not key=K (found by
+        # mutation testing: an exception for any number of keys passed).
+        {"keys": ["a", "a"], "startkey": "a", "endkey": "a"},
     ],
     ids=lambda kw: "-".join(f"{k}={v!r}" for k, v in kw.items()),
 )
