@@ -617,3 +617,31 @@ def test_with_no_writer_a_readonly_handle_reads_past_a_stale_heads(tmp_path: Pat
             assert settee.layout.writer_running(str(path)) is True
             writer.put({"_id": "c"})
             assert reader.get("c")["_id"] == "c"
+
+
+def test_heads_naming_the_newest_commit_before_a_compaction_swap_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """A writer that stopped between a compaction's rename and its HEADS update leaves
+    a slot naming the newest commit's seq at its offset in the old, longer file. The
+    compacted file holds that same commit, so nothing is lost: no LostCommitWarning,
+    no check problem. Mutant: ``ShardFile.lost_commit`` counting a slot of the newest
+    seq as newer (``seq < newest``) called the shorter copy "cut short"."""
+    from settee.check import check_database
+
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=1) as db:
+        for n in range(40):
+            db.put({"_id": f"d{n:03d}", "pad": "x" * 300})
+        stale = (path / HEADS_NAME).read_bytes()
+        size = (path / "shard-000.settee").stat().st_size
+        db.compact()
+    assert (path / "shard-000.settee").stat().st_size < size // 2
+    (path / HEADS_NAME).write_bytes(stale)
+    assert list(check_database(str(path))) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LostCommitWarning)
+        with settee.open(str(path), readonly=True) as db:
+            assert db.info()["doc_count"] == 40
+        with settee.open(str(path)) as db:
+            assert db.info()["doc_count"] == 40
