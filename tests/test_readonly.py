@@ -645,3 +645,46 @@ def test_heads_naming_the_newest_commit_before_a_compaction_swap_loses_nothing(
             assert db.info()["doc_count"] == 40
         with settee.open(str(path)) as db:
             assert db.info()["doc_count"] == 40
+
+
+def test_a_failed_heads_write_fails_no_commit(tmp_path: Path, monkeypatch: Any) -> None:
+    """HEADS is a hint written after the commit's header fsync: a pwrite of it that
+    fails (ENOSPC, EIO) leaves the durable commit acknowledged and the shard writable
+    (heads.py). Mutant: HeadsFile.publish without its suppress(OSError) failed an
+    already durable commit and refused every later write, and passed the whole proof
+    (the proof's simulated disks publish no HEADS)."""
+    import errno
+
+    path = tmp_path / "db"
+    db = settee.open(str(path), shards=1)
+    heads_fd = db._heads._fd
+    real_pwrite = os.pwrite
+
+    def failing_pwrite(fd: int, data: bytes, offset: int) -> int:
+        if fd == heads_fd:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    try:
+        assert db.put({"_id": "a"})["ok"]
+        assert db.put({"_id": "b"})["ok"]
+    finally:
+        monkeypatch.undo()
+        db.close()
+    with settee.open(str(path)) as again:
+        assert again.info()["doc_count"] == 2
+
+
+def test_a_readonly_handle_reports_the_size_of_the_file_it_follows(tmp_path: Path) -> None:
+    """info()["sizes"]["file"] of a readonly handle follows the file as the writer's
+    commits grow it (FollowerShard adopts each commit with the file's size). Mutant:
+    ShardFile.adopt keeping the size the file had when the handle opened passed."""
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=1) as db:
+        db.put({"_id": "first"})
+        with settee.open(str(path), readonly=True) as reader:
+            opened = reader.info()["sizes"]["file"]
+            db.bulk_docs([{"_id": f"d{n}", "pad": "x" * 500} for n in range(40)])
+            assert reader.info()["doc_count"] == 41
+            assert reader.info()["sizes"]["file"] == db.info()["sizes"]["file"] > opened
