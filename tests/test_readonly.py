@@ -688,3 +688,24 @@ def test_a_readonly_handle_reports_the_size_of_the_file_it_follows(tmp_path: Pat
             db.bulk_docs([{"_id": f"d{n}", "pad": "x" * 500} for n in range(40)])
             assert reader.info()["doc_count"] == 41
             assert reader.info()["sizes"]["file"] == db.info()["sizes"]["file"] > opened
+
+
+def test_a_readonly_snapshot_held_across_close_never_reads_another_database(
+    tmp_path: Path,
+) -> None:
+    """A readonly handle's close() marks its file closed before its descriptor goes,
+    as the writer's does: a reader still holding a snapshot must not pread a reused
+    descriptor number, i.e. another database's file. Mutant: FollowerShard.close
+    without refuse_reads passed (test_engine pins only the writer's close)."""
+    with settee.open(str(tmp_path / "a"), shards=1) as a:
+        a.put({"_id": "x", "secret": "A"})
+    reader = settee.open(str(tmp_path / "a"), readonly=True)
+    snap = reader.shards[0].current()
+    reader.close()
+    with settee.open(str(tmp_path / "b"), shards=1) as b:
+        b.put({"_id": "x", "secret": "B"})
+        snap.by_id.cache.clear()
+        with pytest.raises(settee.SetteeError, match="closed"):
+            info = snap.doc_info("x")
+            assert info is not None
+            snap.body(info, info.winner)
