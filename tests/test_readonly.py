@@ -709,3 +709,25 @@ def test_a_readonly_snapshot_held_across_close_never_reads_another_database(
             info = snap.doc_info("x")
             assert info is not None
             snap.body(info, info.winner)
+
+
+def test_no_reader_of_the_writer_sees_a_commit_before_heads_names_it(tmp_path: Path) -> None:
+    """The writer names a commit in HEADS before its own process's readers see it
+    (Shard._publish): else a read here could see a write that a readonly handle,
+    reading after it, still misses, and the two reads admit no serial order.
+    Mutant: publishing the snapshot locally before HEADS passed every test and the
+    stress campaign, whose timing rarely lands in the gap; here a read runs inside it."""
+    path = tmp_path / "db"
+    with settee.open(str(path), shards=1) as db:
+        shard = db.shards[0]
+        publish = shard._publish
+        seen_early: list[list[str]] = []
+
+        def publish_then_look(snap: Any) -> None:
+            seen_early.append([r["id"] for r in db.all_docs()["rows"]])
+            publish(snap)
+
+        shard._publish = publish_then_look  # type: ignore[method-assign]
+        db.put({"_id": "a"})
+        db.put({"_id": "b"})
+    assert seen_early == [[], ["a"]]
