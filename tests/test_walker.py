@@ -208,6 +208,26 @@ def test_damage_bad_prev_header() -> None:
     assert notes == []
 
 
+def test_a_prev_header_of_another_format_version_is_a_problem() -> None:
+    """A header in the chain whose crc holds but whose format version is not this
+    settee's is reported, not walked as if it were one (FORMAT.md: a version this
+    settee does not read). Mutant: _verified without its version check walked it
+    silently."""
+    fs = MemoryFileSystem()
+    written = three_commits(fs)
+    middle = written[1]
+    other = fmt.encode_header(middle.header.encode(), fmt.FORMAT_VERSION + 1)
+    laid = fmt.lay_out(other, middle.offset, 1)
+    data = bytearray(fs.contents(PATH))
+    assert len(laid) == middle.end - middle.offset  # same payload, same layout
+    data[middle.offset : middle.end] = laid
+    fs.set_contents(PATH, bytes(data))
+    commits, problems, _ = walked(fs)
+    assert [p.offset for p in problems] == [middle.offset]
+    assert f"(header of format version {fmt.FORMAT_VERSION + 1})" in problems[0].what
+    assert middle.offset not in [c.offset for c in commits]
+
+
 def test_damaged_prev_header_with_an_older_damaged_header_block_reports_both() -> None:
     fs = MemoryFileSystem()
     with ShardFile.open(fs, PATH, create=True) as shard:
