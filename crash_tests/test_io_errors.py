@@ -207,3 +207,26 @@ def test_a_write_queued_behind_a_failed_fsync_is_refused_not_committed() -> None
     db.close()
     with settee.Database("/db", fs=inner) as again:
         assert "queued" not in {r["id"] for r in again.all_docs()["rows"]}
+
+
+def test_a_failed_early_append_of_a_large_commit_refuses_later_writes() -> None:
+    """A commit of megabytes appends its batch early, while the writer still builds it
+    (file.SPILL_BYTES). An OSError there leaves the file's end unknown, like any failed
+    write: the commit fails and the shard refuses later writes until reopened, rather
+    than retrying the request alone as a failure with nothing written. Mutant: a
+    Shard._commit that let the OSError count as nothing written passed (the sequential
+    workload above never commits a megabyte)."""
+    inner = MemoryFileSystem()
+    fs = FailingFileSystem(inner, fail_at=10**9, code=errno.EIO, persistent=False, only=("append",))
+    db = settee.Database("/db", fs=fs, shards=1)
+    db.put({"_id": "before"})
+    fs.fail_at = fs.count  # the next append: the early one of the large commit
+    big = {"content_type": "x/y", "data": bytes(3 * 2**20)}
+    with pytest.raises(settee.SetteeError, match="write failed"):
+        db.put({"_id": "large", "_attachments": {"f": big}})
+    with pytest.raises(settee.SetteeError, match="reopen"):
+        db.put({"_id": "after"})
+    db.close()
+    assert list(check_database("/db", inner)) == []
+    with settee.Database("/db", fs=inner) as again:
+        assert [r["id"] for r in again.all_docs()["rows"]] == ["before"]
