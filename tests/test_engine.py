@@ -82,6 +82,20 @@ def test_a_write_that_changes_nothing_writes_nothing(tmp_path: Any) -> None:
     db.close()
 
 
+def test_a_body_pointer_names_attachments_only_when_there_are_some(tmp_path: Any) -> None:
+    """FORMAT.md "bodies": rev -> [pos, size], or [pos, size, attachments] when the
+    revision has any. Mutant: _next_info always storing the third field (an empty
+    list) answered every read alike and passed the whole proof."""
+    with _open(tmp_path / "db", shards=1) as db:
+        rev = db.put({"_id": "plain"})["rev"]
+        with_att = db.put({"_id": "att", "_attachments": {"f": {"data": b"x"}}})["rev"]
+        snap = db.shards[0].current()
+        plain, att = snap.doc_info("plain"), snap.doc_info("att")
+        assert plain is not None and att is not None
+        assert len(plain.bodies[rev]) == 2
+        assert len(att.bodies[with_att]) == 3 and len(att.bodies[with_att][2]) == 1
+
+
 def test_fsync_false_never_fsyncs_commits(tmp_path: Any) -> None:
     fs = RecordingFileSystem()
     db = settee.Database(str(tmp_path / "db"), fs=fs, shards=1, fsync=False)
