@@ -66,6 +66,10 @@ def test_collation_follows_couchdbs_documented_sequence() -> None:
         "AbcZZZZZ",
     ]
     assert collate_text("e", "é") < 0 < collate_text("f", "é")  # accents sort with the base
+    # Equal only when identical (module doc): a precomposed and a decomposed é have the
+    # same weights and are ordered by code point (mutant: calling them equal passed).
+    assert collate_text("e\u0301", "\u00e9") == -1 == -collate_text("\u00e9", "e\u0301")
+    assert collate_json(["e\u0301"], ["\u00e9"]) == -1
 
 
 def test_collation_survives_deep_nesting_and_huge_numbers() -> None:
