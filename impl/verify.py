@@ -169,7 +169,13 @@ def _unsupported(name: str, engine: str) -> str:
 
 
 def run_one(
-    name: str, engine: str, seed: int, budget: float, examples: int | None, progress: Any
+    name: str,
+    engine: str,
+    seed: int,
+    budget: float,
+    examples: int | None,
+    progress: Any,
+    shrink_floor: float = SHRINK_FLOOR,
 ) -> CampaignResult:
     """Run campaign ``name`` until ``budget`` seconds pass (or once, with ``examples``)."""
     result = CampaignResult(name, engine)
@@ -188,7 +194,7 @@ def run_one(
                 _corruption_batch(result, batch_seed)
             else:
                 left = 60.0 if examples is not None else deadline - time.monotonic()
-                with _shrinking_bounded_by(max(SHRINK_FLOOR, left)):
+                with _shrinking_bounded_by(max(shrink_floor, left)):
                     _stateful_batch(result, batch_seed, examples)
             result.batches += 1
             result.seconds = time.monotonic() - started
@@ -273,7 +279,14 @@ def _run_all(
         pool = ProcessPoolExecutor(jobs, mp_context=context)
         futures: dict[str, Future[CampaignResult]] = {
             name: pool.submit(
-                run_one, name, args.engine, args.seed, budget, args.examples, progress
+                run_one,
+                name,
+                args.engine,
+                args.seed,
+                budget,
+                args.examples,
+                progress,
+                args.shrink_seconds,
             )
             for name in names
         }
@@ -515,6 +528,14 @@ def add_parser(sub: Any) -> None:
         help="seconds an engine call may run before the equivalence machine reports it "
         "as hung, with the steps that led to it, and a crash state's whole check "
         "(default 20; SETTEE_CALL_TIMEOUT)",
+    )
+    verify.add_argument(
+        "--shrink-seconds",
+        type=_positive_seconds,
+        default=SHRINK_FLOOR,
+        help="seconds a failure found once the budget is spent may still shrink; the "
+        "smallest reproducer by then is reported (default 10; a hung call costs "
+        "--call-timeout per attempt)",
     )
     verify.add_argument("--json", default="", help="write a machine-readable summary here")
     verify.add_argument("--replay", default="", help="re-run a saved failure file")

@@ -61,7 +61,7 @@ def test_verify_reports_a_call_that_never_returns_and_replays_it(tmp_path: Path)
     engine = "settee.proof.stateful.mutants:endless_range"
     run = _verify(
         tmp_path, "--engine", engine, "--only", "equivalence", "--minutes", "0.05",
-        "--seed", "0", "--call-timeout", "2",
+        "--seed", "0", "--call-timeout", "2", "--shrink-seconds", "1",
     )  # fmt: skip
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Hung: no engine call returned within 2 s; the last call started was all_docs" in (
