@@ -142,14 +142,20 @@ def test_every_io_step_failing(code: int, persistent: bool, record_property: Any
     assert not failures, dict(list(failures.items())[:5])
 
 
-def test_failed_fsync_refuses_later_writes_until_reopen() -> None:
-    """After an fsync error nothing more is committed on that shard; reopening heals."""
+def _one_doc_then_failing_fsyncs() -> tuple[MemoryFileSystem, FailingFileSystem, Any]:
+    """A one-shard database holding "before", reopened on a file system whose fsyncs
+    fail from ``fs.fail_at`` on (never, until the test sets it)."""
     inner = MemoryFileSystem()
     db = settee.Database("/db", fs=inner, shards=1)
     db.put({"_id": "before"})
     db.close()
     fs = FailingFileSystem(inner, fail_at=10**9, code=errno.EIO, persistent=False, only=("fsync",))
-    db = settee.Database("/db", fs=fs, shards=1)
+    return inner, fs, settee.Database("/db", fs=fs, shards=1)
+
+
+def test_failed_fsync_refuses_later_writes_until_reopen() -> None:
+    """After an fsync error nothing more is committed on that shard; reopening heals."""
+    inner, fs, db = _one_doc_then_failing_fsyncs()
     fs.fail_at = fs.count  # the next fsync: the one after the data append
     with pytest.raises(settee.SetteeError, match="write failed"):
         db.put({"_id": "lost"})
@@ -169,12 +175,7 @@ def test_a_write_queued_behind_a_failed_fsync_is_refused_not_committed() -> None
     trusted), not only nothing admitted after it. A writer that checked the failure
     only on admission committed and acknowledged the queued write (mutant of
     Shard._commit_writes; the sequential workload above never queues one)."""
-    inner = MemoryFileSystem()
-    db = settee.Database("/db", fs=inner, shards=1)
-    db.put({"_id": "before"})
-    db.close()
-    fs = FailingFileSystem(inner, fail_at=10**9, code=errno.EIO, persistent=False, only=("fsync",))
-    db = settee.Database("/db", fs=fs, shards=1)
+    inner, fs, db = _one_doc_then_failing_fsyncs()
     shard = db.shards[0]
     outcome: list[Any] = []
 

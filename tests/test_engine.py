@@ -557,7 +557,14 @@ def test_snapshot_held_across_close_never_reads_another_database(tmp_path: Any) 
     a.put({"_id": "x", "secret": "A"})
     snap = a.shards[0].snapshot
     a.close()
-    with _open(tmp_path / "b", shards=1) as b:
+    assert_reads_refused_beside_another_database(snap, tmp_path / "b")
+
+
+def assert_reads_refused_beside_another_database(snap: Any, other: Any) -> None:
+    """``snap`` (of a database closed since, holding document "x") refuses to read
+    while another database, written just now, may hold the descriptor numbers its
+    file had."""
+    with _open(other, shards=1) as b:
         b.put({"_id": "x", "secret": "B"})
         snap.by_id.cache.clear()
         with pytest.raises(settee.SetteeError, match="closed"):

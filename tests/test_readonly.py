@@ -27,6 +27,7 @@ import settee.heads
 import settee.reference
 from settee.file import LostCommitWarning
 from settee.heads import HEADS_NAME, SLOT_SIZE
+from tests.test_engine import assert_reads_refused_beside_another_database
 
 
 def _writer(path: Path, **options: Any) -> settee.Database:
@@ -702,13 +703,7 @@ def test_a_readonly_snapshot_held_across_close_never_reads_another_database(
     reader = settee.open(str(tmp_path / "a"), readonly=True)
     snap = reader.shards[0].current()
     reader.close()
-    with settee.open(str(tmp_path / "b"), shards=1) as b:
-        b.put({"_id": "x", "secret": "B"})
-        snap.by_id.cache.clear()
-        with pytest.raises(settee.SetteeError, match="closed"):
-            info = snap.doc_info("x")
-            assert info is not None
-            snap.body(info, info.winner)
+    assert_reads_refused_beside_another_database(snap, tmp_path / "b")
 
 
 def test_no_reader_of_the_writer_sees_a_commit_before_heads_names_it(tmp_path: Path) -> None:
