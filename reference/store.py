@@ -43,7 +43,6 @@ against the state so far), see :meth:`ReferenceDB._parent_for`.
 from __future__ import annotations
 
 import builtins
-import copy
 import os
 import stat
 import threading
@@ -435,7 +434,7 @@ class ReferenceDB:
             docid,
             rev,
             entry.tree[rev][1],
-            copy.deepcopy(entry.bodies[rev]),
+            _copy(entry.bodies[rev]),
             revisions=revtree.revisions(entry.tree, rev) if revs else None,
             conflicts=conflicts,
             attachments=atts or None,
@@ -753,3 +752,10 @@ class ReferenceDB:
         finally:
             os.close(dir_fd)
         self._log = builtins.open(self._log_path, "ab")  # noqa: SIM115 (held until close)
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    """A copy the caller may change: through msgpack, as the engine's bodies come from
+    the file. copy.deepcopy recursed once per level and raised RecursionError on a
+    body nested 500 levels deep, which put accepts (found by the semantic suite)."""
+    return msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False)  # type: ignore[no-any-return]

@@ -333,6 +333,9 @@ BODY_VALUES: dict[str, Builder] = {
     "complex": lambda: 1j,
     "tuple (1, (2, 3))": lambda: (1, (2, 3)),
     "list nested 150 deep": lambda: nested(150),
+    # As a field's value: its innermost value at level 500, the deepest stored.
+    "list nested 499 deep": lambda: nested(499),
+    "empty list at level 500": lambda: nested(499, []),
     "list nested 501 deep": lambda: nested(501),
     "list nested 10,000 deep": lambda: nested(10_000),
     "dict with int key": lambda: {1: "x"},

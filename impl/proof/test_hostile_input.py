@@ -213,6 +213,24 @@ def test_deep_nesting_is_a_bad_request_not_a_recursion_error(engine: Any, depth:
     every_shard_accepts_writes(engine)
 
 
+@pytest.mark.parametrize("leaf", [1, [], {}], ids=["scalar", "empty list", "empty object"])
+def test_values_may_nest_500_levels_and_not_one_more(engine: Any, leaf: Any) -> None:
+    """SEMANTICS §14: a document's own fields are level 1 and a value deeper than 500
+    levels is BadRequest, whatever it is, an empty container included; one at level
+    500 is stored. (A checker that refused empty containers a level early, as if
+    their missing contents were deeper, passed every other test.)"""
+    at_500: Any = leaf
+    for _ in range(499):
+        at_500 = [at_500]
+    engine.put({"_id": "at-500", "v": at_500})
+    assert engine.get("at-500")["v"] == at_500
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "at-501", "v": [at_500]})
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "at-501", "v": {"x": at_500}})
+    assert [r["id"] for r in engine.all_docs()["rows"]] == ["at-500"]
+
+
 def test_error_messages_survive_unprintable_values(engine: Any) -> None:
     """repr() of a 5,000-digit int raises ValueError: messages use a safe description."""
     with pytest.raises(BadRequest, match="bits"):
