@@ -10,7 +10,9 @@ settee has no ICU, so :func:`collate_text` follows the UCA's three levels on
 a simpler weight table, which is exact for the 7-bit ASCII order CouchDB
 documents (symbols < digits < letters; letters compared without case first,
 then lowercase before uppercase: ``a < A < aa < b``) and close elsewhere:
-letters with accents sort with their base letter (NFD, marks compared second),
+letters with accents sort with their base letter (NFD, marks compared second:
+a letter's marks by their code points in order, more marks after fewer, not by
+the UCA's secondary weights: ``è < é`` here, ``é < è`` in ICU),
 other characters after the ASCII letters by code point. Two strings are equal
 only when identical (ICU also equates strings differing only in ignorable
 characters such as U+200B; settee does not). SEMANTICS.md "Mango" says the same.

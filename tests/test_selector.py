@@ -72,6 +72,29 @@ def test_collation_follows_couchdbs_documented_sequence() -> None:
     assert collate_json(["e\u0301"], ["\u00e9"]) == -1
 
 
+def test_a_letters_accents_compare_after_the_base_letters() -> None:
+    """SEMANTICS §17: accents second; a letter's marks by their code points, in order,
+    and a letter with more marks after one with fewer (è < é here, unlike ICU); all
+    of it only where the base letters tie (the mutation round's CO12: a mark weight
+    that did not keep the first mark first passed every test)."""
+    order = [
+        "e",
+        "e\u0300",  # è
+        "e\u0301",  # é
+        "e\u0302",  # ê
+        "e\u0300\u0301",
+        "e\u0301\u0300",
+        "e\u0301\u0301",
+        "e\u0301\u0302",  # its first mark decides, not the marks' sum
+        "e\u0302\u0300",
+        "ea",
+        "f",
+    ]
+    for (i, a), (j, b) in itertools.product(enumerate(order), repeat=2):
+        assert collate_text(a, b) == (i > j) - (i < j), (a, b)
+    assert collate_text("\u00e8", "\u00e9") == -1  # precomposed alike, after NFD
+
+
 def test_collation_survives_deep_nesting_and_huge_numbers() -> None:
     deep: list[Any] = []
     tip = deep
