@@ -10,7 +10,8 @@ comes in time it raises :class:`Hung` in the armed thread, in the middle of
 whatever that thread is doing, and again every ``seconds / 4`` (at least one)
 while the thread stays stuck, in case the engine swallowed it.
 
-How it gets there: in the main thread, by a ``SIGUSR1`` sent to that thread,
+How it gets there: in the main thread, by a signal (``SIGNAL``: a real-time one
+where the platform has them, else ``SIGUSR1``) sent to that thread,
 whose handler raises — a signal also ends a blocking wait (``lock.acquire``,
 ``Future.result``), which is where a caller waiting for a dropped write sits.
 In any other thread, by ``PyThreadState_SetAsyncExc``, which only lands when
@@ -46,6 +47,10 @@ __all__ = [
 
 CALL_TIMEOUT_ENV = "SETTEE_CALL_TIMEOUT"
 DEFAULT_SECONDS = 20.0
+#: The signal that interrupts the main thread: a real-time signal nobody else is
+#: likely to use (SIGUSR1 is faulthandler's and many servers' favourite), where
+#: the platform has them.
+SIGNAL: int = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR1
 
 
 class Hung(AssertionError):
@@ -190,7 +195,7 @@ def _watch() -> None:
 
 def _interrupt(ident: int) -> None:
     if ident == threading.main_thread().ident and _handler_installed():
-        signal.pthread_kill(ident, signal.SIGUSR1)
+        signal.pthread_kill(ident, SIGNAL)
     else:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(Hung))
 
@@ -225,14 +230,14 @@ _FRAMES_SEEN = 6
 
 
 def _handler_installed() -> bool:
-    return signal.getsignal(signal.SIGUSR1) is _on_signal
+    return signal.getsignal(SIGNAL) is _on_signal
 
 
 def _install_handler() -> None:
-    """Take SIGUSR1 for the watchdog, once, from the main thread, unless someone else
+    """Take ``SIGNAL`` for the watchdog, once, from the main thread, unless someone else
     handles it already (then the slower asynchronous exception is used). Never given
     back: a signal in flight at a disarm must not meet the default action (exit)."""
     if threading.current_thread() is not threading.main_thread() or _handler_installed():
         return
-    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGUSR1, _on_signal)
+    if signal.getsignal(SIGNAL) in (signal.SIG_DFL, None):
+        signal.signal(SIGNAL, _on_signal)
