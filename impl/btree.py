@@ -185,13 +185,14 @@ class NodeCache(ClockCache):
         #: again (``_Modify.spliced``); read by the writer alone, without the lock.
         self.payloads: dict[int, bytes] = {}
 
-    def put_written(self, items: dict[int, tuple[Node, int, bytes]]) -> None:
-        """Admit nodes a commit wrote: ``(node, encoded size, payload)`` by position.
-        The payloads are kept apart from the capacity, the newest ``RECENT_PAYLOADS``."""
+    def put_written(self, items: dict[int, tuple[Node, bytes]]) -> None:
+        """Admit nodes a commit wrote, ``(node, payload)`` by position, each charged its
+        payload's size. The payloads are kept apart from the capacity, the newest
+        ``RECENT_PAYLOADS``."""
         with self._lock:
             payloads = self.payloads
-            for pos, (node, size, payload) in items.items():
-                self._add(pos, node, size)
+            for pos, (node, payload) in items.items():
+                self._add(pos, node, len(payload))
                 payloads[pos] = payload
             while len(payloads) > RECENT_PAYLOADS:
                 del payloads[next(iter(payloads))]
@@ -288,9 +289,9 @@ class BTree:
         self._rereduce = rereduce
         self._difference = difference
         self._cache = NodeCache() if cache is None else cache
-        # Nodes this tree's modify wrote (with their sizes), kept until the tree is
+        # Nodes this tree's modify wrote (with their payloads), kept until the tree is
         # first read; see node().
-        self._pending: dict[int, tuple[Node, int, bytes]] | None = None
+        self._pending: dict[int, tuple[Node, bytes]] | None = None
         self._path = str(getattr(store, "path", "<memory>"))
         self.node_bytes = node_bytes
         # Checks every leaf read from the store (decode_node), so that readers index
@@ -325,7 +326,7 @@ class BTree:
         """The caller's rereduce over child reductions."""
         return self._rereduce
 
-    def _derive(self, root: list[Any] | None, pending: dict[int, tuple[Node, int, bytes]]) -> BTree:
+    def _derive(self, root: list[Any] | None, pending: dict[int, tuple[Node, bytes]]) -> BTree:
         tree = BTree(
             self._store,
             root,
@@ -717,10 +718,7 @@ class BTree:
         root = change.run()
         if root is self._root:
             return self
-        pending = {
-            pos: (node, len(change.payloads[pos]), change.payloads[pos])
-            for pos, node in change.written.items()
-        }
+        pending = {pos: (node, change.payloads[pos]) for pos, node in change.written.items()}
         return self._derive(root, pending)
 
 
@@ -854,12 +852,11 @@ class _Modify:
         if not replaced:
             return None
         out.extend(entries[copied:])
-        same = first
         difference = self.tree._difference
         if difference is None or red is _UNKNOWN:
-            return out, _UNKNOWN, same
+            return out, _UNKNOWN, first
         rereduce = self.tree._rereduce
-        return out, difference(rereduce([red, *added]), rereduce(replaced)), same
+        return out, difference(rereduce([red, *added]), rereduce(replaced)), first
 
     def modify_kv(
         self, keys: Sequence[Any], entries: Sequence[Entry], lo: int, hi: int

@@ -151,6 +151,32 @@ def _unsatisfiable(length: int) -> HTTPError:
     )
 
 
+class _StoppedShort(Exception):
+    """Reading an attachment's chunks failed after ``read`` bytes, with its answer
+    under way."""
+
+    def __init__(self, read: int, cause: settee.SetteeError) -> None:
+        super().__init__(f"after {read} bytes: {cause}")
+        self.read = read
+        self.cause = cause
+
+
+async def _send_bytes(
+    state: State, response: web.StreamResponse, chunks: Iterator[bytes], first: int, last: int
+) -> None:
+    """Write bytes ``[first, last]`` of the attachment ``chunks`` hold, a chunk at a
+    time (each read on a worker as the client takes the last)."""
+    at = 0  # offset of the next chunk's first byte
+    try:
+        while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
+            piece = chunk[max(0, first - at) : last - at + 1]
+            at += len(chunk)
+            if piece:
+                await response.write(piece)
+    except settee.SetteeError as exc:
+        raise _StoppedShort(at, exc) from exc
+
+
 async def _stream(
     state: State,
     request: web.BaseRequest,
@@ -171,18 +197,19 @@ async def _stream(
     response.content_length = last - first + 1
     await response.prepare(request)
     if request.method == "GET":
-        at = 0  # offset of the next chunk's first byte
         try:
-            while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
-                piece = chunk[max(0, first - at) : last - at + 1]
-                at += len(chunk)
-                if piece:
-                    await response.write(piece)
-        except settee.SetteeError as exc:
+            await _send_bytes(state, response, chunks, first, last)
+        except _StoppedShort as stop:
             # The status and length are sent: all that is left is to stop short, which
             # the client sees, and to say why where the operator looks (found in
             # review: a damaged chunk cut the answer with nothing logged).
-            log.error("%s %s: stopped after %d bytes: %s", request.method, request.path, at, exc)
+            log.error(
+                "%s %s: stopped after %d bytes: %s",
+                request.method,
+                request.path,
+                stop.read,
+                stop.cause,
+            )
             response.force_close()
             return response
     await response.write_eof()
@@ -219,15 +246,11 @@ async def _stream_ranges(
             )
             await response.write(head.encode("utf-8", "surrogatepass"))
             _att, chunks = await state.run(reopen)
-            at = 0
-            while at <= last and (chunk := await state.run(next, chunks, None)) is not None:
-                piece = chunk[max(0, first - at) : last - at + 1]
-                at += len(chunk)
-                if piece:
-                    await response.write(piece)
+            await _send_bytes(state, response, chunks, first, last)
             await response.write(b"\r\n")
-    except settee.SetteeError as exc:
-        log.error("%s %s: stopped in a byte range: %s", request.method, request.path, exc)
+    except (settee.SetteeError, _StoppedShort) as exc:
+        cause = exc.cause if isinstance(exc, _StoppedShort) else exc
+        log.error("%s %s: stopped in a byte range: %s", request.method, request.path, cause)
         response.force_close()
         return response
     await response.write(f"--{boundary}--\r\n".encode())

@@ -22,7 +22,8 @@ import settee
 from settee.serve.protocol import reply, require_method, respond
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewindex import ViewIndex, signature
+from settee.serve.viewindex import ViewIndex
+from settee.serve.viewquery import view_signatures
 
 __all__ = ["handle_ddoc_info"]
 
@@ -41,18 +42,13 @@ def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
     ddoc = entry.db.get("_design/" + name)  # NotFound: 404 missing or deleted
     language = ddoc.get("language", "javascript")
     language = language if isinstance(language, str) else "javascript"
-    views = ddoc.get("views")
-    maps = [
-        view["map"]
-        for view in (views.values() if isinstance(views, dict) else [])
-        if isinstance(view, dict) and isinstance(view.get("map"), str)
-    ]
-    signatures = sorted({signature(source, language) for source in maps})
+    signatures = sorted(view_signatures(ddoc))
     indexes = [state.registry.view_index(entry, sig) for sig in signatures]
-    seen = [index.checkpoint()["since"] for index in indexes]
-    counted = {repr(since): _pending(entry.db, since) for since in seen}  # once per checkpoint
-    pending = [counted[repr(since)] for since in seen]
-    oldest = max(range(len(seen)), key=pending.__getitem__) if seen else None
+    # Changes not yet indexed, counted once per checkpoint (views often share one).
+    pending = {
+        since: _pending(entry.db, since) for since in {i.checkpoint()["since"] for i in indexes}
+    }
+    oldest = max(pending, key=pending.__getitem__, default=None)
     group = json.dumps([language, signatures]).encode()
     return {
         "name": name,
@@ -62,12 +58,12 @@ def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
             "purge_seq": 0,
             "signature": hashlib.md5(group, usedforsecurity=False).hexdigest(),
             "sizes": _sizes(indexes),
-            "update_seq": 0 if oldest is None else _seq_number(seen[oldest]),
+            "update_seq": 0 if oldest is None else _seq_number(oldest),
             "updater_running": any(index.updating() for index in indexes),
             "updates_pending": {
-                "minimum": min(pending, default=0),
-                "preferred": max(pending, default=0),
-                "total": max(pending, default=0),
+                "minimum": min(pending.values(), default=0),
+                "preferred": max(pending.values(), default=0),
+                "total": max(pending.values(), default=0),
             },
             "waiting_clients": 0,
             "waiting_commit": False,

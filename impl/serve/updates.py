@@ -48,9 +48,8 @@ _RESPONSE_KEYS = frozenset({"code", "json", "body", "base64", "headers", "stop"}
 async def handle_update(
     state: State, request: web.BaseRequest, entry: DbEntry, ddoc: str, parts: list[str]
 ) -> web.StreamResponse:
-    """``parts``: the path after ``_update/`` (the function's name, then the doc id)."""
-    if parts and parts[-1] == "":
-        parts = parts[:-1]  # a trailing slash, as chttpd drops it
+    """``parts``: the path after ``_update/`` (the function's name, then the doc id;
+    the router has dropped a trailing slash, as chttpd does)."""
     if not parts or not parts[0]:
         raise HTTPError(404, "update_error", "Invalid path.")
     if request.method in ("GET", "HEAD"):

@@ -60,6 +60,7 @@ __all__ = [
     "query_view",
     "retryable",
     "update_index",
+    "view_signatures",
 ]
 
 _UNSET = object()
@@ -649,12 +650,20 @@ def live_signatures(db: settee.Database) -> set[str]:
     live = {index.view_signature() for index in mango.list_indexes(db) if index.ddoc is not None}
     rows = db.all_docs(startkey="_design/", endkey="_design0", include_docs=True)["rows"]
     for ddoc in (row["doc"] for row in rows if "doc" in row):
-        views = ddoc.get("views")
-        language = str(ddoc.get("language", "javascript"))
-        for view in views.values() if isinstance(views, dict) else []:
-            if isinstance(view, dict) and isinstance(view.get("map"), str):
-                live.add(signature(view["map"], language))
+        live |= view_signatures(ddoc)
     return live
+
+
+def view_signatures(ddoc: Mapping[str, Any]) -> set[str]:
+    """The index signature of each JavaScript view of design document ``ddoc``, as
+    ``open_view`` signs its map function (``design.DesignFunctions.view``)."""
+    views = ddoc.get("views")
+    language = str(ddoc.get("language", "javascript"))
+    return {
+        signature(view["map"], language)
+        for view in (views.values() if isinstance(views, dict) else [])
+        if isinstance(view, dict) and isinstance(view.get("map"), str)
+    }
 
 
 def _view_cleanup(state: State, entry: DbEntry) -> list[str]:
