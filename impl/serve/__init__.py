@@ -22,9 +22,9 @@ Databases open on first use, at most ``max_dbs_open`` at once: requests lease
 theirs, and the least recently used idle ones close to make room (registry.py).
 
 Modules, in reading order: options → sockets → protocol → local → lru →
-registry → lease → notifier → revs (the only reader of engine internals) →
+registry → lease → notifier → dbevents → revs (the only reader of engine internals) →
 state → docchecks → validation → doccopy → docs → alldocs → bulk → dbs →
-changes → cluster → app → server → cli.
+changes → dbupdates → cluster → app → server → cli.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from settee.serve import (
     changes,
     cluster,
     dbs,
+    dbupdates,
     ddocinfo,
     docs,
     find,
@@ -49,12 +50,12 @@ _SERVER_ROUTES = {
     "_session": dbs.handle_session,
     "_active_tasks": dbs.handle_active_tasks,
     "_membership": cluster.handle_membership,
+    "_db_updates": dbupdates.handle_db_updates,
 }
 
 #: CouchDB's server endpoints settee serve does not have (README, "Not served yet"),
 #: and what to say: their names taken as databases answered "Database does not exist."
 _SERVER_NOT_SERVED = {
-    "_db_updates": "yet",
     "_replicate": "yet (replicate with a client: PouchDB, or CouchDB pulling from it)",
     "_scheduler": "yet (no server-side replication)",
     "_reshard": "(a database's shard count is fixed when it is created)",

@@ -79,6 +79,10 @@ class ChangesQuery:
     timeout: float  # seconds
     descending: bool = False  # the normal feed only (see read_changes)
     seq_interval: int | None = None  # rows between those that carry their seq (_sparse_seqs)
+    #: What the feed shows of its rows, when not the rows themselves: ``/_db_updates``
+    #: is the ``_global_changes`` feed with each row as an event (dbupdates.py),
+    #: which CouchDB answers without ``pending``.
+    rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -305,6 +309,9 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
                 doc["_conflicts"] = conflicts
     if q.include_docs and q.filter is not None and q.filter.fields:
         _keep_fields(result["results"], list(q.filter.fields))
+    if q.rows is not None:
+        result["results"] = q.rows(result["results"])
+        del result["pending"]
     return result
 
 
@@ -387,6 +394,14 @@ async def handle_changes(
         req = _filter_request(request, entry, body)
         passes = await state.run(_resolve_filter, entry, q.filter, req)
         q = dataclasses.replace(q, filter=dataclasses.replace(q.filter, passes=passes))
+    return await serve_feed(state, request, lease, q)
+
+
+async def serve_feed(
+    state: State, request: web.BaseRequest, lease: Lease, q: ChangesQuery
+) -> web.StreamResponse:
+    """The feed ``q`` asks for, of the database ``lease`` holds."""
+    entry = lease.entry
     if q.feed == "normal":
         # chttpd_db's etag_respond: an ETag of the database's state (its info), so a
         # client polling an unchanged database gets 304 without the feed.
@@ -426,6 +441,8 @@ def _descending(db: settee.Database, q: ChangesQuery) -> dict[str, Any]:
     rows = whole["results"][::-1]
     shown = rows if q.limit is None else rows[: q.limit]
     last_seq = shown[-1]["seq"] if shown else whole["last_seq"]
+    if q.rows is not None:  # rows shown as events: CouchDB sends no pending
+        return {"results": shown, "last_seq": last_seq}
     return {"results": shown, "last_seq": last_seq, "pending": len(rows) - len(shown)}
 
 
@@ -558,7 +575,9 @@ async def _continuous(
             await stream.write(b"event: heartbeat\ndata: \n\n" if events else b"\n")
         if not await _lease_again(lease, incarnation) or not (fired or beat):
             break  # gone, or timed out (leased again for the pending count below)
-    if not events:
+    if not events and q.rows is not None:
+        await stream.write(encode_json({"last_seq": since}))
+    elif not events:
         pending = 0  # unknown once the database is gone
         if lease.held:
             pending = await state.run(revs.changes_pending, lease.entry.db, since)

@@ -235,6 +235,7 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
             raise HTTPError(400, "bad_request", "The `n` value should be a positive integer.")
         check_partitioned_param(request.query)
         await state.run(state.registry.create, name, int(shards) if shards else None)
+        state.db_events.record("created", name)
         location = request_url(request)
         headers = {} if location is None else {"Location": location}
         return respond(reply(201, {"ok": True}, headers))
@@ -247,6 +248,7 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
                 "Did you mean to DELETE a document instead?",
             )
         await state.run(state.registry.delete, name)
+        state.db_events.record("deleted", name)
         state.notifier.bump(name)  # its live feeds wake, find it gone and end
         return respond(reply(200, {"ok": True}))
     async with state.lease(name) as lease:

@@ -26,6 +26,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from settee.serve.app import CouchRequest, dispatch
+from settee.serve.dbupdates import flush_events
 from settee.serve.options import merge_options
 from settee.serve.registry import Registry
 from settee.serve.sockets import apply_buffers, listening_socket
@@ -208,6 +209,9 @@ class ServerHandle:
         self._stop_requested = asyncio.Event()
         registry = Registry(self.dir, self.options)
         state = State(registry, self.options, loop, _server_uuid(self.dir))
+        # Writes the database events /_db_updates lists; its last write is after
+        # stopping is set, before the databases close (_shutdown awaits it).
+        flusher = loop.create_task(flush_events(state))
         try:
             self._web = _PolicyServer(
                 lambda request: dispatch(state, request),
@@ -235,15 +239,16 @@ class ServerHandle:
             self._ready.set()
             await self._stop_requested.wait()
         finally:
-            await self._shutdown(state)
+            await self._shutdown(state, flusher)
 
-    async def _shutdown(self, state: State) -> None:
+    async def _shutdown(self, state: State, flusher: asyncio.Task[None]) -> None:
         state.stopping.set()
         if self._listener is not None:
             self._listener.close()
         if self._web is not None:
             self._web.pre_shutdown()
             await self._web.shutdown(SHUTDOWN_TIMEOUT)
+        await asyncio.gather(flusher, return_exceptions=True)
         loop = asyncio.get_running_loop()
         # Worker threads may still be inside engine calls; the databases close after them.
         await loop.run_in_executor(None, state.pool.shutdown, True)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from settee.serve.dbevents import DbEvents
 from settee.serve.gunzip import Gunzip
 from settee.serve.lease import Lease
 from settee.serve.notifier import Notifier
@@ -47,6 +48,8 @@ class State:
         self.background: set[asyncio.Future[Any]] = set()
         #: Wakes the live ``_changes`` feeds, by database name (event-loop side).
         self.notifier = Notifier()
+        #: The database events ``/_db_updates`` has yet to write (dbupdates.py).
+        self.db_events = DbEvents()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on a worker thread."""
@@ -57,7 +60,9 @@ class State:
         return Lease(self.registry, self.pool, name)
 
     def notify(self, entry: DbEntry) -> None:
-        """From a worker thread, after a durable write: wake the changes feeds."""
+        """From a worker thread, after a durable write: wake the changes feeds, and
+        note the database's ``updated`` event for ``/_db_updates``."""
+        self.db_events.record("updated", entry.name)
         self.loop.call_soon_threadsafe(self.notifier.bump, entry.name)
 
     async def read_body(self, request: web.BaseRequest) -> bytes:
