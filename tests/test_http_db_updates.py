@@ -167,3 +167,29 @@ def test_events_of_a_stop_are_written_and_outlive_a_restart(tmp_path: Any) -> No
         put(client, "/kept", "d", {})
     with start_server(str(tmp_path), "127.0.0.1", 0, fsync=True) as handle:
         assert {("kept", "created"), ("kept", "updated")} <= set(_events(Client(handle.port)))
+
+
+def test_a_failed_write_of_events_does_not_stop_later_ones(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is one background task: an error in one interval (a damaged or
+    closing ``_global_changes``) is logged, and the next interval writes again."""
+    from settee.serve import dbupdates
+
+    real = dbupdates._write_events
+    failures: list[list[str]] = []
+
+    def fails_once(entry: Any, ids: list[str]) -> None:
+        if not failures:
+            failures.append(ids)
+            raise OSError("disk full, once")
+        real(entry, ids)
+
+    monkeypatch.setattr(dbupdates, "_write_events", fails_once)
+    assert client("PUT", "/gc-fail-first").status == 201
+    deadline = time.monotonic() + _SETTLE
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failures == [["created:gc-fail-first"]]
+    assert client("PUT", "/gc-fail-later").status == 201
+    _wait_for(client, {("gc-fail-later", "created")})

@@ -25,6 +25,7 @@ without the guarantee that a DB event will be persisted").
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -36,6 +37,8 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 
 __all__ = ["MAX_WRITE_DELAY", "events_only", "flush_events", "handle_db_updates"]
+
+log = logging.getLogger("settee.serve")
 
 #: Seconds between writes of the collected events (global_changes max_write_delay).
 MAX_WRITE_DELAY = 0.5
@@ -65,6 +68,8 @@ async def _write_pending(state: State) -> None:
             state.notify(lease.entry)
     except HTTPError:
         pass  # no _global_changes database (or none can open now): dropped, as CouchDB
+    except Exception:  # a damaged or closing _global_changes: the next interval tries again
+        log.warning("settee serve: /_db_updates events not written", exc_info=True)
 
 
 def _write_events(entry: DbEntry, ids: list[str]) -> None:
