@@ -16,7 +16,9 @@ range, range_docs, insert. ``--no-fsync`` opens both without syncing (settee
 against CPU, and the difference from a synced run is what the syncs cost.
 ``--body-cache=BYTES`` opens settee with that ``body_cache_bytes`` (0: none; a
 budget far below the bodies' size shows what misses cost when reads are spread
-over more bodies than fit).
+over more bodies than fit). ``--doc-bytes=N`` makes each document about N bytes
+of msgpack (default about 220, the seed workloads'; issue 16 first measured
+documents of about 1 KB, ``--doc-bytes=1000``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bench.stores import DocStore, SetteeStore, SqliteStore, doc_id, load_settee, make_doc
+from bench.stores import (
+    DocStore,
+    SetteeStore,
+    SqliteStore,
+    doc_id,
+    filler,
+    load_settee,
+    make_doc,
+)
 
 __all__ = ["main"]
 
@@ -47,7 +57,7 @@ def _per_call_us(step: Callable[[], object], seconds: float) -> float:
 
 
 def _step(
-    name: str, store: DocStore, docs: int, rng: random.Random, next_id: list[int]
+    name: str, store: DocStore, docs: int, rng: random.Random, next_id: list[int], text: str
 ) -> Callable[[], object]:
     if name == "get":
         return lambda: store.get(doc_id(rng.randrange(docs)))
@@ -61,7 +71,7 @@ def _step(
     def insert() -> None:
         first = next_id[0]
         next_id[0] += 100
-        store.insert([make_doc(doc_id(n), n) for n in range(first, first + 100)])
+        store.insert([make_doc(doc_id(n), n, text) for n in range(first, first + 100)])
 
     return insert
 
@@ -69,7 +79,11 @@ def _step(
 def main(argv: list[str]) -> int:
     sync = "--no-fsync" not in argv
     cache = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--body-cache=")]
-    argv = [a for a in argv if a != "--no-fsync" and not a.startswith("--body-cache=")]
+    sizes = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--doc-bytes=")]
+    text = filler(sizes[-1] if sizes else 0)
+    argv = [
+        a for a in argv if a != "--no-fsync" and not a.startswith(("--body-cache=", "--doc-bytes="))
+    ]
     docs = int(argv[0]) if argv and argv[0].isdigit() else 20_000
     wanted = [w for w in argv if not w.isdigit()] or list(_WORKLOADS)
     work = tempfile.mkdtemp(prefix="settee-micro-")
@@ -81,9 +95,9 @@ def main(argv: list[str]) -> int:
             body_cache_bytes=cache[-1] if cache else None,
         )
         theirs = SqliteStore(os.path.join(work, "docs.sqlite3"), fsync=sync)
-        load_settee(ours.db, 0, docs)
+        load_settee(ours.db, 0, docs, text=text)
         for lo in range(0, docs, 5000):
-            theirs.insert([make_doc(doc_id(n), n) for n in range(lo, min(docs, lo + 5000))])
+            theirs.insert([make_doc(doc_id(n), n, text) for n in range(lo, min(docs, lo + 5000))])
         # Every document read once by each store, as ``settee bench`` warms its
         # databases: without it the first rounds at 100,000 documents timed reads of
         # nodes and bodies no read had cached yet (range_docs x0.40 cold, x0.5 warm).
@@ -99,7 +113,9 @@ def main(argv: list[str]) -> int:
             for round_ in range(_ROUNDS):
                 order = (ours, theirs) if round_ % 2 == 0 else (theirs, ours)
                 for store in order:
-                    step = _step(name, store, docs, random.Random(round_), next_ids[store.name])
+                    step = _step(
+                        name, store, docs, random.Random(round_), next_ids[store.name], text
+                    )
                     loops[store.name].append(_per_call_us(step, seconds))
             a, b = statistics.median(loops[ours.name]), statistics.median(loops[theirs.name])
             print(

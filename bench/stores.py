@@ -45,8 +45,9 @@ def doc_id(n: int) -> str:
     return f"doc{n:09d}"
 
 
-def make_doc(doc_id: str, n: int) -> dict[str, Any]:
-    """A document of about 200 bytes of msgpack, like a small user record."""
+def make_doc(doc_id: str, n: int, text: str = _TEXT) -> dict[str, Any]:
+    """A document of about 200 bytes of msgpack, like a small user record (more
+    with a longer ``text``: ``filler``)."""
     return {
         "_id": doc_id,
         "n": n,
@@ -54,15 +55,21 @@ def make_doc(doc_id: str, n: int) -> dict[str, Any]:
         "email": f"user{n}@example.com",
         "tags": ["alpha", "beta", "gamma"],
         "score": n * 0.5,
-        "text": _TEXT,
+        "text": text,
     }
 
 
-def load_settee(db: Any, start: int, stop: int, *, batch: int = 5000) -> None:
+def filler(doc_bytes: int) -> str:
+    """The ``text`` that makes ``make_doc``'s documents about ``doc_bytes`` bytes of
+    msgpack (at least the default's)."""
+    return _TEXT + "x" * max(0, doc_bytes - 222)
+
+
+def load_settee(db: Any, start: int, stop: int, *, batch: int = 5000, text: str = _TEXT) -> None:
     """Insert documents ``start`` .. ``stop - 1`` in batches of ``batch``."""
     for lo in range(start, stop, batch):
         hi = min(stop, lo + batch)
-        db.bulk_docs([make_doc(doc_id(n), n) for n in range(lo, hi)])
+        db.bulk_docs([make_doc(doc_id(n), n, text) for n in range(lo, hi)])
 
 
 def lmdb_available() -> str | None:
