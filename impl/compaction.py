@@ -64,6 +64,16 @@ def compact_shard(shard: Shard, *, revs_limit: int) -> None:
 
 def _compact(shard: Shard, revs_limit: int) -> None:
     shard._step("compact_start")
+    # Purges from here on are noted before the copy's snapshot is pinned: one that
+    # lands in between is both in the snapshot and noted, which costs a lookup.
+    shard.start_purge_log()
+    try:
+        _copy_and_swap(shard, revs_limit)
+    finally:
+        shard.stop_purge_log()
+
+
+def _copy_and_swap(shard: Shard, revs_limit: int) -> None:
     # current() refuses a closed shard before the target is touched: after close()
     # another process may own this database and its own compaction target.
     snapshot = shard.current()
@@ -74,7 +84,7 @@ def _compact(shard: Shard, revs_limit: int) -> None:
     try:
         copier.copy_all(snapshot)
         while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
-            copier.catch_up(shard.snapshot)
+            copier.catch_up()
         shard._step("compact_swap")
         shard.call_in_writer(copier.finish)
     except BaseException:
@@ -108,15 +118,32 @@ class _Copier:
             self._copy(snap, chunk, stale_seqs=[])
         self.seq = snap.seq
 
-    def catch_up(self, snap: Snapshot) -> None:
-        """Copy the documents changed between ``self.seq`` and ``snap``."""
+    def catch_up(self) -> None:
+        """Copy the documents changed between ``self.seq`` and the shard's current
+        snapshot, and drop those purged whole meanwhile (which by_seq no longer
+        lists). The purged ids are taken before the snapshot is read, so each of
+        them is gone from it, unless written anew since (then it is a change)."""
+        purged = self.shard.take_purged()
+        snap = self.shard.snapshot
         changed = (doc_id for _seq, doc_id, _rev, _deleted in snap.changes(self.seq))
         for ids in _chunks(changed, COPY_CHUNK):
             current = snap.doc_infos(ids)
             previous = self.by_id.lookup(sorted(ids))
             stale = [value[0] for value in previous if value is not None]
             self._copy(snap, [current[i] for i in sorted(ids)], stale_seqs=stale)
+        self._drop_purged(snap, sorted(set(purged)))
         self.seq = snap.seq
+
+    def _drop_purged(self, snap: Snapshot, ids: list[str]) -> None:
+        gone = [doc_id for doc_id in ids if snap.doc_info(doc_id) is None]
+        copied = self.by_id.lookup(gone)
+        stale = [value[0] for value in copied if value is not None]
+        if not stale:
+            return
+        batch = self.file.new_batch()
+        self.by_id = self.by_id.modify(batch, [], gone)
+        self.by_seq = self.by_seq.modify(batch, [], stale)
+        self.file.write_batch(batch)
 
     def _copy(self, snap: Snapshot, infos: list[DocInfo], stale_seqs: list[int]) -> None:
         batch = self.file.new_batch()
@@ -156,7 +183,7 @@ class _Copier:
     def finish(self) -> None:
         """Final catch-up and the switch; runs on the writer, between commits."""
         shard = self.shard
-        self.catch_up(shard.snapshot)
+        self.catch_up()
         self.file.write_header(shard.shard_header(self.by_id.root, self.by_seq.root, self.seq))
         # The new file must be durable before its name replaces the old one's.
         self.file.sync()

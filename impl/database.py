@@ -40,6 +40,7 @@ from settee.spec.arguments import (
     check_count,
     check_optional_rev,
     check_path,
+    check_purge,
     check_revs_diff,
     check_since,
     validate_docid,
@@ -277,6 +278,20 @@ class Database:
             elif new_edits:
                 out.append({"ok": True, "id": doc.id, "rev": result})
         return out
+
+    def purge(self, revs: Any) -> dict[str, Any]:
+        """Remove leaf revisions for good (SEMANTICS.md §19): ``{id: [rev, ...]}`` ->
+        ``{"purge_seq": None, "purged": {id: [revs purged]}}``."""
+        self._check_writable()
+        checked = check_purge(revs)
+        by_shard: dict[int, dict[str, list[str]]] = defaultdict(dict)
+        for doc_id, asked in checked.items():
+            by_shard[shard_of(doc_id, len(self.shards))][doc_id] = asked
+        futures = [self.shards[s].submit_purge(asked) for s, asked in by_shard.items()]
+        purged: dict[str, list[str]] = {}
+        for future in futures:
+            purged.update(future.result())
+        return {"purge_seq": None, "purged": {doc_id: purged[doc_id] for doc_id in checked}}
 
     def _validate(self, doc: Any, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         return validate_doc(

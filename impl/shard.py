@@ -128,6 +128,9 @@ class _Write:
     future: Future[list[Any]]
     #: A ``delete`` call: the writer answers NotFound for missing/deleted docs.
     deleting: bool = False
+    #: A ``purge`` call (``docs`` empty): ``{id: [rev, ...]}``, answered with
+    #: ``{id: [revs purged]}`` (``_Group.purge``).
+    purge: dict[str, list[str]] | None = None
 
     @property
     def weight(self) -> int:
@@ -217,6 +220,10 @@ class Shard:
         self._queue = _Requests(self._step)
         self._submit_lock = threading.Lock()
         self.compaction_lock = threading.Lock()
+        #: Ids purged whole while a compaction runs (None when none does); see
+        #: start_purge_log.
+        self._purged_whole: list[str] | None = None
+        self._purge_lock = threading.Lock()
         self._closed = False
         self._failure: BaseException | None = None
         self._writer = threading.Thread(
@@ -291,6 +298,40 @@ class Shard:
         encoded = [doc.encoded or encode_payload(doc.body) for doc in docs]
         self._enqueue(_Write(docs, encoded, new_edits, future, deleting))
         return future
+
+    def submit_purge(self, revs: dict[str, list[str]]) -> Future[dict[str, list[str]]]:
+        """Queue a purge of these documents' leaf revisions; the future resolves, after
+        the commit is durable, to ``{id: [revs purged]}`` (SEMANTICS.md §19)."""
+        future: Future[Any] = Future()
+        self._enqueue(_Write([], [], True, future, purge=revs))
+        return future
+
+    # -- purges while a compaction copies --------------------------------------------------
+
+    def start_purge_log(self) -> None:
+        """From now on note the ids each commit purges whole (compaction calls it before
+        pinning its snapshot): a copy catches up on changes through by_seq, where a
+        document purged whole leaves no row, so it would live on in the copy."""
+        with self._purge_lock:
+            self._purged_whole = []
+
+    def take_purged(self) -> list[str]:
+        """The ids purged whole by commits published since the last call (each after
+        its commit was published: a snapshot read afterwards lacks them)."""
+        with self._purge_lock:
+            taken = list(self._purged_whole or ())
+            if self._purged_whole is not None:
+                self._purged_whole.clear()
+        return taken
+
+    def stop_purge_log(self) -> None:
+        with self._purge_lock:
+            self._purged_whole = None
+
+    def _note_purged(self, ids: set[str]) -> None:
+        with self._purge_lock:
+            if self._purged_whole is not None:
+                self._purged_whole.extend(sorted(ids))
 
     def set_revs_limit(self, limit: int) -> None:
         """Stem the writes committed from now on to ``limit`` (between two commits)."""
@@ -370,7 +411,7 @@ class Shard:
             if not isinstance(item, _Write):
                 return writes, item
             writes.append(item)
-            docs += len(item.docs)
+            docs += len(item.docs) or len(item.purge or ())
             weight += item.weight
             if docs >= MAX_COMMIT_DOCS or weight >= MAX_COMMIT_BYTES:
                 return writes, None
@@ -432,9 +473,11 @@ class Shard:
                 start = before.file.size()
                 after = self._commit(group)
                 if self.strict:
-                    require_consistent_commit(before, after, group.pending, start)
+                    require_consistent_commit(before, after, group.pending, start, group.removed)
                 self._publish(after)
                 self._cut.publish(self, after)
+                if group.removed:
+                    self._note_purged(group.removed)
                 self._step("publish")
             except _NothingWritten as exc:
                 self._retry_alone(writes, exc.cause)
@@ -453,10 +496,13 @@ class Shard:
         edits raise is failed alone and the group decided again without it."""
         while True:
             group = _Group(self.snapshot, self._revs_limit)
-            results = []
+            results: list[Any] = []  # per request: its docs' results, or a purge's answer
             for i, w in enumerate(writes):
                 try:
-                    results.append(group.apply(w.docs, w.encoded, w.new_edits, w.deleting))
+                    if w.purge is not None:
+                        results.append(group.purge(w.purge))
+                    else:
+                        results.append(group.apply(w.docs, w.encoded, w.new_edits, w.deleting))
                 except Exception as exc:
                     w.future.set_exception(_write_refused(self.path, exc))
                     writes = writes[:i] + writes[i + 1 :]
@@ -548,10 +594,12 @@ class _Group:
         self.pending: dict[str, DocInfo] = {}
         self.stale_seqs: list[int] = []
         self.bodies: dict[tuple[str, str], bytes] = {}
+        #: Ids whose every leaf a purge of this group removed: gone from by_id.
+        self.removed: set[str] = set()
 
     @property
     def changed(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending or self.removed)
 
     def apply(
         self, docs: list[ValidDoc], encoded: list[bytes], new_edits: bool, deleting: bool
@@ -566,7 +614,36 @@ class _Group:
     def _current(self, doc_id: str) -> DocInfo | None:
         if doc_id in self.pending:
             return self.pending[doc_id]
+        if doc_id in self.removed:
+            return None
         return self.base.doc_info(doc_id)
+
+    def purge(self, revs: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Remove the named leaf revisions (``revtree.purge``): a document left with no
+        leaf is gone, one left with some gets a new seq, as an edit would (CouchDB's
+        couch_db_updater:apply_purge_reqs). ``{id: [revs purged]}``."""
+        answer: dict[str, list[str]] = {}
+        for doc_id, asked in revs.items():
+            info = self._current(doc_id)
+            tree, purged = revtree.purge(info.tree, asked) if info is not None else ({}, [])
+            answer[doc_id] = purged
+            if info is None or not purged:
+                continue
+            if doc_id not in self.pending:
+                self.stale_seqs.append(info.seq)  # its by_seq row goes, as an edit's does
+            if tree:
+                self.seq += 1
+                bodies = {r: p for r, p in info.bodies.items() if r in tree}
+                self.pending[doc_id] = _info_of(doc_id, tree, bodies, self.seq)
+            else:
+                self.pending.pop(doc_id, None)
+                self.removed.add(doc_id)
+        if self.removed and self.seq == self.base.seq:
+            # Every commit has a seq of its own (readonly handles and HEADS tell commits
+            # apart by it), so a purge that only removed documents still moves it, as
+            # couch_bt_engine:purge_docs bumps update_seq "so indexers see" the purge.
+            self.seq += 1
+        return answer
 
     def _apply_one(
         self,
@@ -594,6 +671,7 @@ class _Group:
             return None
         if info is not None and doc.id not in self.pending:
             self.stale_seqs.append(info.seq)  # by_seq keeps one row per doc: its latest
+        self.removed.discard(doc.id)  # purged whole earlier in this group, written anew
         self.seq += 1
         self.bodies[(doc.id, edit.rev)] = encoded
         self.pending[doc.id] = _next_info(
@@ -615,7 +693,9 @@ class _Group:
             infos.append(
                 DocInfo(doc_id, info.seq, info.deleted, info.tree, bodies, info.active, info.winner)
             )
-        by_id = self.base.by_id.modify(batch, [(i.id, i.to_value()) for i in infos], [])
+        by_id = self.base.by_id.modify(
+            batch, [(i.id, i.to_value()) for i in infos], sorted(self.removed)
+        )
         seq_rows = [(i.seq, i.by_seq_row()) for i in infos]
         by_seq = self.base.by_seq.modify(batch, seq_rows, self.stale_seqs)
         return by_id, by_seq
@@ -635,6 +715,14 @@ def _next_info(
     revisions that stemming dropped are forgotten."""
     bodies = {r: p for r, p in (old.bodies if old else {}).items() if r in tree}
     bodies[rev] = [None, size, attachments] if attachments else [None, size]
+    return _info_of(doc_id, tree, bodies, seq)
+
+
+def _info_of(
+    doc_id: str, tree: dict[str, list[Any]], bodies: dict[str, list[Any]], seq: int
+) -> DocInfo:
+    """The DocInfo of ``tree`` with these stored ``bodies`` at ``seq``: its winner,
+    and its active size (the bodies of its leaves)."""
     winner = revtree.winner(tree)
     leaves = set(revtree.leaves(tree))
     active = sum(stored_size(p) for r, p in bodies.items() if r in leaves)

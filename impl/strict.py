@@ -38,10 +38,14 @@ class StrictModeError(SetteeError):
 
 
 def require_consistent_commit(
-    before: Snapshot, after: Snapshot, changed: Iterable[str], start: int
+    before: Snapshot,
+    after: Snapshot,
+    changed: Iterable[str],
+    start: int,
+    removed: Iterable[str] = (),
 ) -> None:
     """Raise ``StrictModeError`` listing every problem :func:`check_commit` finds."""
-    problems = list(check_commit(before, after, changed, start))
+    problems = list(check_commit(before, after, changed, start, removed))
     if problems:
         raise StrictModeError(
             "strict mode: the commit would leave the shard inconsistent: " + "; ".join(problems)
@@ -88,16 +92,23 @@ def _first_difference(source: list[object], copy: list[object]) -> str:
 
 
 def check_commit(
-    before: Snapshot, after: Snapshot, changed: Iterable[str], start: int
+    before: Snapshot,
+    after: Snapshot,
+    changed: Iterable[str],
+    start: int,
+    removed: Iterable[str] = (),
 ) -> Iterator[str]:
     """Problems in the commit that turned ``before`` into ``after``, which changed the
-    documents ``changed`` and appended its terms from file offset ``start``."""
+    documents ``changed``, removed the documents ``removed`` (purged whole) and
+    appended its terms from file offset ``start``."""
     try:
         yield from check_tree(after.by_id, since=start)
         yield from check_tree(after.by_seq, since=start)
         ids = sorted(set(changed))
-        old, new = before.doc_infos(ids), after.doc_infos(ids)
+        gone = sorted(set(removed))
+        old, new = before.doc_infos(ids + gone), after.doc_infos(ids + gone)
         yield from _check_docs(before, after, ids, old, new, start)
+        yield from _check_removed(after, gone, old, new)
         yield from _check_counts(before, after, old, new)
     except CorruptionError as exc:
         yield f"{exc.path}:{exc.offset}: {exc.detail}"
@@ -129,6 +140,18 @@ def _check_docs(
         yield f"{path}:0: two changed documents share a seq: {sorted(seqs)}"
     if seqs and max(seqs) != after.seq:
         yield f"{path}:0: header seq {after.seq} is not the newest document seq {max(seqs)}"
+
+
+def _check_removed(
+    after: Snapshot, gone: list[str], old: dict[str, DocInfo], new: dict[str, DocInfo]
+) -> Iterator[str]:
+    path = after.file.path
+    for doc_id in gone:
+        if doc_id in new:
+            yield f"{path}:0: purged document {doc_id!r} is still in by_id"
+        stale = old.get(doc_id)
+        if stale is not None and after.by_seq.get(stale.seq) is not None:
+            yield f"{path}:0: by_seq still holds purged {doc_id!r}'s seq {stale.seq}"
 
 
 def _check_doc(snap: Snapshot, info: DocInfo, start: int) -> Iterator[str]:

@@ -15,6 +15,8 @@ demand:
   ``stem``), stores the new body, drops bodies of revisions the tree no
   longer holds, bumps ``update_seq`` and sets the document's ``seq``.
 * ``compact`` drops the bodies of non-leaf revisions and stems every tree.
+* ``purge`` cuts leaves out of a tree (``revtree.purge``) and bumps the
+  document's seq, or removes the document when no leaf is left.
 
 Every public method takes one ``threading.Lock`` for its whole duration, so
 any concurrent history is equivalent to the serial order in which the lock
@@ -27,8 +29,8 @@ file, ``reference.log``, of msgpack records ``[id, seq, tree, new_bodies]``,
 one per document a call changed (holding every body the call added to it),
 each call's records written with one ``write``. Opening replays the records in
 order (a record replaces the document's tree and seq, adds its bodies, forgets
-bodies the tree no longer holds); a leaf revision left without its body is a
-``CorruptionError``.
+bodies the tree no longer holds; an empty tree, which ``purge`` writes, removes
+the document); a leaf revision left without its body is a ``CorruptionError``.
 ``compact`` rewrites the log to one record per document (temp file, fsync,
 rename, fsync directory). An incomplete last record (a torn write) is copied
 aside and cut off with a warning; bytes that do not decode are a
@@ -61,6 +63,7 @@ from settee.spec.arguments import (
     check_keys,
     check_optional_rev,
     check_path,
+    check_purge,
     check_revs_diff,
     check_since,
 )
@@ -264,6 +267,34 @@ class ReferenceDB:
                 return self._update_interactive(vdocs)
             # CouchDB omits successes with new_edits=false: only missing stubs are errors.
             return self._update_replicated(vdocs)
+
+    def purge(self, revs: dict[str, list[str]]) -> dict[str, Any]:
+        """Remove leaf revisions for good (SEMANTICS.md §19)."""
+        with self._lock:
+            self._check_writable()
+            checked = check_purge(revs)
+            self._check_writable()  # a lying dict's code may have closed it
+            purged: dict[str, list[str]] = {}
+            changed: list[tuple[str, dict[str, Any]]] = []
+            gone = False
+            for docid, asked in checked.items():
+                entry = self._docs.get(docid)
+                tree, purged[docid] = revtree.purge(entry.tree, asked) if entry else ({}, [])
+                if entry is None or not purged[docid]:
+                    continue
+                if tree:
+                    entry.tree = tree
+                    entry.forget_unkept()
+                    self._seq += 1
+                    entry.seq = self._seq
+                else:
+                    del self._docs[docid]
+                    gone = True
+                changed.append((docid, {}))
+            if gone and not any(docid in self._docs for docid, _ in changed):
+                self._seq += 1  # update_seq moves with every purge, as the engine's
+            self._append(changed)
+            return {"purge_seq": None, "purged": purged}
 
     def _validate(self, doc: object, *, new_edits: bool, generate_id: bool = False) -> ValidDoc:
         limit = self._config["max_document_size"]
@@ -625,7 +656,9 @@ class ReferenceDB:
     # ------------------------------------------------------------------ the log
 
     def _record(self, docid: str, new_bodies: dict[str, Any]) -> bytes:
-        entry = self._docs[docid]
+        entry = self._docs.get(docid)
+        if entry is None:  # purged whole: an empty tree says so
+            return msgpack.packb([docid, self._seq, {}, {}], use_bin_type=True)
         atts = {
             rev: [[a.name, a.content_type, a.length, a.digest, a.revpos, a.where] for a in found]
             for rev, found in entry.atts.items()
@@ -692,7 +725,9 @@ class ReferenceDB:
         (logs written before ``_append`` merged them)."""
         assert self._log_path is not None
         for docid, offset in last_record.items():
-            entry = self._docs[docid]
+            entry = self._docs.get(docid)
+            if entry is None:  # purged whole
+                continue
             for leaf in revtree.leaves(entry.tree):
                 if leaf not in entry.bodies:
                     raise CorruptionError(
@@ -720,6 +755,8 @@ class ReferenceDB:
             raise CorruptionError(self._log_path, offset, f"malformed record: {exc}") from exc
         entry.seq = seq
         self._seq = max(self._seq, seq)
+        if not tree:  # a purge removed every revision: the document is gone
+            del self._docs[docid]
         return docid  # type: ignore[no-any-return]  # _check_record: a str
 
     def _set_aside_tail(self, data: bytes, good: int) -> None:

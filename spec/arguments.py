@@ -35,6 +35,7 @@ __all__ = [
     "check_keys",
     "check_optional_rev",
     "check_path",
+    "check_purge",
     "check_revs_diff",
     "check_since",
     "validate_docid",
@@ -120,16 +121,28 @@ def check_revs_diff(request: Any) -> dict[str, list[str]]:
 
     raises: BadRequest
     """
+    return _revs_by_id("revs_diff", request)
+
+
+def check_purge(request: Any) -> dict[str, list[str]]:
+    """``purge``'s ``{id: [rev, ...]}``, checked as ``revs_diff``'s is.
+
+    raises: BadRequest
+    """
+    return _revs_by_id("purge", request)
+
+
+def _revs_by_id(call: str, request: Any) -> dict[str, list[str]]:
     if not is_dict(request):
-        raise BadRequest(f"revs_diff takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
+        raise BadRequest(f"{call} takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
     checked: dict[str, list[str]] = {}
     for doc_id, revs in dict.items(request):  # a subclass's storage, not its overrides
         if not is_a(doc_id, str):
-            raise BadRequest(f"revs_diff ids must be str, found {describe(doc_id)}")
-        doc_id = _unicode("revs_diff id", plain_str(doc_id))
+            raise BadRequest(f"{call} ids must be str, found {describe(doc_id)}")
+        doc_id = _unicode(f"{call} id", plain_str(doc_id))
         if not is_sequence(revs):
             raise BadRequest(
-                f"revs_diff[{describe(doc_id)}] must be a list of revisions, not {describe(revs)}"
+                f"{call}[{describe(doc_id)}] must be a list of revisions, not {describe(revs)}"
             )
         checked[doc_id] = [check_rev(rev) for rev in plain_items(revs)]
     return checked

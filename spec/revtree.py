@@ -36,6 +36,7 @@ __all__ = [
     "leaves",
     "merge_path",
     "path_to_root",
+    "purge",
     "revisions",
     "stem",
     "winner",
@@ -250,3 +251,29 @@ def stem(tree: RevTree, limit: int) -> RevTree:
         for rev, (parent, deleted) in tree.items()
         if rev in keep
     }
+
+
+def purge(tree: RevTree, revs: list[str]) -> tuple[RevTree, list[str]]:
+    """Remove the leaves of ``revs`` and every revision no remaining leaf descends
+    from: CouchDB's ``couch_key_tree:remove_leafs``. A revision of ``revs`` that is
+    not a leaf of ``tree`` (an ancestor, or unknown) is ignored. Returns ``(new_tree,
+    purged)``, ``purged`` the leaves removed, in the order ``revs`` first names them;
+    an empty ``new_tree`` means every leaf was purged (the document is gone).
+
+    pre: is_valid_tree(tree)
+    post: is_valid_tree(__return__[0])
+    post: set(leaves(__return__[0])) == set(leaves(tree)) - set(__return__[1])
+    post: all(r in revs and is_leaf(tree, r) for r in __return__[1])
+    post: len(__return__[1]) == len(set(__return__[1]))
+    post: all(__return__[0][r] == tree[r] for r in __return__[0])
+    post: __return__[1] or __return__[0] == tree
+    """
+    leaf_set = set(leaves(tree))
+    purged = [rev for rev in dict.fromkeys(revs) if rev in leaf_set]
+    if not purged:
+        return {rev: [parent, deleted] for rev, (parent, deleted) in tree.items()}, []
+    keep: set[str] = set()
+    for leaf in leaf_set.difference(purged):
+        keep.update(path_to_root(tree, leaf))
+    new = {rev: [parent, deleted] for rev, (parent, deleted) in tree.items() if rev in keep}
+    return new, purged

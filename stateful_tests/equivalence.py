@@ -197,7 +197,7 @@ INVALID_CALLS: tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...] = (
 #: catch what they were written for).
 HOSTILE_CALLS = (
     *("put", "bulk_docs") * 2,
-    *("get", "delete", "all_docs", "changes", "revs_diff", "open"),
+    *("get", "delete", "all_docs", "changes", "revs_diff", "purge", "open"),
 )
 
 
@@ -470,6 +470,18 @@ class EquivalenceMachine(RuleBasedStateMachine):
         if "replicated-known-leaf" in STEER_AROUND:
             docs = self._steer_known_leaves(docs)
         self.both("bulk_docs", docs, new_edits=False)
+
+    @precondition(lambda self: _purges(self.eng))
+    @rule(data=st.data())
+    def purge(self, data: Any) -> None:
+        """Leaves named by the rules' usual revisions (winner, losers, stale and made-up
+        ones): a document loses a branch, goes whole, or keeps everything."""
+        request: dict[str, list[str | None]] = {}
+        for _ in range(data.draw(st.integers(1, 2), label="ids")):
+            doc_id = data.draw(st.sampled_from(IDS), label="id")
+            count = data.draw(st.integers(1, 3), label="revs")
+            request[doc_id] = [self.draw_rev(data, doc_id, allow_none=False) for _ in range(count)]
+        self.both("purge", request)
 
     def _steer_known_leaves(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         steered = []
@@ -814,6 +826,15 @@ class EquivalenceMachine(RuleBasedStateMachine):
         return tokens
 
     def _hostile_revs_diff(self, data: Any) -> None:
+        self._hostile_revs_request(data, "revs_diff")
+
+    def _hostile_purge(self, data: Any) -> None:
+        if _purges(self.eng):
+            self._hostile_revs_request(data, "purge")
+
+    def _hostile_revs_request(self, data: Any, name: str) -> None:
+        """``{id: [rev]}`` with a hostile id, revision, list or request (revs_diff's
+        argument, and purge's)."""
         doc_id = data.draw(st.sampled_from(IDS), label="id")
         rev = self.draw_rev(data, doc_id, allow_none=False)
         kind = data.draw(st.sampled_from(["id", "rev", "revs", "request"]), label="hostile part")
@@ -829,7 +850,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             request = {doc_id: value}
         elif kind == "request":
             request = value
-        self._hostile("revs_diff", request)
+        self._hostile(name, request)
 
     def _hostile_open(self, data: Any) -> None:
         """Options are arguments too: both refuse the same ones, and what either opens
@@ -913,6 +934,14 @@ _OPEN_OPTIONS = {
     "strict": hostile.FLAGS,
     "read_mode": hostile.TEXTS,
 }
+
+
+def _purges(db: Any) -> bool:
+    """Whether an engine has ``purge`` (SEMANTICS.md §19; one written before it may not:
+    the machine then draws no purge)."""
+    return callable(getattr(db, "purge", None))
+
+
 #: A revision no document ever has: a hash outside HASHES and what new_rev makes.
 _NO_REV = "999-probe"
 

@@ -61,7 +61,7 @@ __all__ = [
 
 IDS = ("a", "b", "c")
 SETUP = (("put", {"_id": "a", "v": 0}), ("put", {"_id": "b", "v": 0}))
-WRITES = ("put", "delete", "bulk_docs")
+WRITES = ("put", "delete", "bulk_docs", "purge")
 #: Calls that change the model's state: the writes and the lifecycle.
 CHANGES = (*WRITES, "compact", "close")
 
@@ -332,6 +332,8 @@ class Client:
             )
         if kind in ("delete", "real_delete"):  # real_delete: never steered
             return ("delete", spec[1], self.seen.get(spec[1], "1-a"))
+        if kind == "purge":  # the leaf this client last saw (a purge scenario's op)
+            return ("purge", {spec[1]: [self.seen.get(spec[1], "1-a")]})
         if kind == "bulk":
             return ("bulk_docs", [self.doc(*d) for d in spec[1]], True)
         if kind == "get":

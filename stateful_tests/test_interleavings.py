@@ -10,6 +10,7 @@ returns. ``close()`` and ``compact()`` are operations of the clients.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -76,6 +77,31 @@ def test_real_threads_are_linearizable(
         result = run_threads(engine_spec, scenario)
         assert not result.problems, result.report()
     record_property("histories", runs)
+
+
+def _with_purges(scenario: Scenario, rng: random.Random) -> Scenario:
+    """``scenario`` with half its deletes made purges of the leaf the client saw."""
+    programs = tuple(
+        tuple(("purge", op[1]) if op[0] == "delete" and rng.random() < 0.5 else op for op in p)
+        for p in scenario.programs
+    )
+    return dataclasses.replace(scenario, programs=programs)
+
+
+def test_purges_among_real_threads_are_linearizable(engine_spec: str) -> None:
+    """Purges (SEMANTICS §19) racing writes, reads, compactions and a readonly reader:
+    each history is one the reference explains. Apart from the stress campaign's
+    seeded draws, which its mutant tests depend on."""
+    rng = random.Random("purges")
+    runs = purges = 0
+    while purges < scaled(12):
+        scenario = _with_purges(random_scenario(rng, read_mode="parallel"), rng)
+        if not any(op[0] == "purge" for program in scenario.programs for op in program):
+            continue
+        purges += 1
+        runs += 1
+        result = run_threads(engine_spec, scenario)
+        assert not result.problems, result.report()
 
 
 def test_real_threads_run_an_engine_without_readonly_handles() -> None:

@@ -433,6 +433,56 @@ def test_catch_up_moves_the_seq_of_a_document_updated_during_compaction(tmp_path
     assert list(check_database(str(path))) == []
 
 
+def _purge_at_compact_swap(
+    db: settee.Database, revs: dict[str, list[str]]
+) -> Callable[[str], None]:
+    """A step hook: when the compaction has copied everything and is about to swap,
+    purge ``revs`` (documents the copy holds)."""
+
+    def hook(step: str) -> None:
+        if step == "compact_swap":
+            db.shards[0].step_hook = None
+            db.purge(revs)
+
+    return hook
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_document_purged_whole_during_compaction_stays_purged(
+    tmp_path: Any, strict: bool
+) -> None:
+    """by_seq keeps no row of a document purged whole, so the catch-up, which reads
+    by_seq, cannot see it: the shard notes the ids it purges while a compaction runs
+    and the copy drops them (else the swap brought the document back)."""
+    path = tmp_path / "db"
+    with _open(path, shards=1, strict=strict) as db:
+        revs = {doc_id: db.put({"_id": doc_id})["rev"] for doc_id in ("a", "b", "c")}
+        db.shards[0].step_hook = _purge_at_compact_swap(db, {"a": [revs["a"]]})
+        db.compact()
+        assert [r["id"] for r in db.all_docs()["rows"]] == ["b", "c"]
+        assert [r["id"] for r in db.changes()["results"]] == ["b", "c"]
+        assert db.info()["doc_count"] == 2
+    with _open(path, shards=1) as again:
+        assert [r["id"] for r in again.all_docs()["rows"]] == ["b", "c"]
+    assert list(check_database(str(path))) == []
+
+
+def test_a_partly_purged_document_during_compaction_keeps_its_new_seq(tmp_path: Any) -> None:
+    path = tmp_path / "db"
+    theirs = "2-" + "f" * 32
+    with _open(path, shards=1) as db:
+        first = db.put({"_id": "a", "v": 1})["rev"]
+        mine = db.put({"_id": "a", "_rev": first, "v": 2})["rev"]
+        history = {"start": 2, "ids": ["f" * 32, first[2:]]}
+        db.bulk_docs([{"_id": "a", "_rev": theirs, "_revisions": history}], new_edits=False)
+        db.put({"_id": "b"})
+        db.shards[0].step_hook = _purge_at_compact_swap(db, {"a": [theirs]})
+        db.compact()
+        assert db.get("a", conflicts=True) == {"_id": "a", "_rev": mine, "v": 2}
+        assert [r["id"] for r in db.changes()["results"]] == ["b", "a"]
+    assert list(check_database(str(path))) == []
+
+
 def test_strict_mode_refuses_a_compaction_that_would_change_the_shard(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

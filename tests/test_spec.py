@@ -324,6 +324,29 @@ def test_tree_properties(tree: revtree.RevTree, limit: int) -> None:
         assert revtree.merge_path(tree, revtree.path_to_root(tree, leaf), True) == (tree, False)
 
 
+@given(trees(), st.lists(st.sampled_from([f"{p}-{h}" for p in range(1, 7) for h in "abc"])))
+def test_purge_removes_the_leaves_named_and_what_only_they_needed(
+    tree: revtree.RevTree, revs: list[str]
+) -> None:
+    """couch_key_tree:remove_leafs: what is kept is exactly the paths of the leaves
+    not purged; revisions that are not leaves are ignored. CrossHair checks the
+    contract too, but does not reach a tree whose leaf ``revs`` names within its
+    budget (a purge that kept its leaves passed it), so the tree is drawn here."""
+    left, purged = revtree.purge(tree, revs)
+    leaves = revtree.leaves(tree)
+    assert purged == [r for r in dict.fromkeys(revs) if r in leaves]
+    kept = {r for leaf in leaves if leaf not in purged for r in revtree.path_to_root(tree, leaf)}
+    assert left == {r: tree[r] for r in kept}
+    assert revtree.is_valid_tree(left) and set(revtree.leaves(left)) == set(leaves) - set(purged)
+
+
+def test_purge_examples() -> None:
+    tree, _ = revtree.merge_path(chain("3-c", "2-b", "1-a"), ["3-x", "2-b", "1-a"], False)
+    assert revtree.purge(tree, ["3-x", "2-b", "9-z"]) == (chain("3-c", "2-b", "1-a"), ["3-x"])
+    assert revtree.purge(tree, ["3-c", "3-x"]) == ({}, ["3-c", "3-x"])
+    assert revtree.purge(tree, ["1-a"]) == (tree, [])
+
+
 # --------------------------------------------------------------------------- docs
 
 

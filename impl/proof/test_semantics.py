@@ -2148,3 +2148,131 @@ def test_compact_stems_every_document_to_the_sessions_revs_limit(opener: Any, re
     assert db.revs_diff({"a": [revs[0]]})["a"]["missing"] == [revs[0]]
     db = reopen(db)  # and it stays stemmed
     assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 2
+
+
+# --------------------------------------------------------------------------- §19 purge
+
+
+@pytest.fixture
+def purging(engine: Any) -> Any:
+    """The engine, if it has ``purge`` (§19): an engine written before it is skipped."""
+    if not callable(getattr(engine, "purge", None)):
+        pytest.skip("this engine has no purge (SEMANTICS.md §19)")
+    return engine
+
+
+def conflicted(db: Any, docid: str = "a") -> tuple[str, str]:
+    """A document whose two live leaves share position 2: (winner, loser)."""
+    replicate(db, docid, ["2-" + H["9"], "1-" + H["0"]], {"v": 9})
+    replicate(db, docid, ["2-" + H["1"], "1-" + H["0"]], {"v": 1})
+    return "2-" + H["9"], "2-" + H["1"]
+
+
+def test_purge_one_leaf_leaves_the_other_as_the_only_revision(purging: Any) -> None:
+    """couch_key_tree:remove_leafs removes the leaf and what only it needed;
+    chttpd_db answers {"purge_seq": null, "purged": {id: [revs]}}."""
+    winner, loser = conflicted(purging)
+    assert purging.purge({"a": [winner]}) == {"purge_seq": None, "purged": {"a": [winner]}}
+    doc = purging.get("a", revs=True, conflicts=True)
+    assert doc == {
+        "_id": "a",
+        "_rev": loser,
+        "v": 1,
+        "_revisions": {"start": 2, "ids": [H["1"], H["0"]]},
+    }
+    with pytest.raises(NotFound):
+        purging.get("a", rev=winner)
+    assert purging.revs_diff({"a": [winner, loser]}) == {"a": {"missing": [winner]}}
+    purging.compact()
+    assert purging.get("a", conflicts=True)["_rev"] == loser
+
+
+def test_purge_every_leaf_removes_the_document_without_a_tombstone(purging: Any) -> None:
+    """A document purged whole is gone, not deleted: no row in _all_docs or
+    _changes, counted nowhere; a new write starts it again at 1- (purge_docs_test)."""
+    winner, loser = conflicted(purging)
+    purging.put({"_id": "b"})
+    deleted = purging.put({"_id": "c"})["rev"]
+    tomb = purging.delete("c", deleted)["rev"]
+    before = purging.info()["update_seq"]
+    answer = purging.purge({"a": [loser, winner, winner], "c": [tomb]})
+    # couch_bt_engine:purge_docs moves update_seq even when no document is left to
+    # carry the new seq, "so indexers see" the purge.
+    assert purging.info()["update_seq"] != before
+    assert answer == {"purge_seq": None, "purged": {"a": [loser, winner], "c": [tomb]}}
+    for gone in ("a", "c"):
+        with pytest.raises(NotFound) as caught:
+            purging.get(gone)
+        assert caught.value.reason == "missing"
+    assert [r.get("error") for r in purging.all_docs(keys=["a", "c"])["rows"]] == [
+        "not_found",
+        "not_found",
+    ]
+    assert ids_of(purging.changes()) == ["b"]
+    assert (purging.info()["doc_count"], purging.info()["doc_del_count"]) == (1, 0)
+    assert purging.put({"_id": "a"})["rev"].startswith("1-")
+
+
+def test_purge_ignores_what_is_not_a_leaf(purging: Any) -> None:
+    """Revisions that are not leaves (ancestors, unknown ones) and unknown ids purge
+    nothing: remove_leafs filters them out."""
+    first = purging.put({"_id": "a", "v": 1})["rev"]
+    purging.put({"_id": "a", "_rev": first, "v": 2})
+    before = snapshot(purging)
+    answer = purging.purge({"a": [first, "7-" + H["7"]], "nobody": ["1-" + H["1"]], "x": []})
+    assert answer == {"purge_seq": None, "purged": {"a": [], "nobody": [], "x": []}}
+    assert snapshot(purging) == before
+
+
+def test_purge_moves_a_partly_purged_document_to_the_end_of_changes(
+    opener: Any, purging: Any
+) -> None:
+    """The document left with leaves gets a new update_seq (apply_purge_reqs relabels
+    its leaves), so a feed resuming from before the purge lists it."""
+    winner, _loser = conflicted(purging)
+    purging.put({"_id": "b"})
+    token = purging.changes()["last_seq"]
+    purging.purge({"a": [winner]})
+    assert ids_of(purging.changes(since=token)) == ["a"]
+    if single_shard(opener):
+        assert ids_of(purging.changes()) == ["b", "a"]
+
+
+def test_purge_of_a_deleted_branch_keeps_the_live_one(purging: Any) -> None:
+    """Purging the tombstone leaf of a branch leaves the document live, its deleted
+    conflicts gone."""
+    replicate(purging, "a", ["2-" + H["2"], "1-" + H["0"]], {"v": 2})
+    replicate(purging, "a", ["3-" + H["3"], "2-" + H["3"], "1-" + H["0"]], deleted=True)
+    purging.purge({"a": ["3-" + H["3"]]})
+    assert purging.get("a", revs=True) == {
+        "_id": "a",
+        "_rev": "2-" + H["2"],
+        "v": 2,
+        "_revisions": {"start": 2, "ids": [H["2"], H["0"]]},
+    }
+    assert purging.revs_diff({"a": ["2-" + H["3"]]}) == {"a": {"missing": ["2-" + H["3"]]}}
+    assert purging.info()["doc_del_count"] == 0
+
+
+def test_purge_outlives_a_reopen_and_a_compaction(purging: Any, reopen: Any) -> None:
+    winner, loser = conflicted(purging)
+    purging.put({"_id": "b"})
+    purging.purge({"a": [winner, loser]})
+    purging.compact()
+    again = reopen(purging)
+    with pytest.raises(NotFound):
+        again.get("a")
+    assert [r["id"] for r in again.all_docs()["rows"]] == ["b"]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [None, ["a"], {"a": "1-" + H["1"]}, {"a": ["not a rev"]}, {"a": [1]}, {1: ["1-" + H["1"]]}],
+)
+def test_purge_refuses_a_malformed_request_and_changes_nothing(purging: Any, request_: Any) -> None:
+    """As revs_diff's argument (§10): {id: [rev, ...]}, else BadRequest."""
+    purging.put({"_id": "a"})
+    before = snapshot(purging)
+    with pytest.raises(BadRequest):
+        purging.purge(request_)
+    assert snapshot(purging) == before

@@ -270,8 +270,8 @@ class CatchUpNewestSeq(Wrapper):
 
         original = compaction._Copier.catch_up
 
-        def catch_up(copier: Any, snap: Any) -> None:
-            original(copier, snap)
+        def catch_up(copier: Any) -> None:
+            original(copier)
             copier.seq = copier.shard.snapshot.seq
 
         compaction._Copier.catch_up = catch_up  # type: ignore[method-assign]
