@@ -91,6 +91,7 @@ from settee.spec.arguments import (
     check_count,
     check_optional_rev,
     check_path,
+    check_purge,
     check_revs_diff,
     check_since,
     validate_docid,
@@ -401,6 +402,15 @@ class Database:
         return {
             k: httpwire.ordered(v, ("missing", "possible_ancestors")) for k, v in answer.items()
         }
+
+    def purge(self, revs: Any) -> dict[str, Any]:
+        """``POST /db/_purge``."""
+        self._check_open()
+        answer = self._call("POST", "/_purge", check_purge(revs))
+        purged = httpwire.field(answer, "purged", "_purge")
+        if not isinstance(purged, dict):
+            raise SetteeError(f"_purge answered purged {describe(purged)}, not an object")
+        return {"purge_seq": httpwire.field(answer, "purge_seq", "_purge"), "purged": purged}
 
     def info(self) -> dict[str, Any]:
         """``GET /db``: counts, the update seq token and sizes (the server's own)."""

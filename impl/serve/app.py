@@ -29,6 +29,7 @@ from settee.serve import (
     docs,
     find,
     node,
+    purge,
     updates,
     viewquery,
 )
@@ -81,14 +82,13 @@ _DB_ROUTES = {
     "_view_cleanup": viewquery.handle_view_cleanup,
     "_temp_view": viewquery.handle_temp_view,
     "_sync_shards": cluster.handle_sync_shards,
+    "_purge": purge.handle_purge,
 }
 
 #: CouchDB's database endpoints settee serve does not have (README, "Not served
 #: yet"): a clear answer, where their names taken as document ids answered
 #: "missing", 405 or illegal_docid.
-_NOT_SERVED = frozenset(
-    {"_purge", "_purged_infos", "_purged_infos_limit", "_auto_purge", "_time_seq"}
-)
+_NOT_SERVED = frozenset({"_purged_infos", "_purged_infos_limit", "_auto_purge", "_time_seq"})
 
 #: What chttpd:nonce/1 takes from a client's X-Couch-Request-ID: at most 36 of these.
 _REQUEST_ID = re.compile(r"[0-9A-Za-z_-]{1,36}")

@@ -41,7 +41,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,10 @@ def _open_existing(path: str, options: dict[str, Any]) -> settee.Database:
         raise HTTPError(503, "service_unavailable", str(exc)) from exc
 
 
+#: The file beside a database's view indexes while a purge may have made them stale.
+PURGE_MARKER = ".purging"
+
+
 def db_missing() -> HTTPError:
     return HTTPError(404, "not_found", "Database does not exist.")
 
@@ -174,6 +178,8 @@ class Registry:
         #: Held while a database opens, closes or is removed, so one directory is
         #: never open twice: an evicted database is closed before it can reopen.
         self._lock = threading.Lock()
+        #: Purges running now, by database name (``purging``).
+        self._purges: dict[str, int] = {}
         self._open: LeasedLru[DbEntry] = LeasedLru()
         self._closed = False
         os.makedirs(self.root, exist_ok=True)
@@ -369,6 +375,13 @@ class Registry:
             self._check_running()
             if self._open.peek(entry.name) is not entry:
                 raise db_missing()  # deleted while the request ran: leave no index open
+            marker = os.path.join(self._views_dir(entry.name), PURGE_MARKER)
+            if not self._purges.get(entry.name) and os.path.exists(marker):
+                # A purge did not finish dropping the indexes it made stale (a crash,
+                # an error): they go now, before any is read.
+                self._drop_views(entry, set())
+                with contextlib.suppress(OSError):
+                    os.remove(marker)
             index = entry.views.get(signature)
             if index is None:
                 path = os.path.join(self._views_dir(entry.name), signature)
@@ -382,18 +395,50 @@ class Registry:
             self._check_running()
             if self._open.peek(entry.name) is not entry:
                 raise db_missing()
-            folder = self._views_dir(entry.name)
-            try:
-                found = set(os.listdir(folder))
-            except FileNotFoundError:
-                found = set()
-            stale = sorted((found | set(entry.views)) - live)
-            for signature in stale:
-                index = entry.views.pop(signature, None)
-                if index is not None:
-                    index.close()
-                shutil.rmtree(os.path.join(folder, signature), ignore_errors=True)
-            return stale
+            return self._drop_views(entry, live)
+
+    def _drop_views(self, entry: DbEntry, live: set[str]) -> list[str]:
+        folder = self._views_dir(entry.name)
+        try:
+            found = {name for name in os.listdir(folder) if not name.startswith(".")}
+        except FileNotFoundError:
+            found = set()
+        stale = sorted((found | set(entry.views)) - live)
+        for signature in stale:
+            index = entry.views.pop(signature, None)
+            if index is not None:
+                index.close()
+            shutil.rmtree(os.path.join(folder, signature), ignore_errors=True)
+        return stale
+
+    @contextlib.contextmanager
+    def purging(self, entry: DbEntry) -> Iterator[None]:
+        """Around a purge of ``entry``'s database: a marker beside its view indexes,
+        durable before the purge and removed after it, says they may be stale. A
+        document purged whole leaves no change an index could see, so the purge
+        handler drops them (``drop_views``); if it cannot (a crash, an error), the
+        next index opened drops them all first (``view_index``)."""
+        folder = self._views_dir(entry.name)
+        with self._lock:
+            self._purges[entry.name] = self._purges.get(entry.name, 0) + 1
+        try:
+            write_json_durably(os.path.join(folder, PURGE_MARKER), {}, fsync=self.options["fsync"])
+            yield
+        except BaseException:
+            with self._lock:
+                self._purges[entry.name] -= 1
+            raise
+        with self._lock:
+            self._purges[entry.name] -= 1
+            if not self._purges[entry.name]:
+                del self._purges[entry.name]
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, PURGE_MARKER))
+
+    def drop_views(self, entry: DbEntry) -> None:
+        """Remove every view and Mango index of ``entry``'s database; the next query
+        of each builds it again."""
+        self.cleanup_views(entry, set())
 
     def _views_dir(self, name: str) -> str:
         return os.path.join(self.root, "_views", _dir_name(name))
