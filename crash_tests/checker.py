@@ -188,6 +188,8 @@ class Call:
     error: str | None = None
     #: Ops done when the client saw the answer; None if it never did (a live crash).
     acked_at: int | None = None
+    #: Ops done when the client made the call.
+    started_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,17 +252,23 @@ class _Recorder:
     def install(self, db: Any) -> None:
         """Wrap each shard's ``submit`` to learn the queue order, and name its steps."""
         for index, shard in enumerate(db.shards):
-            original = shard.submit
-
-            def submit(docs: Any, *, _orig: Any = original, _i: int = index, **kwargs: Any):
-                # Holding our lock across the enqueue makes our list order the queue order.
-                with self.lock:
-                    future = _orig(docs, **kwargs)
-                    self.queues[_i].append(self.local.call.index)
-                return future
-
-            shard.submit = submit
+            shard.submit = self._queued(shard.submit, index)
+            if callable(getattr(shard, "submit_purge", None)):  # an engine with purge
+                shard.submit_purge = self._queued(shard.submit_purge, index)
             shard.step_hook = self._hook(shard.step_hook, index)
+
+    def _queued(self, original: Callable[..., Any], index: int) -> Callable[..., Any]:
+        """``original`` (a shard's submit), noting the calling call in shard ``index``'s
+        queue order."""
+
+        def submit(*args: Any, **kwargs: Any) -> Any:
+            # Holding our lock across the enqueue makes our list order the queue order.
+            with self.lock:
+                future = original(*args, **kwargs)
+                self.queues[index].append(self.local.call.index)
+            return future
+
+        return submit
 
     def _hook(self, previous: Callable[[str], None] | None, shard: int) -> Callable[[str], None]:
         """Name the step; at a probe step, have the reader read before the writer goes on.
@@ -291,6 +299,7 @@ class _Recorder:
     def calling(self, call: Call) -> Iterator[None]:
         with self.lock:
             call.index = len(self.calls)
+            call.started_at = self.fs.op_count
             self.calls.append(call)
         self.local.call = call
         self.local.step = call.kind
@@ -299,6 +308,10 @@ class _Recorder:
     def learn(self, doc_id: str, rev: str) -> None:
         with self.lock:
             self.known.setdefault(doc_id, []).append(rev)
+
+    def revs_of(self, doc_id: str) -> list[str]:
+        with self.lock:
+            return list(self.known.get(doc_id, []))
 
     def rev_for(self, doc_id: str, mode: str) -> str | None:
         with self.lock:
@@ -422,6 +435,8 @@ def _run_op(db: Any, rec: _Recorder, client: int, op: tuple[Any, ...]) -> None:
         call = Call(-1, client, "delete", [{"_id": op[1], "_rev": rev, "_deleted": True}])
     elif kind == "replicate":
         call = Call(-1, client, "replicate", [_replicated(rec, op)], new_edits=False)
+    elif kind == "purge":  # every revision this run has learned of the id: most go whole
+        call = Call(-1, client, "purge", [{"_id": op[1], "revs": rec.revs_of(op[1])}])
     else:
         call = Call(-1, client, "compact", [])
     with rec.calling(call):
@@ -470,13 +485,16 @@ def _invoke(db: Any, call: Call) -> Any:
         return db.delete(doc["_id"], doc["_rev"])["rev"]
     if call.kind == "replicate":
         return db.bulk_docs(call.docs, new_edits=False)
+    if call.kind == "purge":
+        doc = call.docs[0]
+        return db.purge({doc["_id"]: doc["revs"]})["purged"]
     db.compact()
     return None
 
 
 def _results(call: Call) -> list[tuple[dict[str, Any], str | None]]:
     """(doc, new rev or None) for each document of a finished call."""
-    if call.error is not None or call.kind in ("compact", "replicate"):
+    if call.error is not None or call.kind in ("compact", "replicate", "purge"):
         return [(d, None) for d in call.docs]
     if call.kind == "bulk":
         return [(d, r.get("rev")) for d, r in zip(call.docs, call.result, strict=True)]
@@ -684,6 +702,15 @@ class Oracle:
         shards = self.rec.workload.shards
         part = [(k, d) for k, d in enumerate(call.docs) if shard_of(d["_id"], shards) == s]
         docs = [d for _, d in part]
+        if call.kind == "purge":
+            doc = docs[0]
+            purged = ref.purge({doc["_id"]: doc["revs"]})["purged"]
+            if call.acked_at is not None and call.error is None and purged != call.result:
+                self.problems.append(
+                    f"call #{call.index} purge {doc['_id']}: engine purged {call.result}, "
+                    f"the reference in queue order {purged}"
+                )
+            return
         if call.kind in ("put", "delete"):
             doc = docs[0]
             try:

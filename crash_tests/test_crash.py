@@ -75,6 +75,33 @@ def test_compaction_crashed_at_every_step(crash_factory: Any, record_property: A
     _checked(summary, record_property)
 
 
+def test_purges_crashed_at_every_step(crash_factory: Any, record_property: Any) -> None:
+    """A purge commit (SEMANTICS §19) crashed at each of its io steps, into every crash
+    kind: the database reopens to a prefix of each shard's commits, as after any
+    write. The deletes of a seeded workload become purges (of the newest revision
+    the run knows), so some documents go whole and some lose a branch."""
+    base = make_workload(11, ops=24, clients=2, shards=2, compactions=1)
+    plans = tuple(
+        tuple(("purge", op[1]) if op[0] == "delete" else op for op in plan) for plan in base.clients
+    )
+    workload = Workload(11, 2, plans, base.ids)
+    rec = record(workload, factory=crash_factory)
+    assert not rec.unexpected, rec.unexpected
+    purges = [c for c in rec.calls if c.kind == "purge"]
+    assert purges and any(c.result and any(c.result.values()) for c in purges)
+    steps = sorted(
+        {
+            step
+            for c in purges
+            if c.acked_at is not None
+            for step in range(c.started_at, c.acked_at + 1)
+        }
+    )
+    summary = Summary()
+    check_recording(rec, summary, factory=crash_factory, samples=SAMPLES, steps=steps, seed=11)
+    _checked(summary, record_property)
+
+
 def test_database_creation_crashed_at_every_step(crash_factory: Any, record_property: Any) -> None:
     workload = Workload(3, 4, ((("put", "doc0", {"n": 0}, "auto"),),), ("doc0",))
     rec = record(workload, factory=crash_factory)
