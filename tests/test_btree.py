@@ -609,6 +609,38 @@ def test_a_node_of_malformed_entries_is_corruption_on_every_walk(node: list[Any]
             read(new_tree(store, [pos, [1, 0]]))
 
 
+def test_a_child_pointer_not_below_its_node_is_corruption() -> None:
+    """Children are written before their parent (FORMAT.md): an inner entry whose crc
+    holds but that points at or after its own node is a writer bug, and one that
+    points back at its node a loop no descent would leave. Every read refuses it,
+    even where the node it names is a sound leaf."""
+    store = MemoryStore()
+    (parent, _) = write_nodes(store, [KP_NODE, [[1, 2, [1, 0]]]], kv(1))
+    reads: list[Callable[[BTree], Any]] = [
+        lambda t: t.get(1),
+        lambda t: list(t.fold()),
+        lambda t: list(t.fold(descending=True)),
+        lambda t: t.lookup([1]),
+        lambda t: t.count_before(3, inclusive=False, count=len, count_leaf=lambda e, i, r: i),
+    ]
+    for read in reads:
+        with pytest.raises(CorruptionError, match="child position below"):
+            read(new_tree(store, [parent, [1, 0]]))
+
+
+def test_clearing_a_node_cache_forgets_its_splice_payloads_and_totals() -> None:
+    """``NodeCache.clear`` is for a store whose positions now hold other nodes (a file
+    replaced by compaction): a payload kept for splicing would rewrite a new node
+    from an old node's bytes, and kept totals would count the old node's children."""
+    store = MemoryStore()
+    cache = NodeCache(1 << 20)
+    tree = commit(store, new_tree(store, cache=cache), [(k, (k, "")) for k in range(50)])
+    tree.count_before(25, inclusive=False, count=_first, count_leaf=_leaf_count)
+    assert cache.payloads and len(cache)
+    cache.clear()
+    assert (cache.payloads, cache._totals, len(cache), cache.bytes) == ({}, {}, 0, 0)
+
+
 # -- the checker catches what it claims --------------------------------------------------------
 
 
@@ -823,15 +855,21 @@ def test_count_before_matches_a_plain_count_through_commits_and_evicted_totals(
     for _ in range(12):
         inserts = [f"k{rng.randrange(400):03d}" for _ in range(30)]
         removes = rng.sample(sorted(present), min(len(present), 10))
-        tree = commit(store, tree, [(k, (1, "")) for k in inserts], removes)
+        tree = commit(store, tree, [(k, (int(k[1:]), "")) for k in inserts], removes)
         present = (present - set(removes)) | set(inserts)
         for probe in [f"k{i:03d}" for i in range(0, 401, 7)] + ["", "z"]:
             for inclusive in (False, True):
-                want = sum(1 for k in present if (k <= probe if inclusive else k < probe))
+                before = [k for k in present if (k <= probe if inclusive else k < probe)]
                 got = tree.count_before(
                     probe, inclusive=inclusive, count=_first, count_leaf=_leaf_count
                 )
-                assert got == want, (probe, inclusive)
+                assert got == len(before), (probe, inclusive)
+                # Another measure over the same nodes: the totals kept for the first
+                # one must not answer it (a cache keyed by position alone did).
+                got = tree.count_before(
+                    probe, inclusive=inclusive, count=_second, count_leaf=_leaf_sum
+                )
+                assert got == sum(int(k[1:]) for k in before), (probe, inclusive)
         assert len(cache._totals) <= len(cache) + 1
 
 
@@ -841,6 +879,14 @@ def _first(reduction: Any) -> int:
 
 def _leaf_count(entries: Any, before: int, reduction: Any) -> int:
     return before
+
+
+def _second(reduction: Any) -> int:
+    return int(reduction[1])
+
+
+def _leaf_sum(entries: Any, before: int, reduction: Any) -> int:
+    return sum(v[0] for _, v in entries[:before])
 
 
 def test_cache_gives_a_node_hit_since_the_last_lap_a_second_chance() -> None:
@@ -858,6 +904,19 @@ def test_cache_gives_a_node_hit_since_the_last_lap_a_second_chance() -> None:
     assert cache.get(0) is node
     assert cache.get(4) is None  # cold: streamed through and gone
     assert len(cache._referenced) <= len(cache)
+
+
+def test_a_node_two_readers_cached_at_once_is_charged_once() -> None:
+    """Two readers that miss the same position both read it and both put it (hits
+    take no lock): the second put replaces the first, so the node is charged once,
+    not once per put until a cache of hot nodes evicts everything it holds."""
+    cache = NodeCache(250)
+    node: Any = (False, (), ())
+    for _ in range(3):
+        cache.put(1, node, 100)
+    cache.put(2, node, 100)
+    assert (len(cache), cache.bytes) == (2, 200)
+    assert cache.get(1) is node and cache.get(2) is node
 
 
 _COUNT = st.integers(0, 2**40)
