@@ -8,6 +8,7 @@ that the checker catches each kind of damage it claims to.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -465,6 +466,13 @@ def test_root_with_single_child_collapses() -> None:
     assert tree.depth() == 1
     assert list(tree.fold()) == [(0, (0, "v"))]
     assert_sound(tree)
+    # Every level of single children goes, not only the root's: a chain of them
+    # costs a read per level on every descent until compaction.
+    store = MemoryStore()
+    tree = commit(store, new_tree(store, node_bytes=128), [(i, (i, "")) for i in range(600)])
+    assert tree.depth() >= 3
+    tree = commit(store, tree, removes=list(range(1, 600)))
+    assert (tree.depth(), list(tree.fold())) == (1, [(0, (0, ""))])
 
 
 def test_mixed_key_types_are_rejected() -> None:
@@ -904,6 +912,40 @@ def test_cache_gives_a_node_hit_since_the_last_lap_a_second_chance() -> None:
     assert cache.get(0) is node
     assert cache.get(4) is None  # cold: streamed through and gone
     assert len(cache._referenced) <= len(cache)
+
+
+def test_a_range_inside_one_leaf_reads_only_the_path_to_it() -> None:
+    """A fold from a leaf's first key to its last, either way, or down to the previous
+    leaf's last key with an exclusive end, reads the root-to-leaf path and nothing
+    else. A walk that stepped into the neighbouring leaf only to find nothing there
+    in range (``>`` for ``>=`` on the way up, ``bisect_right`` to a start equal to a
+    child's last key on the way down) answered the same rows at twice the reads."""
+    store = MemoryStore()
+    tree = commit(store, new_tree(store, node_bytes=128, cache=NodeCache(0)), [])
+    tree = commit(store, tree, [(i, (i, "")) for i in range(600)])
+    depth = tree.depth()
+    assert depth >= 3
+    leaves: list[tuple[int, int]] = []  # (first key, last key) of each leaf, in order
+
+    def walk(pos: int) -> None:
+        is_kp, keys, entries = tree.node(pos)
+        if not is_kp:
+            leaves.append((keys[0], keys[-1]))
+        for e in entries if is_kp else ():
+            walk(e[1])
+
+    assert tree.root is not None
+    walk(tree.root[0])
+    for (_, before), (first, last) in itertools.pairwise(leaves):
+        keys = list(range(first, last + 1))
+        for start, end, kw, want in [
+            (first, last, {}, keys),
+            (last, first, {"descending": True}, keys[::-1]),
+            (last, before, {"descending": True, "inclusive_end": False}, keys[::-1]),
+        ]:
+            store.reads = 0
+            assert [k for k, _ in tree.fold(start, end, **kw)] == want
+            assert store.reads == depth, (start, end, kw)
 
 
 def test_a_node_two_readers_cached_at_once_is_charged_once() -> None:
