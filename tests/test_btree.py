@@ -410,6 +410,17 @@ def test_a_split_inside_the_tree_halves_its_node() -> None:
     leaves = _levels(store, tree)[-1]
     assert min(leaves[:-1]) >= 0.4 * 512, leaves
     assert list(check_tree(tree)) == []
+    # The last leaf of an inner node that is not the last of its level is inside
+    # the tree too: only a node on the rightmost path fills (found by mutation
+    # testing: passing ``c == last`` down without ``rightmost`` left slivers there).
+    assert tree.root is not None and tree.depth() >= 3
+    is_kp, leaf_keys, entries = tree.node(tree.node(tree.root[0])[2][0][1])
+    while is_kp:  # down the last children of the root's first child
+        is_kp, leaf_keys, entries = tree.node(entries[-1][1])
+    for key in range(leaf_keys[0] + 1, leaf_keys[-1], 2):
+        tree = commit(store, tree, [(key, (key, "v" * 8))])
+    leaves = _levels(store, tree)[-1]
+    assert min(leaves[:-1]) >= 0.4 * 512, leaves
 
 
 def test_a_filled_split_leaves_its_sliver_last() -> None:
