@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import settee
-from settee.cache import BODY_ENTRY_OVERHEAD, BodyCache
+from settee.cache import BODY_ENTRY_OVERHEAD, BodyCache, ClockCache, body_cache
 from settee.file import ShardFile
 from settee.io import FileSystemWrapper, MemoryFileSystem
 from settee.spec.errors import SetteeError
@@ -197,6 +197,17 @@ def test_shard_file_without_a_cache_reads_as_before(tmp_path: Any) -> None:
     assert file.read_sized([(pos, size), (pos, size + 5), (pos, size)]) == [{"a": 1}] * 3
     assert len(file.body_cache) == 1
     file.close()
+
+
+def test_no_body_cache_at_zero_bytes_and_no_negative_capacity() -> None:
+    """``body_cache_bytes=0`` means no cache object at all, so a read pays no probe
+    (a cache of capacity 0 admitted one body in eight only to evict it); a negative
+    capacity is a caller's bug, refused where it is made."""
+    assert body_cache(0) is None
+    assert isinstance(body_cache(1), BodyCache)
+    for make in (ClockCache, BodyCache):
+        with pytest.raises(ValueError, match=">= 0 bytes"):
+            make(-1)
 
 
 def test_a_full_cache_admits_one_miss_in_eight() -> None:
