@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import struct
 
+import crc32c
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -61,6 +62,18 @@ def test_decode_frame_rejects_length_mismatch_and_short_input() -> None:
     for bad in (frame[:-1], frame + b"x", frame[:5]):
         with pytest.raises(CorruptionError):
             fmt.decode_frame(bad)
+
+
+def test_decode_frame_rejects_a_length_field_its_crc_covers_but_the_bytes_disagree_with() -> None:
+    """The crc covers the length field, but only the bytes read say how long the frame
+    is: a frame whose length field lies, crc computed over the lie (a writer bug), is
+    refused for the length, not returned as a payload of another size."""
+    payload = b"\xa3abc"
+    length_field = struct.pack("<I", len(payload) + 2)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(length_field))
+    frame = length_field + struct.pack("<I", crc) + payload
+    with pytest.raises(CorruptionError, match="disagrees"):
+        fmt.decode_frame(frame)
 
 
 def test_encode_frame_rejects_payload_beyond_u32() -> None:
@@ -263,6 +276,7 @@ MALFORMED = {
     "root not an array": fmt.encode_payload({**VALID, "by_id": {"pos": B + 5}}),
     "root of three": fmt.encode_payload({**VALID, "by_id": [B + 5, 1, 2]}),
     "root pos a str": fmt.encode_payload({**VALID, "by_seq": ["4101", 3]}),
+    "root pos a bool": fmt.encode_payload({**VALID, "by_seq": [True, 3]}),
     "root pos zero": fmt.encode_payload({**VALID, "by_seq": [0, 3]}),
     "root pos on a boundary": fmt.encode_payload({**VALID, "by_seq": [2 * B, 3]}),
     "root pos past the header": fmt.encode_payload({**VALID, "by_id": [OFFSET + 5, 3]}),
