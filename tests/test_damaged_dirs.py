@@ -536,3 +536,18 @@ def test_a_header_naming_another_shard_count_is_refused(tmp_path: Path) -> None:
                 check_identity(file, wrong)
     finally:
         file.close()
+
+
+@pytest.mark.parametrize("missing", [0, 2])
+def test_a_shard_file_missing_beside_the_metadata_is_refused_and_nothing_made(
+    tmp_path: Path, missing: int
+) -> None:
+    """Whichever shard file is gone, the first or the last, open refuses the database
+    as damaged and creates nothing in its place (found by mutation testing: a check
+    that stopped one shard short opened the database with its last shard empty)."""
+    path = tmp_path / "db"
+    _make(path, shards=3, docs=10)
+    os.remove(shard_path(str(path), missing))
+    with pytest.raises(settee.layout.DamagedDirectory, match="is missing"):
+        settee.open(str(path))
+    assert not os.path.exists(shard_path(str(path), missing))
