@@ -551,3 +551,113 @@ def test_a_shard_file_missing_beside_the_metadata_is_refused_and_nothing_made(
     with pytest.raises(settee.layout.DamagedDirectory, match="is missing"):
         settee.open(str(path))
     assert not os.path.exists(shard_path(str(path), missing))
+
+
+def _write_meta_file(db_path: Path, info: dict[str, Any]) -> None:
+    from settee.spec.format import encode_frame, encode_payload
+
+    (db_path / META_NAME).write_bytes(encode_frame(encode_payload(info)))
+
+
+def _uuid_of(db_path: Path) -> str:
+    with settee.open(str(db_path), readonly=True) as db:
+        return str(db.shards[0].identity.db_uuid)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"format": "older"}, SetteeError, "format version"),
+        ({"shards": 2000}, CorruptionError, "shards=2000"),
+        ({"uuid": None}, CorruptionError, "lacks format, shards or uuid"),
+    ],
+)
+def test_metadata_that_is_not_this_settees_is_refused_and_kept(
+    tmp_path: Path, change: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """An older format version is another settee's database (dump and load it), not
+    one to open; a shard count past 1024 or a missing uuid is damage (mutants L2,
+    L3, L18: each was accepted)."""
+    from settee.spec.format import FORMAT_VERSION
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=5)
+    info: dict[str, Any] = {"format": FORMAT_VERSION, "shards": 2, "uuid": _uuid_of(db_path)}
+    for key, value in change.items():
+        if value is None:
+            del info[key]
+        else:
+            info[key] = FORMAT_VERSION - 1 if value == "older" else value
+    _write_meta_file(db_path, info)
+    before = _listing(db_path)
+    with pytest.raises(error, match=match):
+        settee.open(str(db_path))
+    assert _listing(db_path) == before
+
+
+def test_a_shard_file_past_the_shard_count_is_not_adopted(tmp_path: Path) -> None:
+    """With no settee.meta, a headerless shard-002 beside the two shards of a 2-shard
+    database is no crashed creation's (mutant L5 took index == count for one)."""
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=5)
+    (db_path / META_NAME).unlink()
+    (db_path / "shard-002.settee").write_bytes(b"")
+    before = _state(db_path)
+    with pytest.raises(SetteeError, match="do not fit"):
+        settee.open(str(db_path))
+    assert _state(db_path) == before
+
+
+def test_two_headerless_shards_are_not_a_crashed_creation(tmp_path: Path) -> None:
+    """A creation writes and syncs each shard's header before it makes the next file,
+    so a crash leaves at most one headerless file. (Mutant L7, allowing two, is
+    equivalent: the lower one is then never the last file, which is refused too.)"""
+    db_path = tmp_path / "db"
+    _make(db_path, shards=3, docs=0)
+    (db_path / META_NAME).unlink()
+    for name in ("shard-001.settee", "shard-002.settee"):
+        (db_path / name).write_bytes(b"")
+    before = _state(db_path)
+    with pytest.raises(SetteeError, match="hold no settee header"):
+        settee.open(str(db_path))
+    assert _state(db_path) == before
+
+
+def test_a_headerless_last_shard_of_one_block_is_a_crashed_creation(tmp_path: Path) -> None:
+    """A first header torn inside its block leaves at most one block of bytes: that
+    file is finished, not refused (mutant L9 refused exactly one block), and its
+    bytes are kept (a header is appended after them)."""
+    from settee.spec.format import BLOCK_SIZE
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=0)
+    (db_path / META_NAME).unlink()
+    torn = b"\x07" * BLOCK_SIZE
+    (db_path / "shard-001.settee").write_bytes(torn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with settee.open(str(db_path)) as db:
+            db.put({"_id": "after"})
+    assert (db_path / "shard-001.settee").read_bytes().startswith(torn)
+    with settee.open(str(db_path)) as again:
+        assert again.get("after")["_id"] == "after"
+
+
+def test_a_metadata_temp_file_of_this_database_is_replaced_when_it_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """The temp file named after the database's own uuid can only be left by its own
+    creation: rebuilding the metadata writes it afresh (mutant L17 appended to the
+    leftover, and the renamed settee.meta no longer decoded)."""
+    from settee.layout import meta_temp_name
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=5)
+    leftover = db_path / meta_temp_name(_uuid_of(db_path))
+    leftover.write_bytes(b"half a frame")
+    (db_path / META_NAME).unlink()
+    with pytest.warns(MetadataRebuiltWarning), settee.open(str(db_path)) as db:
+        assert db.info()["doc_count"] == 5
+    assert not leftover.exists()
+    with settee.open(str(db_path)) as again:
+        assert again.info()["doc_count"] == 5
