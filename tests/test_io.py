@@ -265,3 +265,62 @@ def test_a_file_that_fails_to_open_leaves_no_descriptor_open(
     for fd in opened:
         with pytest.raises(OSError):
             os.fstat(fd)
+
+
+def test_pwrite_inside_the_file_keeps_where_appends_go(fs_root: tuple[FileSystem, str]) -> None:
+    """A write before the end does not move it back (mutant I1: the next append
+    overwrote the bytes after the pwrite)."""
+    fs, root = fs_root
+    handle = fs.open(f"{root}/f", create=True)
+    handle.append(b"abcdef")
+    handle.pwrite(2, b"XY")
+    assert handle.append(b"!") == 6
+    assert handle.pread(0, 100) == b"abXYef!"
+    handle.close()
+
+
+def test_os_size_sees_bytes_another_handle_appended(tmp_path: Path) -> None:
+    """``size`` asks the file, not this handle's own end: a readonly reader learns of
+    a writer's commits (in this process or another) by the file growing (mutant I3)."""
+    fs = OsFileSystem()
+    writer = fs.open(str(tmp_path / "f"), create=True)
+    reader = fs.open(str(tmp_path / "f"), create=False)
+    try:
+        writer.append(b"x" * 100)
+        assert reader.size() == 100
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_os_exists_names_a_dangling_symlink(tmp_path: Path) -> None:
+    """The entry counts, not its target (mutant I4): a dangling settee.meta link (a
+    backup's, not mounted) was taken for a missing file and replaced."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "no-such-file")
+    assert OsFileSystem().exists(str(link))
+
+
+def test_os_open_refuses_a_fifo_at_once(tmp_path: Path) -> None:
+    """A FIFO is no file to read a database from: open says what it is instead of
+    handing out a descriptor whose reads wait for a writer forever (mutant I5)."""
+    fifo = tmp_path / "shard-000.settee"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as caught:
+        OsFileSystem().open(str(fifo), create=False)
+    assert caught.value.errno == errno.EINVAL and "FIFO" in str(caught.value)
+
+
+def test_os_close_twice_never_closes_a_reused_descriptor(tmp_path: Path) -> None:
+    """A second close must not reach the OS: the numbers may by then belong to another
+    file of this process (mutant I6 closed them again)."""
+    fs = OsFileSystem()
+    handle = fs.open(str(tmp_path / "a"), create=True)
+    handle.close()
+    other = fs.open(str(tmp_path / "b"), create=True)  # likely reuses the numbers
+    try:
+        handle.close()
+        other.append(b"still open")
+        assert other.pread(0, 100) == b"still open"
+    finally:
+        other.close()
