@@ -19,6 +19,20 @@ from tests.test_http import NO_DB, Client, put
 _SETTLE = 10.0  # seconds an event may take to be listed (written every 0.5 s)
 
 
+#: The events' write interval in these tests (CouchDB's and the server's: 0.5 s).
+_INTERVAL = 0.05
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_writes() -> Any:
+    """Events written every 50 ms: the tests wait for them, not for the interval."""
+    from settee.serve import dbupdates
+
+    saved, dbupdates.MAX_WRITE_DELAY = dbupdates.MAX_WRITE_DELAY, _INTERVAL
+    yield
+    dbupdates.MAX_WRITE_DELAY = saved
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     handle = start_server(str(tmp_path_factory.mktemp("serve")), "127.0.0.1", 0, fsync=False)
@@ -75,7 +89,7 @@ def test_deleting_a_database_is_listed_and_a_later_write_moves_its_event_last(
     _wait_for(client, {("gc-two", "updated"), ("gc-three", "created")})
     assert client("DELETE", "/gc-three").status == 200
     put(client, "/gc-two", "e", {})
-    time.sleep(0.6)  # the two events land in one write, or the delete's first
+    time.sleep(3 * _INTERVAL)  # the two events land in one write, or the delete's first
     answer = _wait_for(client, {("gc-three", "deleted")})
     order = [(row["db_name"], row["type"]) for row in answer["results"]]
     assert order.index(("gc-three", "created")) < order.index(("gc-three", "deleted"))
@@ -151,7 +165,7 @@ def test_without_global_changes_the_feed_is_404_and_events_are_dropped(tmp_path:
         client = Client(handle.port)
         assert client("GET", "/_db_updates").json == NO_DB
         assert client("PUT", "/early").status == 201
-        time.sleep(0.6)  # its event is written, or dropped, by now
+        time.sleep(3 * _INTERVAL)  # its event is written, or dropped, by now
         assert client("PUT", "/_global_changes").status == 201
         assert client("PUT", "/late").status == 201
         _wait_for(client, {("late", "created")})
