@@ -32,9 +32,10 @@ order (a record replaces the document's tree and seq, adds its bodies, forgets
 bodies the tree no longer holds; an empty tree, which ``purge`` writes, removes
 the document); a leaf revision left without its body is a ``CorruptionError``.
 ``compact`` rewrites the log to one record per document (temp file, fsync,
-rename, fsync directory). An incomplete last record (a torn write) is copied
-aside and cut off with a warning; bytes that do not decode are a
-``CorruptionError``.
+rename, fsync directory), then, when a purge moved ``update_seq`` past every
+document's seq, a removal record of the id ``""`` that carries it. An
+incomplete last record (a torn write) is copied aside and cut off with a
+warning; bytes that do not decode are a ``CorruptionError``.
 
 The semantics follow spec/SEMANTICS.md and CouchDB 3.x; the interactive
 update rule is CouchDB's two-step one (``couch_db:prep_and_validate_updates``
@@ -776,8 +777,14 @@ class ReferenceDB:
         assert self._log_path is not None and self._log is not None
         tmp = self._log_path + ".compact"
         by_seq = sorted(self._docs, key=lambda i: self._docs[i].seq)
+        records = [self._record(i, self._docs[i].bodies) for i in by_seq]
+        if self._seq > (self._docs[by_seq[-1]].seq if by_seq else 0):
+            # A purge moved update_seq past every document's seq: a removal record of
+            # the id "" (no document's) carries it, or a reopen would go back to the
+            # newest document's seq and refuse tokens this database gave.
+            records.append(self._record("", {}))
         with builtins.open(tmp, "wb") as f:
-            f.write(b"".join(self._record(i, self._docs[i].bodies) for i in by_seq))
+            f.write(b"".join(records))
             f.flush()
             os.fsync(f.fileno())
         self._log.close()

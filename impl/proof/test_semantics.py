@@ -2290,3 +2290,17 @@ def test_purge_refuses_a_malformed_request_and_changes_nothing(purging: Any, req
     with pytest.raises(BadRequest):
         purging.purge(request_)
     assert snapshot(purging) == before
+
+
+def test_purge_then_compaction_and_reopen_keep_update_seq(purging: Any, reopen: Any) -> None:
+    """A token taken after a purge stays valid across a compaction and a reopen, and
+    a later write is listed after it: update_seq never goes back (a compacted log
+    that kept only the documents' own seqs reopened below the purge's seq)."""
+    purging.put({"_id": "a"})
+    purging.put({"_id": "b"})
+    purging.purge({"b": [purging.get("b")["_rev"]]})
+    token = purging.info()["update_seq"]
+    purging.compact()
+    again = reopen(purging)
+    again.put({"_id": "c"})
+    assert ids_of(again.changes(since=token)) == ["c"]
