@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import settee
+from settee import reference
 from settee.check import check_database
 from settee.io import FileSystemWrapper, OsFileSystem
 from settee.spec.attachments import digest_of
@@ -1205,3 +1206,31 @@ def test_an_attachment_counts_towards_active_by_its_length_per_leaf(tmp_path: An
         db.delete("a", "2-" + "f" * 32)
         db.put({"_id": "a", "_rev": db.get("a")["_rev"]})
         assert db.info()["sizes"]["active"] < bare + 100
+
+
+def test_strict_mode_accepts_a_group_whose_newest_write_a_purge_removed(tmp_path: Any) -> None:
+    """One group commit: put a, put b, purge b whole. The header keeps b's seq (every
+    commit's seq moves on), which no document left carries; strict mode took that
+    for damage, failed the commit and refused every later write to the shard."""
+    rev_b = reference.open(None).put({"_id": "b"})["rev"]
+    with _open(tmp_path / "db", shards=1, strict=True) as db:
+        shard = db.shards[0]
+        paused, release = threading.Event(), threading.Event()
+
+        def pause() -> None:
+            paused.set()
+            assert release.wait(10)
+
+        pauser = threading.Thread(target=shard.call_in_writer, args=(pause,))
+        pauser.start()
+        assert paused.wait(10)
+        docs = [validate_doc({"_id": i}, new_edits=True) for i in "ab"]
+        puts = [shard.submit([doc], new_edits=True) for doc in docs]
+        purge = shard.submit_purge({"b": [rev_b]})
+        release.set()
+        pauser.join(10)
+        assert [f.result(10)[0] for f in puts][1] == rev_b
+        assert purge.result(10) == {"b": [rev_b]}
+        assert [r["id"] for r in db.all_docs()["rows"]] == ["a"]
+        assert db.put({"_id": "c"})["ok"]
+    assert list(check_database(str(tmp_path / "db"))) == []
