@@ -144,3 +144,35 @@ def test_bad_purge_requests(
 def test_purge_needs_a_json_body(client: Client, db: str) -> None:
     r = client("POST", f"{db}/_purge", raw=b"{}", headers={"Content-Type": "text/plain"})
     assert r.status == 415
+
+
+def test_concurrent_purges_of_one_database_both_succeed(
+    client: Client, db: str, server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two purges at once wrote the marker through one temporary file: the second's
+    rename found it gone and answered 500. Here both writes meet at the rename."""
+    import contextlib
+    import threading
+
+    meet = threading.Barrier(2)
+    replace = os.replace
+
+    def meeting_replace(src: Any, dst: Any) -> None:
+        if str(src).endswith(PURGE_MARKER + ".tmp"):
+            # Both purges meet here, unless their marker writes are serialised.
+            with contextlib.suppress(threading.BrokenBarrierError):
+                meet.wait(0.3)
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", meeting_replace)
+    statuses: list[int] = []
+
+    def purge(doc_id: str) -> None:
+        statuses.append(Client(server.port)("POST", f"{db}/_purge", {doc_id: []}).status)
+
+    threads = [threading.Thread(target=purge, args=(doc_id,)) for doc_id in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert statuses == [201, 201]

@@ -180,6 +180,9 @@ class Registry:
         self._lock = threading.Lock()
         #: Purges running now, by database name (``purging``).
         self._purges: dict[str, int] = {}
+        #: Serialises the purge markers' writes: each goes through one temporary file
+        #: name, so two at once broke each other's rename (a 500).
+        self._marker_lock = threading.Lock()
         self._open: LeasedLru[DbEntry] = LeasedLru()
         self._closed = False
         os.makedirs(self.root, exist_ok=True)
@@ -422,7 +425,9 @@ class Registry:
         with self._lock:
             self._purges[entry.name] = self._purges.get(entry.name, 0) + 1
         try:
-            write_json_durably(os.path.join(folder, PURGE_MARKER), {}, fsync=self.options["fsync"])
+            with self._marker_lock:
+                marker = os.path.join(folder, PURGE_MARKER)
+                write_json_durably(marker, {}, fsync=self.options["fsync"])
             yield
         except BaseException:
             with self._lock:
