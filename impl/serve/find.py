@@ -357,8 +357,10 @@ def _scan_index(
         if q.limit == 0:
             break
         ids = [row["d"] for row in page]
+        # By "key": a document purged since the index was read has a not_found row,
+        # which has no "id".
         docs = {
-            r["id"]: r.get("doc")
+            r["key"]: r.get("doc")
             for r in db.all_docs(keys=list(dict.fromkeys(ids)), include_docs=True)["rows"]
         }
         for row in page:
