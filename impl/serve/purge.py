@@ -29,6 +29,7 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
+from settee.spec.arguments import check_purge
 
 __all__ = ["handle_purge"]
 
@@ -48,7 +49,8 @@ async def handle_purge(
 
 
 def _purge(state: State, entry: DbEntry, raw: bytes) -> dict[str, Any]:
-    request = decode_object(raw)
+    # Checked before the marker: a refused request then leaves the indexes alone.
+    request = check_purge(decode_object(raw))
     with state.registry.purging(entry):
         answer = entry.db.purge(request)
         touched = [doc_id for doc_id, revs in answer["purged"].items() if revs]
