@@ -207,3 +207,19 @@ def test_a_failed_write_of_events_does_not_stop_later_ones(
     assert failures == [["created:gc-fail-first"]]
     assert client("PUT", "/gc-fail-later").status == 201
     _wait_for(client, {("gc-fail-later", "created")})
+
+
+def test_limit_counts_events_not_other_documents_of_global_changes(tmp_path: Any) -> None:
+    """global_changes_httpd counts the limit "only [for] changes which happen after the
+    filter": a document of _global_changes that is no event (found in review: limit=1
+    answered no row) is skipped without using up the limit."""
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False) as handle:
+        client = Client(handle.port)
+        assert client("PUT", "/_global_changes").status == 201
+        put(client, "/_global_changes", "plain", {})  # the first change: no event
+        assert client("PUT", "/gc-limit").status == 201
+        everything = _wait_for(client, {("gc-limit", "created")})["results"]
+        first = [(everything[0]["db_name"], everything[0]["type"])]
+        assert first == [("gc-limit", "created")]
+        assert _events(client, "?limit=1") == first
+        assert _events(client, "?descending=true&limit=1") == first

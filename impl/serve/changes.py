@@ -285,6 +285,8 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
     """One page of changes after ``since``, filtered and styled as ``q`` asks."""
     if q.descending:
         return _descending(db, q)
+    if q.rows is not None:
+        return _shown_rows(db, q, since)
     if q.filter is None:
         result = db.changes(since=since, limit=q.limit, include_docs=q.include_docs)
     else:
@@ -309,10 +311,19 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
                 doc["_conflicts"] = conflicts
     if q.include_docs and q.filter is not None and q.filter.fields:
         _keep_fields(result["results"], list(q.filter.fields))
-    if q.rows is not None:
-        result["results"] = q.rows(result["results"])
-        del result["pending"]
     return result
+
+
+def _shown_rows(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, Any]:
+    """A page of ``q.rows``' rows: ``limit`` counts the rows shown, not the changes
+    read (global_changes_httpd counts "only changes which happen after the filter"),
+    and ``last_seq`` is the last one shown when the limit cut the page."""
+    result = db.changes(since=since)
+    shown = q.rows(result["results"])
+    if q.limit is not None and len(shown) > q.limit:
+        shown = shown[: q.limit]
+        return {"results": shown, "last_seq": shown[-1]["seq"] if shown else since}
+    return {"results": shown, "last_seq": result["last_seq"]}
 
 
 def _keep_fields(rows: list[dict[str, Any]], fields: list[str]) -> None:
