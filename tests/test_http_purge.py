@@ -200,3 +200,22 @@ def test_concurrent_purges_of_one_database_both_succeed(
     for thread in threads:
         thread.join(10)
     assert statuses == [201, 201]
+
+
+def test_design_info_reading_an_index_a_purge_closed_is_a_503_to_retry(
+    client: Client, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_info`` reads each index's checkpoint; one closed under it (a purge's drop, a
+    ``_view_cleanup``) is the 503 a view query gets, not a 500 (found in review)."""
+    import settee
+    from settee.serve.viewindex import ViewIndex
+
+    put(client, db, "_design/v", {"views": _MAP})
+    assert client("GET", f"{db}/_design/v/_info").status == 200
+
+    def closed(self: ViewIndex) -> Any:
+        raise settee.SetteeError("database is closed; open it again with settee.open(path)")
+
+    monkeypatch.setattr(ViewIndex, "checkpoint", closed)
+    r = client("GET", f"{db}/_design/v/_info")
+    assert (r.status, r.json["error"]) == (503, "service_unavailable"), r.raw

@@ -23,7 +23,7 @@ from settee.serve.protocol import reply, require_method, respond
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import ViewIndex
-from settee.serve.viewquery import view_signatures
+from settee.serve.viewquery import retryable, view_signatures
 
 __all__ = ["handle_ddoc_info"]
 
@@ -35,10 +35,12 @@ async def handle_ddoc_info(
     state: State, request: web.BaseRequest, entry: DbEntry, name: str
 ) -> web.StreamResponse:
     require_method(request, "GET")
-    return respond(reply(200, await state.run(_ddoc_info, state, entry, name)))
+    # An index a purge or _view_cleanup closes while this reads it is a 503 to retry,
+    # as for a view query (retryable), not a 500.
+    return respond(reply(200, await state.run(retryable, _ddoc_info, entry, state, name)))
 
 
-def _ddoc_info(state: State, entry: DbEntry, name: str) -> dict[str, Any]:
+def _ddoc_info(entry: DbEntry, state: State, name: str) -> dict[str, Any]:
     ddoc = entry.db.get("_design/" + name)  # NotFound: 404 missing or deleted
     language = ddoc.get("language", "javascript")
     language = language if isinstance(language, str) else "javascript"
