@@ -315,3 +315,59 @@ def test_a_never_built_index_names_the_token_of_no_change(client: Client, db: st
     assert isinstance(answer["update_seq"], str) and answer["rows"] == []
     changes = ok(client("GET", f"{db}/_changes?since={answer['update_seq']}"))
     assert len(changes["results"]) == 7  # d0..d4, _design/d and _design/e
+
+
+def test_keys_with_descending_come_in_reverse_order(client: Client, db: str) -> None:
+    """fabric_view_map:go reverses ``keys`` for ``descending=true``: rows come by the
+    keys read from the end, as the query's direction says."""
+    assert ids(view(client, db, "m", "?descending=true", body={"keys": [1, 3]})) == ["d3", "d1"]
+    assert ids(view(client, db, "m", "?descending=false", body={"keys": [1, 3]})) == ["d1", "d3"]
+
+
+def test_offset_counts_skipped_rows_after_the_start_key(client: Client, db: str) -> None:
+    """fabric_view_map's meta: ``offset`` is the rows before the start key plus
+    ``skip``, capped at ``total_rows``."""
+    answer = ok(view(client, db, "m", "?startkey=1&skip=2"))
+    assert (answer["offset"], [r["id"] for r in answer["rows"]]) == (3, ["d3", "d4"])
+    assert ok(view(client, db, "m", "?startkey=3&descending=true&skip=1"))["offset"] == 2
+    assert ok(view(client, db, "m", "?startkey=4&skip=9"))["offset"] == 5
+
+
+def test_approx_count_distinct_counts_each_key_once(client: Client, db: str) -> None:
+    """couch_query_servers' ``_approx_count_distinct``: distinct keys (a HyperLogLog,
+    exact for a handful), not rows."""
+    pairs = {"map": "function(doc) { emit(doc.k % 2, null); }", "reduce": "_approx_count_distinct"}
+    ddoc = {"views": {"p": pairs}}
+    assert client("PUT", f"{db}/_design/acd", ddoc).status == 201
+    answer = ok(client("GET", f"{db}/_design/acd/_view/p"))
+    assert answer["rows"] == [{"key": None, "value": 2}]
+
+
+def test_stale_ok_never_updates_and_update_after_updates_after_answering(
+    client: Client, db: str
+) -> None:
+    """views.rst: ``stale=ok`` answers from the index as it is and leaves it so;
+    ``stale=update_after`` answers the same, then brings the index up to date."""
+    assert len(ids(view(client, db, "m"))) == 5  # built
+    assert client("PUT", f"{db}/d9", {"k": 9}).status == 201
+    assert len(ids(view(client, db, "m", "?stale=ok"))) == 5
+    assert len(ids(view(client, db, "m", "?stale=ok"))) == 5
+    assert len(ids(view(client, db, "m", "?stale=update_after"))) == 5
+    assert len(ids(view(client, db, "m", "?stale=ok"))) == 6
+
+
+def test_conflicts_without_include_docs_is_ignored_on_a_map_view(client: Client, db: str) -> None:
+    """validate_args refuses ``conflicts`` only on a reduce view; without
+    ``include_docs`` a map view has no documents to add them to."""
+    answer = ok(view(client, db, "m", "?conflicts=true&key=1"))
+    assert answer["rows"] == [{"id": "d1", "key": 1, "value": 10}]
+
+
+def test_a_linked_doc_is_the_one_its_id_names(client: Client, db: str) -> None:
+    """views.rst "Linked documents": with ``include_docs`` a value ``{"_id": X}``
+    brings document X, not the emitting one."""
+    link = "function(doc) { if (doc.k > 2) emit(doc.k, {_id: 'd0'}); }"
+    ddoc = {"_id": "_design/link", "views": {"l": {"map": link}}}
+    assert client("POST", f"{db}/_bulk_docs", {"docs": [ddoc]}).status == 201
+    rows = ok(client("GET", f"{db}/_design/link/_view/l?include_docs=true"))["rows"]
+    assert [(r["id"], r["doc"]["_id"]) for r in rows] == [("d3", "d0"), ("d4", "d0")]
