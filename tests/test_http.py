@@ -306,6 +306,14 @@ def test_bulk_docs_results_in_order(client: Client, db: str) -> None:
     assert client("GET", f"{db}/ok").status == 404  # the whole call was rejected
 
 
+def test_bulk_get_refuses_query_parameters_that_belong_in_the_body(client: Client, db: str) -> None:
+    """chttpd_db:validate_query_param: these name what each ``docs`` item says."""
+    for name in ("open_revs", "new_edits", "w", "rev", "atts_since"):
+        r = client("POST", f"{db}/_bulk_get?{name}=x", {"docs": []})
+        reason = f'"{name}" query parameter is not acceptable'
+        assert (r.status, r.json) == (400, {"error": "bad_request", "reason": reason})
+
+
 def test_bulk_get_shapes(client: Client, db: str) -> None:
     winner, loser = make_conflict(client, db, "c")
     put(client, db, "d", {"v": 1})
@@ -948,6 +956,11 @@ def test_bulk_docs_takes_local_docs_and_lets_revisions_name_the_rev(
     }
     assert client("POST", f"{db}/_bulk_docs", {"docs": [doc], "new_edits": False}).json == []
     assert client("GET", f"{db}/r").json["_rev"] == "2-" + "b" * 32
+    # new_edits=false answers only errors (couch_db:update_docs' replicated_changes):
+    # a local document stored is no row.
+    local = {"docs": [{"_id": "_local/rep", "n": 1}], "new_edits": False}
+    assert client("POST", f"{db}/_bulk_docs", local).json == []
+    assert client("GET", f"{db}/_local/rep").json["n"] == 1
     put_r = client("PUT", f"{db}/p?new_edits=false", doc | {"_id": "p"})
     assert (put_r.status, put_r.json["rev"]) == (201, "2-" + "b" * 32)
 
@@ -2788,6 +2801,42 @@ def test_a_sort_must_follow_the_index_field_order(client: Client, db: str) -> No
     assert [d["_id"] for d in good["docs"]] == ["d0", "d1", "d2"]
     bad = client("POST", f"{db}/_find", {"selector": selector, "sort": ["b", "a"]})
     assert (bad.status, bad.json["error"]) == (400, "no_usable_index")
+
+
+def test_a_sort_field_must_exist_in_every_document_found(client: Client, db: str) -> None:
+    """mango_idx_view:is_usable: "sort fields are required to exist in the results",
+    so an index on the sort field serves a selector that does not name it, and a
+    document without that field is not found."""
+    put(client, db, "young", {"kind": "person", "age": 1})
+    put(client, db, "old", {"kind": "person", "age": 9})
+    put(client, db, "ageless", {"kind": "person"})
+    ask = {"index": {"fields": ["age"]}, "ddoc": "age", "name": "age"}
+    assert client("POST", f"{db}/_index", ask).status == 200
+    query = {"selector": {"kind": "person"}, "sort": [{"age": "desc"}]}
+    assert [d["_id"] for d in client("POST", f"{db}/_find", query).json["docs"]] == ["old", "young"]
+
+
+def test_an_index_ddoc_may_be_named_with_its_prefix(client: Client, db: str) -> None:
+    """mango_idx:get_idx_ddoc keeps a ``ddoc`` that starts with ``_design/``."""
+    ask = {"index": {"fields": ["a"]}, "ddoc": "_design/mine", "name": "a"}
+    made = client("POST", f"{db}/_index", ask).json
+    assert made == {"result": "created", "id": "_design/mine", "name": "a"}
+    assert client("GET", f"{db}/_design/mine").status == 200
+
+
+def test_deleting_one_index_keeps_the_others_of_its_design_document(
+    client: Client, db: str
+) -> None:
+    """mango_idx:delete removes the index's view; the design document goes only
+    when no view is left."""
+    for name in ("a", "b"):
+        ask = {"index": {"fields": [name]}, "ddoc": "two", "name": name}
+        assert client("POST", f"{db}/_index", ask).status == 200
+    assert client("DELETE", f"{db}/_index/two/json/a").json == {"ok": True}
+    listed = client("GET", f"{db}/_index").json["indexes"]
+    assert [(i["ddoc"], i["name"]) for i in listed] == [(None, "_all_docs"), ("_design/two", "b")]
+    assert client("DELETE", f"{db}/_index/two/json/b").json == {"ok": True}
+    assert client("GET", f"{db}/_design/two").status == 404
 
 
 def test_open_revs_answers_in_couchdb_order(client: Client, db: str) -> None:
