@@ -385,6 +385,9 @@ def test_deleted_true_answers_a_tombstone_and_empty_open_revs_a_plain_read(
     assert client("GET", f"{db}/d?open_revs=[]").json == {"_id": "d", "_rev": rev, "v": 1}
     mixed = client("GET", f"{db}/d?open_revs=[]", headers={"Accept": "multipart/mixed"})
     assert mixed.status == 200 and mixed.json["_rev"] == rev
+    # On a live document deleted=true changes nothing: its meta fields still come.
+    live = client("GET", f"{db}/d?deleted=true&revs_info=true").json
+    assert live["_revs_info"] == [{"rev": rev, "status": "available"}]
     gone = client("DELETE", f"{db}/d?rev={rev}").json["rev"]
     assert client("GET", f"{db}/d").status == 404
     tomb = client("GET", f"{db}/d?deleted=true")
