@@ -172,6 +172,15 @@ def test_an_absent_id_is_still_generated(client: Client, db: str) -> None:
     assert len(rows[0]["id"]) == 32
 
 
+def test_a_put_writes_the_urls_id_over_the_bodys(client: Client, db: str) -> None:
+    """chttpd_db:couch_doc_from_req sets the document's id to the URL's, once the
+    body's own ``_id`` has passed couch_doc's checks."""
+    made = client("PUT", f"{db}/url", {"_id": "body", "v": 1})
+    assert (made.status, made.json["id"]) == (201, "url")
+    assert client("GET", f"{db}/url").json["v"] == 1
+    assert client("GET", f"{db}/body").status == 404
+
+
 def test_bulk_get_answers_a_bad_id_with_an_error_row(client: Client, db: str) -> None:
     asked = {"docs": [{"id": "_nope"}, {"id": 5}, {"id": ""}]}
     results = client("POST", f"{db}/_bulk_get", asked).json["results"]
