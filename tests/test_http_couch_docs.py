@@ -247,6 +247,19 @@ def test_malformed_special_members_are_doc_validation(
     assert (answer.status, answer.json) == (400, _invalid(reason))
 
 
+def test_a_rev_after_revisions_is_not_read(client: Client, db: str) -> None:
+    """couch_doc:transfer_fields skips a ``_rev`` that follows ``_revisions`` (the
+    revision is known by then) without parsing it; one before it is still checked."""
+    revisions = {"start": 1, "ids": ["a" * 32]}
+    after = {"_id": "r", "_revisions": revisions, "_rev": "junk"}
+    stored = client("POST", f"{db}/_bulk_docs", {"docs": [after], "new_edits": False})
+    assert (stored.status, stored.json) == (201, [])
+    assert client("GET", f"{db}/r").json["_rev"] == "1-" + "a" * 32
+    before = {"_id": "s", "_rev": "junk", "_revisions": revisions}
+    refused = client("POST", f"{db}/_bulk_docs", {"docs": [before], "new_edits": False})
+    assert (refused.status, refused.json) == (400, INVALID_REV)
+
+
 def test_get_with_latest_follows_the_revs_own_branch(client: Client, db: str) -> None:
     """PouchDB's suite (test.get.js 5857) expects ?rev=R&latest=true to answer the
     leaf of R's branch, a deleted one included, where CouchDB 3.2+ opens the winner:
