@@ -2733,6 +2733,13 @@ def test_attachment_rev_and_if_match_must_agree(client: Client, db: str) -> None
         "PUT", f"{db}/d/a", raw=b"x", headers={"Content-Type": "x/y", "If-Match": f'"{rev}"'}
     )
     assert by_header.status == 201, by_header.raw
+    rev = by_header.json["rev"]
+    assert client("PUT", f"{db}/_local/l", {}).status == 201
+    for path in (f"{db}/d?rev={rev}", f"{db}/_local/l?rev=0-1"):  # and a document's DELETE
+        clash = client("DELETE", path, headers={"If-Match": other})
+        reason = "Document rev and etag have different values"
+        assert (clash.status, clash.json) == (400, {"error": "bad_request", "reason": reason})
+    assert client("GET", f"{db}/d").status == 200
 
 
 def test_deleting_a_missing_local_document_is_404(client: Client, db: str) -> None:
