@@ -865,6 +865,11 @@ def test_changes_runs_filter_and_view_functions(client: Client, db: str) -> None
     assert sorted(row["id"] for row in tagged) == ["p01", "p03", "p04"]
     one = client("GET", f"{db}/_changes?filter=q/older&min=23&limit=1&include_docs=true").json
     assert [row["doc"]["age"] >= 23 for row in one["results"]] == [True]
+    # filter.js keeps a document when the result is truthy: (r && true) || false.
+    strings = "function(doc) { return doc.name ? doc.name.replace('cid', '') : ''; }"
+    put(client, db, "_design/n", {"filters": {"n": strings}})
+    nonempty = client("GET", f"{db}/_changes?filter=n/n").json["results"]
+    assert sorted(row["id"] for row in nonempty) == ["p00", "p01", "p03", "p04"]
 
 
 def test_a_live_feed_keeps_its_filter_when_the_design_document_changes(
