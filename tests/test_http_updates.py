@@ -245,3 +245,12 @@ def test_wire_breakers_are_refused(client: Client, ddoc: str, ddoc_path: str, bo
     r = client("POST", f"{ddoc}/{ddoc_path}", raw=json.dumps(body).encode(), timeout=10)
     assert (r.status, r.json["error"]) == (400, "external_response_error"), r.raw
     assert client("PUT", f"{ddoc}/get-uuid").status == 200
+
+
+def test_an_update_function_sees_the_documents_conflicts(client: Client, db: str) -> None:
+    """couch_mrview_show:maybe_open_doc opens the document with ``[conflicts]``."""
+    _winner, loser = test_http.make_conflict(client, db, "c")
+    seen = "function(doc, req) { return [null, {json: doc._conflicts || null}]; }"
+    put(client, db, "_design/u", {"updates": {"seen": seen}})
+    r = client("PUT", f"{db}/_design/u/_update/seen/c")
+    assert (r.status, r.json) == (200, [loser])
