@@ -201,6 +201,14 @@ def test_post_invents_ids_and_needs_json_content_type(client: Client, db: str) -
     for endpoint in ("_bulk_docs", "_all_docs", "_revs_diff", "_bulk_get", "_compact"):
         r = client("POST", f"{db}/{endpoint}", {}, headers={"Content-Type": "text/plain"})
         assert r.status == 415, endpoint
+    # couch_httpd:validate_ctype compares the type before any ";" exactly, as written.
+    for ctype in ("Application/JSON", "application/json ; charset=utf-8"):
+        r = client("POST", db, {"x": 1}, headers={"Content-Type": ctype})
+        assert r.status == 415, ctype
+    charset = client(
+        "POST", db, {"x": 1}, headers={"Content-Type": "application/json;charset=utf-8"}
+    )
+    assert charset.status == 201
 
 
 def test_invalid_documents_are_400_with_couchdb_error_names(client: Client, db: str) -> None:

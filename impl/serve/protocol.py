@@ -248,9 +248,10 @@ def _url_encode_id(doc_id: str) -> str:
 
 def require_json_content(headers: Mapping[str, str]) -> None:
     """415 unless the request says ``Content-Type: application/json`` (chttpd's
-    ``validate_ctype``, applied where CouchDB applies it)."""
+    ``validate_ctype``, applied where CouchDB applies it): the type before any ``;``
+    exactly, as couch_httpd compares it (``Application/JSON`` is refused there)."""
     ctype = headers.get("Content-Type", "")
-    if ctype.split(";", 1)[0].strip().lower() != "application/json":
+    if ctype.split(";", 1)[0] != "application/json":
         raise HTTPError(415, "bad_content_type", "Content-Type must be application/json")
 
 
