@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -404,3 +404,46 @@ def test_credentials_in_the_url_become_basic_auth() -> None:
     headers = dict(server.headers)
     assert headers["Authorization"] == "Basic " + base64.b64encode(b"admin:s:cret").decode()
     assert isinstance(server.connect(1.0), http.client.HTTPSConnection)
+
+
+class _Accepting(socketserver.StreamRequestHandler):
+    """Answers every request 202 (a CouchDB cluster short of its write quorum) and
+    records its request line."""
+
+    seen: ClassVar[list[bytes]] = []
+
+    def handle(self) -> None:
+        self.seen.append(self.rfile.readline().strip())
+        length = 0
+        while (line := self.rfile.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        self.rfile.read(length)
+        body = b'{"ok":true}'
+        self.wfile.write(
+            b"HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+
+
+def test_a_database_created_with_202_is_the_adapters_to_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CouchDB answers ``PUT /db`` 202 when the write quorum is not met: created all
+    the same, so the adapter deletes it once its path is gone."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Accepting) as accepting:
+        threading.Thread(target=accepting.serve_forever, daemon=True).start()
+        try:
+            monkeypatch.setenv(
+                settee.http.URL_ENV, f"http://127.0.0.1:{accepting.server_address[1]}"
+            )
+            path = tmp_path / "accepted"
+            database = settee.http.open(str(path))
+            database.close()
+            os.remove(path / settee.http.MARKER)
+            path.rmdir()
+            settee.http.open(str(tmp_path / "next")).destroy()  # open sweeps removed paths
+            name = database.name.encode()
+            assert b"DELETE /" + name + b" HTTP/1.1" in _Accepting.seen, _Accepting.seen
+        finally:
+            accepting.shutdown()
