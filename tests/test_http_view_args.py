@@ -371,3 +371,12 @@ def test_a_linked_doc_is_the_one_its_id_names(client: Client, db: str) -> None:
     assert client("POST", f"{db}/_bulk_docs", {"docs": [ddoc]}).status == 201
     rows = ok(client("GET", f"{db}/_design/link/_view/l?include_docs=true"))["rows"]
     assert [(r["id"], r["doc"]["_id"]) for r in rows] == [("d3", "d0"), ("d4", "d0")]
+
+
+def test_sum_of_arrays_adds_them_position_by_position(client: Client, db: str) -> None:
+    """couch_query_servers:sum_arrays: the longer array's extra members are kept."""
+    emit = "function(doc) { emit(null, doc.k % 2 ? [doc.k, 1] : [doc.k]); }"
+    ddoc = {"views": {"s": {"map": emit, "reduce": "_sum"}}}
+    assert client("PUT", f"{db}/_design/sums", ddoc).status == 201
+    answer = ok(client("GET", f"{db}/_design/sums/_view/s"))
+    assert answer["rows"] == [{"key": None, "value": [10, 2]}]
