@@ -318,6 +318,7 @@ def _shown_rows(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, A
     """A page of ``q.rows``' rows: ``limit`` counts the rows shown, not the changes
     read (global_changes_httpd counts "only changes which happen after the filter"),
     and ``last_seq`` is the last one shown when the limit cut the page."""
+    assert q.rows is not None  # read_changes calls this for such a query only
     result = db.changes(since=since)
     shown = q.rows(result["results"])
     if q.limit is not None and len(shown) > q.limit:
