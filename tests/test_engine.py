@@ -647,9 +647,9 @@ def test_each_body_is_packed_once_per_write(tmp_path: Any, monkeypatch: pytest.M
 # -- fault containment ---------------------------------------------------------------------------
 
 
-def _queued_behind_a_paused_writer(db: settee.Database, docs: list[dict[str, Any]]) -> list[Any]:
-    """Submit each doc as its own request while the writer is paused, so they commit as
-    one group; return their futures."""
+def _while_the_writer_is_paused(db: settee.Database, submit: Callable[[], Any]) -> Any:
+    """``submit()`` while shard 0's writer is paused, so every request it queues
+    commits in one group; its result (the futures)."""
     shard = db.shards[0]
     paused, release = threading.Event(), threading.Event()
 
@@ -660,10 +660,21 @@ def _queued_behind_a_paused_writer(db: settee.Database, docs: list[dict[str, Any
     pauser = threading.Thread(target=shard.call_in_writer, args=(pause,))
     pauser.start()
     assert paused.wait(10)
-    futures = [shard.submit([validate_doc(d, new_edits=True)], new_edits=True) for d in docs]
-    release.set()
-    pauser.join(10)
-    return futures
+    try:
+        return submit()
+    finally:
+        release.set()
+        pauser.join(10)
+
+
+def _queued_behind_a_paused_writer(db: settee.Database, docs: list[dict[str, Any]]) -> list[Any]:
+    """Submit each doc as its own request while the writer is paused, so they commit as
+    one group; return their futures."""
+    shard = db.shards[0]
+    return _while_the_writer_is_paused(  # type: ignore[no-any-return]
+        db,
+        lambda: [shard.submit([validate_doc(d, new_edits=True)], new_edits=True) for d in docs],
+    )
 
 
 def test_writer_side_error_fails_only_its_request_and_the_shard_stays_writable(
@@ -1215,20 +1226,16 @@ def test_strict_mode_accepts_a_group_whose_newest_write_a_purge_removed(tmp_path
     rev_b = reference.open(None).put({"_id": "b"})["rev"]
     with _open(tmp_path / "db", shards=1, strict=True) as db:
         shard = db.shards[0]
-        paused, release = threading.Event(), threading.Event()
-
-        def pause() -> None:
-            paused.set()
-            assert release.wait(10)
-
-        pauser = threading.Thread(target=shard.call_in_writer, args=(pause,))
-        pauser.start()
-        assert paused.wait(10)
-        docs = [validate_doc({"_id": i}, new_edits=True) for i in "ab"]
-        puts = [shard.submit([doc], new_edits=True) for doc in docs]
-        purge = shard.submit_purge({"b": [rev_b]})
-        release.set()
-        pauser.join(10)
+        *puts, purge = _while_the_writer_is_paused(
+            db,
+            lambda: [
+                *(
+                    shard.submit([validate_doc({"_id": i}, new_edits=True)], new_edits=True)
+                    for i in "ab"
+                ),
+                shard.submit_purge({"b": [rev_b]}),
+            ],
+        )
         assert [f.result(10)[0] for f in puts][1] == rev_b
         assert purge.result(10) == {"b": [rev_b]}
         assert [r["id"] for r in db.all_docs()["rows"]] == ["a"]
