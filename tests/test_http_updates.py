@@ -62,6 +62,8 @@ UPDATES = {
     "no-response": "function(doc, req) { return [null, 42]; }",
     "forbid": "function(doc, req) { throw(['error', 'forbidden', 'not you']); }",
     "forbid-object": "function(doc, req) { throw({forbidden: 'not you'}); }",
+    "not-found": "function(doc, req) { throw(['error', 'not_found', 'no such thing']); }",
+    "unauthorized": "function(doc, req) { throw({error: 'unauthorized', reason: 'who?'}); }",
     "number-doc": "function(doc, req) { return [5, 'no doc', 'ignored']; }",
     "headers": """function(doc, req) {
         return [null, {body: "<b>" + req.query.q + "</b>",
@@ -166,8 +168,23 @@ def test_the_response_object_sets_code_json_headers_and_bytes(
         ("PUT", "empty/foo", 400, "illegal_docid"),
         ("PUT", "forbid", 403, "forbidden"),  # render.js passes ["error", ...] on
         ("PUT", "forbid-object", 400, "render_error"),  # not an {error, reason}
+        # couch_os_process throws {error, {not_found, Reason}}: chttpd's 404, and 401
+        # for unauthorized (a mutation round's survivor answered 400).
+        ("PUT", "not-found", 404, "not_found"),
+        ("PUT", "unauthorized", 401, "unauthorized"),
     ],
-    ids=["noname", "get", "nope", "error", "noresp", "emptyid", "forbid", "forbidobj"],
+    ids=[
+        "noname",
+        "get",
+        "nope",
+        "error",
+        "noresp",
+        "emptyid",
+        "forbid",
+        "forbidobj",
+        "notfound",
+        "unauthorized",
+    ],
 )
 def test_refusals_write_nothing(
     client: Client, db: str, ddoc: str, method: str, path: str, status: int, error: str
