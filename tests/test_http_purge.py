@@ -97,10 +97,10 @@ def test_a_mango_index_forgets_a_document_purged_whole(client: Client, db: str) 
     assert [d["_id"] for d in client("POST", f"{db}/_find", query).json["docs"]] == ["a"]
 
 
-def test_a_mango_query_reading_an_index_before_the_purge_drops_it(
+def test_a_mango_query_reading_an_index_before_the_purge_reaches_it(
     client: Client, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between a purge's commit and its drop of the indexes, a query reads index rows
+    """Between a purge's commit and its indexes forgetting it, a query reads index rows
     of a document now gone: its _all_docs row is a not_found one, without "id"
     (a 500, KeyError 'id', where a deleted document's row was skipped)."""
     from settee.serve.registry import Registry
@@ -110,19 +110,19 @@ def test_a_mango_query_reading_an_index_before_the_purge_drops_it(
     rev_b = put(client, db, "b", {"n": 2})
     query = {"selector": {"n": {"$gt": 0}}, "sort": [{"n": "asc"}]}
     assert [d["_id"] for d in client("POST", f"{db}/_find", query).json["docs"]] == ["a", "b"]
-    # The query lands in the window: the purge is committed, the index not dropped yet.
-    monkeypatch.setattr(Registry, "drop_views", lambda self, entry: None)
+    # The query lands in the window: the purge is committed, the index not told yet.
+    monkeypatch.setattr(Registry, "forget_in_views", lambda self, entry, ids: None)
     assert client("POST", f"{db}/_purge", {"b": [rev_b]}).status == 201
     r = client("POST", f"{db}/_find", query)
     assert r.status == 200, r.raw
     assert [d["_id"] for d in r.json["docs"]] == ["a"]
 
 
-def test_indexes_a_purge_could_not_drop_are_dropped_before_the_next_read(
+def test_indexes_a_purge_could_not_reach_are_dropped_before_the_next_read(
     client: Client, db: str, server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A crash between the purge and the drop leaves the marker: the next index
-    opened drops them all first (here the drop fails instead of a crash)."""
+    """A crash between the purge and the indexes forgetting it leaves the marker: the
+    next index opened drops them all first (here forgetting fails instead)."""
     from settee.serve.registry import Registry
 
     put(client, db, "_design/v", {"views": _MAP})
@@ -130,10 +130,10 @@ def test_indexes_a_purge_could_not_drop_are_dropped_before_the_next_read(
     rev_b = put(client, db, "b", {"n": 2})
     assert _view_keys(client, db) == [1, 2]
 
-    def crash(self: Registry, entry: Any) -> None:
-        raise OSError("crashed before dropping the indexes")
+    def crash(self: Registry, entry: Any, ids: Any) -> None:
+        raise OSError("crashed before the indexes forgot the purged document")
 
-    monkeypatch.setattr(Registry, "drop_views", crash)
+    monkeypatch.setattr(Registry, "forget_in_views", crash)
     assert client("POST", f"{db}/_purge", {"b": [rev_b]}).status >= 400
     monkeypatch.undo()
     marker = os.path.join(server.dir, "_views", db.lstrip("/"), PURGE_MARKER)
@@ -219,3 +219,21 @@ def test_design_info_reading_an_index_a_purge_closed_is_a_503_to_retry(
     monkeypatch.setattr(ViewIndex, "checkpoint", closed)
     r = client("GET", f"{db}/_design/v/_info")
     assert (r.status, r.json["error"]) == (503, "service_unavailable"), r.raw
+
+
+def test_a_purge_keeps_the_indexes_and_only_removes_the_purged_rows(
+    client: Client, db: str
+) -> None:
+    """The index is not rebuilt: right after the purge, before any query, it is
+    still caught up (its update_seq in ``_info``) and lists the other rows."""
+    put(client, db, "_design/v", {"views": _MAP})
+    for n in range(1, 6):
+        put(client, db, f"d{n}", {"n": n})
+    rev = client("GET", f"{db}/d3").json["_rev"]
+    assert _view_keys(client, db) == [1, 2, 3, 4, 5]
+    seq = client("GET", f"{db}/_design/v/_info").json["view_index"]["update_seq"]
+    assert seq > 0
+    assert client("POST", f"{db}/_purge", {"d3": [rev]}).status == 201
+    info = client("GET", f"{db}/_design/v/_info").json["view_index"]
+    assert info["update_seq"] == seq  # kept, not rebuilt from 0
+    assert _view_keys(client, db) == [1, 2, 4, 5]

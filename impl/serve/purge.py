@@ -5,10 +5,11 @@ CouchDB's ``{"purge_seq": null, "purged": {id: [revs]}}``, 201. What the server
 adds is the view indexes: a document left with some leaves gets a new update
 seq, so an index sees it as a change, but a document purged whole leaves no
 change at all, and its rows would stay in every index. CouchDB keeps purge
-records that indexes replay; settee serve drops the database's view and Mango
-indexes instead (the next query of each builds it again), guarded by a marker
-so that a crash between the purge and the drop still drops them
-(``Registry.purging``). Purges are rare; a rebuild is the price.
+records that indexes replay; settee serve removes those rows from each of the
+database's view and Mango indexes right after the purge
+(``Registry.forget_in_views``, ``ViewIndex.forget``), guarded by a marker so
+that a crash or an error in between drops the indexes instead, to be built
+again by their next query (``Registry.purging``).
 
 ``_purged_infos``, ``_purged_infos_limit`` and ``_auto_purge`` are not served:
 no purge records are kept.
@@ -54,12 +55,6 @@ def _purge(state: State, entry: DbEntry, raw: bytes) -> dict[str, Any]:
     with state.registry.purging(entry):
         answer = entry.db.purge(request)
         touched = [doc_id for doc_id, revs in answer["purged"].items() if revs]
-        if touched and _any_gone(entry, touched):
-            state.registry.drop_views(entry)
+        if touched:
+            state.registry.forget_in_views(entry, touched)
     return answer
-
-
-def _any_gone(entry: DbEntry, ids: list[str]) -> bool:
-    """Whether a purge left any of ``ids`` without a revision (gone from by_id)."""
-    rows = entry.db.all_docs(keys=ids)["rows"]
-    return any("error" in row for row in rows)

@@ -419,8 +419,9 @@ class Registry:
         """Around a purge of ``entry``'s database: a marker beside its view indexes,
         durable before the purge and removed after it, says they may be stale. A
         document purged whole leaves no change an index could see, so the purge
-        handler drops them (``drop_views``); if it cannot (a crash, an error), the
-        next index opened drops them all first (``view_index``)."""
+        handler removes its rows from each (``forget_in_views``); if it cannot (a
+        crash, an error), the next index opened drops them all first
+        (``view_index``), to be built again."""
         folder = self._views_dir(entry.name)
         with self._lock:
             self._purges[entry.name] = self._purges.get(entry.name, 0) + 1
@@ -440,10 +441,18 @@ class Registry:
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(folder, PURGE_MARKER))
 
-    def drop_views(self, entry: DbEntry) -> None:
-        """Remove every view and Mango index of ``entry``'s database; the next query
-        of each builds it again."""
-        self.cleanup_views(entry, set())
+    def forget_in_views(self, entry: DbEntry, ids: list[str]) -> None:
+        """Remove from every view and Mango index of ``entry``'s database the rows of
+        the documents of ``ids`` it no longer holds (``ViewIndex.forget``), opening
+        the indexes not open now."""
+        with self._lock:
+            try:
+                found = os.listdir(self._views_dir(entry.name))
+            except FileNotFoundError:
+                found = []
+            signatures = sorted({n for n in found if not n.startswith(".")} | set(entry.views))
+        for signature in signatures:
+            self.view_index(entry, signature).forget(entry.db, ids)
 
     def _views_dir(self, name: str) -> str:
         return os.path.join(self.root, "_views", _dir_name(name))

@@ -74,6 +74,17 @@ def row_id(key: Any, doc_id: str, n: int) -> str:
     return "r" + sort_key(key) + code_point_key(doc_id) + f"{n:08d}"
 
 
+class _NoMap:
+    """``forget``'s mapper: a document it is asked about is gone, so it emits nothing
+    (one written anew meanwhile too: its change is indexed by the next update)."""
+
+    def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]:
+        return []
+
+
+_NO_MAP = _NoMap()
+
+
 class ViewIndex:
     """One map function's index over one database. Thread-safe: updates take a
     lock, reads use the index database's snapshots."""
@@ -110,6 +121,22 @@ class ViewIndex:
                     if not page["results"] and page["last_seq"] != state["since"]:
                         self._write([], {**state, "since": page["last_seq"]})
                     return
+
+    def forget(self, source: settee.Database, ids: list[str]) -> None:
+        """Remove the rows of the documents of ``ids`` that ``source`` no longer holds
+        (a purge removed them whole, which leaves no change an update could read).
+        Under the update lock, so no update commits rows of them afterwards: one
+        that read them before the purge has committed by then, and a later one
+        reads changes from after the purge. A document written anew after the check
+        is a change past the checkpoint, which the next update indexes."""
+        with self._lock:
+            rows = source.all_docs(keys=ids)["rows"] if ids else []
+            gone = [row["key"] for row in rows if "error" in row]
+            if not gone:
+                return
+            state = self.checkpoint()
+            page = {"results": [{"id": doc_id} for doc_id in gone], "last_seq": state["since"]}
+            self._apply(source, _NO_MAP, state, page)
 
     def _apply(
         self, source: settee.Database, mapper: Mapper, state: dict[str, Any], page: Any
