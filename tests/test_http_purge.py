@@ -237,3 +237,59 @@ def test_a_purge_keeps_the_indexes_and_only_removes_the_purged_rows(
     info = client("GET", f"{db}/_design/v/_info").json["view_index"]
     assert info["update_seq"] == seq  # kept, not rebuilt from 0
     assert _view_keys(client, db) == [1, 2, 4, 5]
+
+
+def test_purges_racing_writes_and_queries_leave_every_index_consistent(
+    client: Client, db: str
+) -> None:
+    """Purges, writes and view and Mango queries from several threads for two seconds:
+    no query fails with a 500, and afterwards both indexes list exactly the stored
+    documents (a purge's rows are forgotten under each index's update lock)."""
+    import random
+    import threading
+    import time
+
+    put(client, db, "_design/v", {"views": _MAP})
+    assert client("POST", f"{db}/_index", {"index": {"fields": ["n"]}}).status == 200
+    query = {"selector": {"n": {"$gte": 0}}, "sort": [{"n": "asc"}], "limit": 1000}
+    stop = time.monotonic() + 2
+    failures: list[Any] = []
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        while time.monotonic() < stop:
+            doc_id = f"d{rng.randrange(20)}"
+            got = client("GET", f"{db}/{doc_id}")
+            if got.status == 200 and rng.random() < 0.5:
+                r = client("POST", f"{db}/_purge", {doc_id: [got.json["_rev"]]})
+            else:
+                body = {
+                    "n": rng.randrange(50),
+                    **({"_rev": got.json["_rev"]} if got.status == 200 else {}),
+                }
+                r = client("PUT", f"{db}/{doc_id}", body)
+            if r.status >= 500:
+                failures.append(r.raw[:300])
+
+    def reader() -> None:
+        while time.monotonic() < stop:
+            for r in (
+                client("GET", f"{db}/_design/v/_view/by_n"),
+                client("POST", f"{db}/_find", query),
+            ):
+                if r.status >= 500:
+                    failures.append(r.raw[:300])
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not failures, failures[:3]
+    rows = client("GET", f"{db}/_all_docs?include_docs=true").json["rows"]
+    stored = sorted((r["doc"]["n"], r["id"]) for r in rows if "n" in r["doc"])
+    view = client("GET", f"{db}/_design/v/_view/by_n").json["rows"]
+    assert sorted((r["key"], r["id"]) for r in view) == stored
+    found = client("POST", f"{db}/_find", query).json["docs"]
+    assert sorted((d["n"], d["_id"]) for d in found) == stored
