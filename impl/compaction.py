@@ -135,7 +135,8 @@ class _Copier:
         self.seq = snap.seq
 
     def _drop_purged(self, snap: Snapshot, ids: list[str]) -> None:
-        gone = [doc_id for doc_id in ids if snap.doc_info(doc_id) is None]
+        present = snap.doc_infos(ids)
+        gone = [doc_id for doc_id in ids if doc_id not in present]
         copied = self.by_id.lookup(gone)
         stale = [value[0] for value in copied if value is not None]
         if not stale:

@@ -277,7 +277,7 @@ class ReferenceDB:
             self._check_writable()  # a lying dict's code may have closed it
             purged: dict[str, list[str]] = {}
             changed: list[tuple[str, dict[str, Any]]] = []
-            gone = False
+            seq_before = self._seq
             for docid, asked in checked.items():
                 entry = self._docs.get(docid)
                 tree, purged[docid] = revtree.purge(entry.tree, asked) if entry else ({}, [])
@@ -290,9 +290,8 @@ class ReferenceDB:
                     entry.seq = self._seq
                 else:
                     del self._docs[docid]
-                    gone = True
                 changed.append((docid, {}))
-            if gone and not any(docid in self._docs for docid, _ in changed):
+            if changed and self._seq == seq_before:  # only removals: no seq taken
                 self._seq += 1  # update_seq moves with every purge, as the engine's
             self._append(changed)
             return {"purge_seq": None, "purged": purged}
