@@ -293,3 +293,30 @@ def test_purges_racing_writes_and_queries_leave_every_index_consistent(
     assert sorted((r["key"], r["id"]) for r in view) == stored
     found = client("POST", f"{db}/_find", query).json["docs"]
     assert sorted((d["n"], d["_id"]) for d in found) == stored
+
+
+def test_a_later_purge_does_not_clear_the_marker_a_failed_one_left(
+    client: Client, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge whose indexes could not forget it leaves the marker; the next purge,
+    succeeding before any index is opened, removed it, and the first purge's rows
+    stayed in the index for good (found reading the change again)."""
+    from settee.serve.registry import Registry
+
+    put(client, db, "_design/v", {"views": _MAP})
+    rev_a = put(client, db, "a", {"n": 1})
+    rev_b = put(client, db, "b", {"n": 2})
+    put(client, db, "c", {"n": 3})
+    assert _view_keys(client, db) == [1, 2, 3]
+    real = Registry.forget_in_views
+
+    def fails_once(self: Registry, entry: Any, ids: Any) -> None:
+        monkeypatch.setattr(Registry, "forget_in_views", real)
+        raise OSError("crashed before the indexes forgot the purged document")
+
+    monkeypatch.setattr(Registry, "forget_in_views", fails_once)
+    assert client("POST", f"{db}/_purge", {"a": [rev_a]}).status >= 400
+    # The view's index is still open (entry.views): a purge that succeeds reaches it
+    # through forget_in_views, but a was purged by the one that failed.
+    client("POST", f"{db}/_purge", {"b": [rev_b]})
+    assert _view_keys(client, db) == [3]

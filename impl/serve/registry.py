@@ -180,6 +180,9 @@ class Registry:
         self._lock = threading.Lock()
         #: Purges running now, by database name (``purging``).
         self._purges: dict[str, int] = {}
+        #: Databases a purge failed on: their marker stays (a later purge that
+        #: succeeds must not remove it) until ``view_index`` drops their indexes.
+        self._stale_views: set[str] = set()
         #: Serialises the purge markers' writes: each goes through one temporary file
         #: name, so two at once broke each other's rename (a 500).
         self._marker_lock = threading.Lock()
@@ -380,9 +383,10 @@ class Registry:
                 raise db_missing()  # deleted while the request ran: leave no index open
             marker = os.path.join(self._views_dir(entry.name), PURGE_MARKER)
             if not self._purges.get(entry.name) and os.path.exists(marker):
-                # A purge did not finish dropping the indexes it made stale (a crash,
-                # an error): they go now, before any is read.
+                # A purge did not finish removing what it made stale from the indexes
+                # (a crash, an error): they go now, before any is read.
                 self._drop_views(entry, set())
+                self._stale_views.discard(entry.name)
                 with contextlib.suppress(OSError):
                     os.remove(marker)
             index = entry.views.get(signature)
@@ -422,24 +426,26 @@ class Registry:
         handler removes its rows from each (``forget_in_views``); if it cannot (a
         crash, an error), the next index opened drops them all first
         (``view_index``), to be built again."""
-        folder = self._views_dir(entry.name)
+        name = entry.name
+        marker = os.path.join(self._views_dir(name), PURGE_MARKER)
         with self._lock:
-            self._purges[entry.name] = self._purges.get(entry.name, 0) + 1
+            self._purges[name] = self._purges.get(name, 0) + 1
+        finished = False
         try:
             with self._marker_lock:
-                marker = os.path.join(folder, PURGE_MARKER)
                 write_json_durably(marker, {}, fsync=self.options["fsync"])
             yield
-        except BaseException:
+            finished = True
+        finally:
             with self._lock:
-                self._purges[entry.name] -= 1
-            raise
-        with self._lock:
-            self._purges[entry.name] -= 1
-            if not self._purges[entry.name]:
-                del self._purges[entry.name]
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(folder, PURGE_MARKER))
+                if not finished:
+                    self._stale_views.add(name)  # kept until view_index drops them
+                self._purges[name] -= 1
+                if not self._purges[name]:
+                    del self._purges[name]
+                    if name not in self._stale_views:
+                        with contextlib.suppress(OSError):
+                            os.remove(marker)
 
     def forget_in_views(self, entry: DbEntry, ids: list[str]) -> None:
         """Remove from every view and Mango index of ``entry``'s database the rows of
