@@ -380,3 +380,40 @@ def test_sum_of_arrays_adds_them_position_by_position(client: Client, db: str) -
     assert client("PUT", f"{db}/_design/sums", ddoc).status == 201
     answer = ok(client("GET", f"{db}/_design/sums/_view/s"))
     assert answer["rows"] == [{"key": None, "value": [10, 2]}]
+
+
+def test_sum_adds_objects_and_answers_what_it_cannot_add_as_the_row_value(
+    client: Client, db: str
+) -> None:
+    """couch_query_servers:builtin_sum_rows: objects add key by key; a value that
+    cannot be added makes that group's value an error object, and the query is a
+    200 (CouchDB 3 catches the throw), the other groups unharmed."""
+    emit = "function(doc) { emit(doc.k % 2, doc.k == 3 ? 'three' : {n: doc.k, m: {x: 1}}); }"
+    ddoc = {"views": {"s": {"map": emit, "reduce": "_sum"}}}
+    assert client("PUT", f"{db}/_design/objsums", ddoc).status == 201
+    rows = ok(client("GET", f"{db}/_design/objsums/_view/s?group=true"))["rows"]
+    assert rows[0] == {"key": 0, "value": {"m": {"x": 3}, "n": 6}}  # d0, d2 and d4
+    assert rows[1]["key"] == 1  # d1's object, then d3's string
+    assert rows[1]["value"]["error"] == "builtin_reduce_error"
+    assert rows[1]["value"]["caused_by"] == "three"
+
+
+def test_stats_of_arrays_and_of_pre_aggregated_objects(client: Client, db: str) -> None:
+    """ddocs.rst: _stats combines pre-aggregated objects with numbers, and arrays
+    of them position by position."""
+    pre = "{sum: doc.k, count: 1, min: doc.k, max: doc.k, sumsqr: doc.k * doc.k}"
+    views = {
+        "arrays": {"map": "function(doc) { emit(null, [doc.k, 1]); }", "reduce": "_stats"},
+        "mixed": {
+            "map": f"function(doc) {{ emit(null, doc.k % 2 ? doc.k : {pre}); }}",
+            "reduce": "_stats",
+        },
+    }
+    assert client("PUT", f"{db}/_design/stats2", {"views": views}).status == 201
+    arrays = ok(client("GET", f"{db}/_design/stats2/_view/arrays"))["rows"][0]["value"]
+    assert arrays == [
+        {"sum": 10, "count": 5, "min": 0, "max": 4, "sumsqr": 30},
+        {"sum": 5, "count": 5, "min": 1, "max": 1, "sumsqr": 5},
+    ]
+    mixed = ok(client("GET", f"{db}/_design/stats2/_view/mixed"))["rows"][0]["value"]
+    assert mixed == {"sum": 10, "count": 5, "min": 0, "max": 4, "sumsqr": 30}

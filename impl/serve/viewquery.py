@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 import weakref
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from settee.serve.protocol import (
     require_json_content,
     respond,
 )
+from settee.serve.reducers import stats_of, sum_of
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import Mapper, ViewIndex, signature
@@ -508,9 +508,9 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
     if builtin == "_count":
         return len(values)
     if builtin == "_sum":
-        return _sum(values)
+        return sum_of(values)
     if builtin == "_stats":
-        return _stats(values)
+        return stats_of(values)
     if builtin == "_approx_count_distinct":
         distinct: list[Any] = []
         for row in rows:
@@ -521,45 +521,6 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
         raise HTTPError(400, "query_parse_error", f"unknown builtin reduce function {builtin!r}")
     keys = [[row["k"], row["d"]] for row in rows]
     return _check_shrinks(keys, values, functions.reducer(keys, values, False))
-
-
-def _sum(values: list[Any]) -> Any:
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return _finite_sum(values, "_sum")
-    if all(isinstance(v, list) for v in values):
-        width = max((len(v) for v in values), default=0)
-        return [_sum([v[i] for v in values if i < len(v)]) for i in range(width)]
-    raise HTTPError(
-        400, "builtin_reduce_error", "The _sum function requires that map values be numbers"
-    )
-
-
-def _stats(values: list[Any]) -> dict[str, Any]:
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        raise HTTPError(
-            400, "builtin_reduce_error", "The _stats function requires that map values be numbers"
-        )
-    return {
-        "sum": _finite_sum(values, "_stats"),
-        "count": len(values),
-        "min": min(values) if values else 0,
-        "max": max(values) if values else 0,
-        "sumsqr": _finite_sum([v * v for v in values], "_stats"),
-    }
-
-
-def _finite_sum(values: list[Any], builtin: str) -> Any:
-    """``sum(values)``, or builtin_reduce_error when floats overflow to infinity
-    (JSON has no infinity: the answer was a 500, found in review)."""
-    try:
-        total = sum(values)
-    except OverflowError:  # an int past a float's range met a float
-        total = math.inf
-    if isinstance(total, float) and not math.isfinite(total):
-        raise HTTPError(
-            400, "builtin_reduce_error", f"The {builtin} function overflowed: the sum is not finite"
-        )
-    return total
 
 
 async def handle_view(

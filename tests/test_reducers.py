@@ -1,0 +1,134 @@
+"""The ``_sum`` and ``_stats`` builtins (settee.serve.reducers) as couch_query_servers
+computes them, and a rereduce of any split agreeing with one reduce."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from settee.serve.protocol import HTTPError
+from settee.serve.reducers import SUM_ERROR, stats_of, sum_of
+
+_INTS = st.integers(-(10**6), 10**6)
+_ARRAYS = st.lists(_INTS, max_size=4)
+_OBJECTS = st.recursive(
+    st.dictionaries(st.sampled_from("abc"), _INTS, max_size=3),
+    lambda inner: st.dictionaries(st.sampled_from("abc"), inner, min_size=1, max_size=3),
+    max_leaves=6,
+)
+
+
+def _objects_of_one_shape() -> st.SearchStrategy[list[Any]]:
+    """Objects whose keys mean the same kind of value in each: a key holding a number
+    in one and an object in another is a mix CouchDB refuses."""
+    return _OBJECTS.flatmap(lambda shape: st.lists(_like(shape), min_size=1, max_size=6))
+
+
+def _like(shape: Any) -> st.SearchStrategy[Any]:
+    if isinstance(shape, dict):
+        parts = {key: _like(value) for key, value in shape.items()}
+        return st.fixed_dictionaries({}, optional=parts)
+    return _INTS
+
+
+def _splits(values: list[Any]) -> st.SearchStrategy[list[list[Any]]]:
+    cuts = st.sets(st.integers(1, max(1, len(values) - 1)), max_size=3)
+    return cuts.map(lambda at: [values[a:b] for a, b in _pairs(sorted(at), len(values))])
+
+
+def _pairs(cuts: list[int], end: int) -> list[tuple[int, int]]:
+    bounds = [0, *(c for c in cuts if 0 < c < end), end]
+    return list(itertools.pairwise(bounds))
+
+
+@given(st.one_of(st.lists(_INTS, min_size=1), st.lists(_ARRAYS, min_size=1)), st.data())
+def test_a_sum_of_numbers_or_arrays_equals_the_sum_of_any_split(values: Any, data: Any) -> None:
+    parts = data.draw(_splits(values))
+    assert sum_of(values) == sum_of([sum_of(part) for part in parts])
+
+
+@given(_objects_of_one_shape(), st.data())
+def test_a_sum_of_objects_equals_the_sum_of_any_split(values: list[Any], data: Any) -> None:
+    parts = data.draw(_splits(values))
+    whole = sum_of(values)
+    assert "error" not in whole
+    assert whole == sum_of([sum_of(part) for part in parts])
+
+
+@given(st.lists(st.one_of(_INTS, st.builds(stats_of, st.lists(_INTS, min_size=1)))), st.data())
+def test_stats_of_numbers_and_their_stats_equal_the_stats_of_any_split(
+    values: list[Any], data: Any
+) -> None:
+    parts = [p for p in data.draw(_splits(values)) if p]
+    assert stats_of(values) == stats_of([stats_of(part) for part in parts] or [])
+
+
+def test_sum_adds_objects_key_by_key_and_keeps_keys_of_one() -> None:
+    values = [{"a": 1, "n": {"x": 2}}, {"a": 3, "b": [1, 2], "n": {"x": 1, "y": 5}}]
+    assert sum_of(values) == {"a": 4, "b": [1, 2], "n": {"x": 3, "y": 5}}
+
+
+def test_sum_adds_a_number_to_an_array_as_its_first_member() -> None:
+    assert sum_of([[1, 2], 10]) == [11, 2]
+    assert sum_of([10, [1, 2]]) == [11, 2]
+
+
+@pytest.mark.parametrize(
+    ("values", "cause"),
+    [
+        (["a"], "a"),
+        ([1, None], None),
+        ([[1, "x"], [2, 3]], ["x"]),  # sum_arrays names the running total's rest
+        ([{"a": 1}, [1]], [1]),
+        ([{"a": "s"}, {"a": 1}], 1),  # nested: sum_values(1, "s") names the 1
+        ([True], True),
+    ],
+)
+def test_what_sum_cannot_add_is_an_error_object_not_a_failed_query(
+    values: list[Any], cause: Any
+) -> None:
+    """builtin_sum_rows catches the throw: the reduction is the error object."""
+    error = {"error": "builtin_reduce_error", "reason": SUM_ERROR, "caused_by": cause}
+    assert sum_of(values) == error
+
+
+def test_an_error_object_among_the_values_is_the_sum() -> None:
+    """A rereduce of a failed reduction fails the same way, whatever follows."""
+    failed = sum_of(["x"])
+    assert sum_of([1, failed, 2]) == failed
+    assert sum_of([{"a": 1}, failed]) == failed
+
+
+def test_stats_of_arrays_are_per_position() -> None:
+    assert stats_of([[1, 10], [3, 20]]) == [
+        {"sum": 4, "count": 2, "min": 1, "max": 3, "sumsqr": 10},
+        {"sum": 30, "count": 2, "min": 10, "max": 20, "sumsqr": 500},
+    ]
+
+
+def test_stats_takes_pre_aggregated_objects_and_ignores_their_other_keys() -> None:
+    pre = {"sum": 10, "count": 4, "min": 1, "max": 4, "sumsqr": 30, "note": "x"}
+    assert stats_of([pre, 5]) == {"sum": 15, "count": 5, "min": 1, "max": 5, "sumsqr": 55}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [["a"], [1, [1]], [[1], [1, 2]], [{"sum": 1}], [1e200, 1e200], [10**400, 1.5]],
+)
+def test_what_stats_cannot_combine_is_a_400(values: list[Any]) -> None:
+    with pytest.raises(HTTPError) as raised:
+        stats_of(values)
+    assert raised.value.status == 400 and raised.value.error == "builtin_reduce_error"
+
+
+@pytest.mark.parametrize("values", [[1e308, 1e308], [[1e308], [1e308]], [10**400, 1.5]])
+def test_a_sum_past_the_largest_float_is_a_400(values: list[Any]) -> None:
+    with pytest.raises(HTTPError) as raised:
+        sum_of(values)
+    assert raised.value.status == 400
