@@ -237,7 +237,15 @@ def test_slashes_in_ids_design_docs_and_trailing_slash(client: Client, db: str) 
     assert client("GET", f"{db}/a%2Fb").json["_rev"] == rev
     ddoc = client("PUT", f"{db}/_design/app", {"views": {}})
     assert ddoc.status == 201 and ddoc.json["id"] == "_design/app"
-    assert client("GET", f"{db}/_design%2Fapp").json["_id"] == "_design/app"
+    # chttpd_db redirects a read of an encoded slash after _design (query kept);
+    # a write there is an ordinary one.
+    moved = client("GET", f"{db}/_design%2fapp?revs=true", headers={"Host": "h:5984"})
+    assert (moved.status, moved.raw) == (301, b"")
+    assert moved.headers["Location"] == f"http://h:5984{db}/_design/app?revs=true"
+    assert client("HEAD", f"{db}/_design%2Fapp/att").status == 301
+    assert client("GET", f"{db}/_design/app").json["_id"] == "_design/app"
+    again = client("PUT", f"{db}/_design%2Fapp", {"views": {}, "_rev": ddoc.json["rev"]})
+    assert again.status == 201 and again.json["id"] == "_design/app"
     assert client("GET", f"{db}/").json["doc_count"] == 2
     ids = [row["id"] for row in client("GET", f"{db}/_all_docs").json["rows"]]
     assert ids == ["_design/app", "a/b"]

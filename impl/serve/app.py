@@ -34,7 +34,7 @@ from settee.serve import (
     viewquery,
 )
 from settee.serve.lease import Lease
-from settee.serve.protocol import HTTPError, error_reply, respond
+from settee.serve.protocol import HTTPError, error_reply, request_url, respond
 from settee.serve.registry import DbEntry, db_missing
 from settee.serve.state import State
 
@@ -206,6 +206,21 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
             raise
 
 
+def _design_redirect(request: web.BaseRequest) -> web.StreamResponse:
+    """chttpd_db's answer to a read of ``/db/_design%2Fname...``: 301 to the path
+    with the first ``_design%2F`` (any case) made ``_design/`` and the query kept.
+    chttpd splits the raw path at every ``_design%2F`` and joins the pieces after
+    the first with nothing between, dropping any later one: so does this. A write
+    under such a path is not redirected."""
+    head, *tail = re.split("_design%2F", request.rel_url.raw_path, flags=re.IGNORECASE)
+    location = request_url(request, head + "_design/" + "".join(tail))
+    query = request.rel_url.raw_query_string
+    if location is not None and query:
+        location += "?" + query
+    headers = {} if location is None else {"Location": location}
+    return web.Response(status=301, headers=headers)
+
+
 def _closed_under(state: State, entry: DbEntry) -> HTTPError | None:
     """What a request answers when its database was closed while it ran: by a
     DELETE (404, as if it had come after) or a shutdown (503, retry); None when
@@ -248,6 +263,8 @@ async def _route_in_db(
         return await cluster.handle_partition(state, request, entry, rest)
     if head == "_design" and len(rest) == 2:
         return await docs.handle_doc(state, request, entry, "_design/" + rest[1])
+    if head.startswith("_design/") and request.method in ("GET", "HEAD"):
+        return _design_redirect(request)
     design = head.startswith("_design/") or (head == "_design" and len(rest) > 1)
     if request.method in ("GET", "HEAD") and head.startswith("_") and not design:
         # chttpd_db opens any id it is asked for: one no write accepts is missing.
