@@ -318,7 +318,10 @@ def _design_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
     the caller's bounds narrowed to that range, ``keys`` outside it left out
     (fabric_view_all_docs:filter_keys_by_namespace, after skip and limit as
     there), ``total_rows`` the number of design documents (as documented),
-    ``offset`` counted from the first one."""
+    ``offset`` that of ``_all_docs`` at the narrowed start: couch_db:fold_design_docs
+    folds the whole by_id tree from there, so the documents counted before it are
+    every document before it (ids below ``_design/``, or above ``_design0``
+    descending), and a range past the last design document counts them all."""
     lo, hi = _DESIGN_RANGE
     first, last = (hi, lo) if q.descending is True else (lo, hi)
 
@@ -336,12 +339,7 @@ def _design_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
             end, inclusive_end = last, True
         narrowed = replace(q, start=start, end=end, inclusive_end=inclusive_end)
         result = _all_docs_result(db, narrowed)
-    total = result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
-    if result.get("offset") is not None:
-        before = db.all_docs(startkey=first, limit=0, descending=q.descending is True)["offset"]
-        # A range past the last design document (key="zzz") starts after all of them:
-        # its offset is their number, never more (found in review: 14 of 1).
-        result["offset"] = min(total, max(0, result["offset"] - before))
+    result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
     return result
 
 
