@@ -589,9 +589,7 @@ def test_uuids_count_must_be_a_positive_integer(client: Client) -> None:
     assert ok(client("GET", "/_uuids?count=0")) == {"uuids": []}
 
 
-def test_design_docs_offset_counts_every_document_before_the_start(
-    client: Client, db: str
-) -> None:
+def test_design_docs_offset_counts_every_document_before_the_start(client: Client, db: str) -> None:
     """couch_mrview:all_docs_fold folds the whole by_id tree for _design_docs (with
     couch_db:set_design_doc_keys narrowing the range), so its offset counts every
     document before the start, design or not, and a range past the last design
