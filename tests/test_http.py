@@ -2378,7 +2378,16 @@ def test_damaged_side_files_are_named_corruption_not_raw_errors(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "damage",
-    ['{"revs_limit": "5"}', '{"revs_limit": 0}', '{"revs_limit": true}', "directory", "loop"],
+    [
+        '{"revs_limit": "5"}',
+        '{"revs_limit": 0}',
+        '{"revs_limit": true}',
+        '{"revs_limiu": 5}',  # a flipped bit in a name: the setting would be dropped
+        '{"purged_infos_limit": 0}',
+        '["revs_limit", 5]',
+        "directory",
+        "loop",
+    ],
 )
 def test_damaged_settings_are_corruption_on_every_request(tmp_path: Path, damage: str) -> None:
     """A stored revs_limit settee.open refuses, and a directory or a symlink loop in

@@ -113,9 +113,7 @@ def test_partition(
     assert (r.status, r.json) == (status, _error(error, reason))
 
 
-@pytest.mark.parametrize(
-    "endpoint", ["_purged_infos", "_purged_infos_limit", "_auto_purge", "_time_seq"]
-)
+@pytest.mark.parametrize("endpoint", ["_auto_purge", "_time_seq"])
 @pytest.mark.parametrize("method", ["GET", "PUT", "POST", "DELETE"])
 def test_unserved(client: Client, db: str, endpoint: str, method: str) -> None:
     """They were taken for document ids: GET "missing", POST 405, PUT illegal_docid."""

@@ -4,12 +4,14 @@ cases), and the view and Mango indexes that a purge must not leave stale."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
+from settee.serve import start_server
 from settee.serve.registry import PURGE_MARKER
 from tests import test_http
 from tests.test_http import Client, put
@@ -320,3 +322,94 @@ def test_a_later_purge_does_not_clear_the_marker_a_failed_one_left(
     # through forget_in_views, but a was purged by the one that failed.
     client("POST", f"{db}/_purge", {"b": [rev_b]})
     assert _view_keys(client, db) == [3]
+
+
+def test_purge_requests_are_recorded_up_to_the_limit(client: Client, db: str) -> None:
+    """chttpd_db's _purged_infos lists a record per document of each purge request,
+    with the revisions asked for, purged or not (couch_db:purge_docs records the
+    requests); _purged_infos_limit (default 1000) bounds how many are kept, and the
+    database's purge_seq counts them all."""
+    assert client("GET", f"{db}/_purged_infos").json == {"purged_infos": []}
+    assert client("GET", f"{db}/_purged_infos_limit").json == 1000
+    first = put(client, db, "a", {})
+    absent = "1-" + _HASH
+    assert client("POST", f"{db}/_purge", {"a": [first], "nobody": [absent]}).status == 201
+    infos = client("GET", f"{db}/_purged_infos").json["purged_infos"]
+    assert infos == [{"id": "a", "revs": [first]}, {"id": "nobody", "revs": [absent]}]
+    assert client("GET", db).json["purge_seq"] == 2
+    assert client("PUT", f"{db}/_purged_infos_limit", 2).json == {"ok": True}
+    assert client("GET", f"{db}/_purged_infos_limit").json == 2
+    assert client("PUT", f"{db}/_revs_limit", 7).status == 200  # one settings file for both
+    assert client("POST", f"{db}/_purge", {"b": [absent]}).status == 201
+    infos = client("GET", f"{db}/_purged_infos").json["purged_infos"]
+    assert infos == [{"id": "nobody", "revs": [absent]}, {"id": "b", "revs": [absent]}]
+    assert client("GET", db).json["purge_seq"] == 3
+    assert client("GET", f"{db}/_purged_infos_limit").json == 2
+    assert client("GET", f"{db}/_revs_limit").json == 7
+
+
+@pytest.mark.parametrize("body", [0, -1, True, 1.5, "5", {"n": 1}, [3], 2**64 + 0.5])
+def test_purged_infos_limit_must_be_a_positive_integer(client: Client, db: str, body: Any) -> None:
+    r = client("PUT", f"{db}/_purged_infos_limit", body)
+    assert (r.status, r.json["error"]) == (400, "bad_request")
+    assert r.json["reason"] == "`purged_infos_limit` must be positive integer"
+    assert client("GET", f"{db}/_purged_infos_limit").json == 1000
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "method", "allowed"),
+    [("_purged_infos", "POST", "GET"), ("_purged_infos_limit", "DELETE", "GET,PUT")],
+)
+def test_purged_infos_methods(
+    client: Client, db: str, endpoint: str, method: str, allowed: str
+) -> None:
+    r = client(method, f"{db}/{endpoint}", {})
+    assert r.status == 405 and r.headers["Allow"] == allowed
+
+
+def test_purge_records_go_with_their_database(client: Client, db: str) -> None:
+    """Deleting the database deletes its records and its limit: a database created
+    anew under the name starts with none."""
+    assert client("PUT", f"{db}/_purged_infos_limit", 5).status == 200
+    assert client("POST", f"{db}/_purge", {"x": ["1-" + _HASH]}).status == 201
+    assert client("DELETE", db).status == 200
+    assert client("PUT", db).status == 201
+    assert client("GET", f"{db}/_purged_infos").json == {"purged_infos": []}
+    assert client("GET", f"{db}/_purged_infos_limit").json == 1000
+    assert client("GET", db).json["purge_seq"] == 0
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        '{"purge_seq": 1, "infos": [{"id": "a", "revs": [1]}]}',
+        '{"purge_seq": 0, "infos": [{"id": "a", "revs": []}]}',  # fewer in all than kept
+        '{"purge_seq": 1}',
+        "[]",
+        "{",
+    ],
+)
+def test_damaged_purge_records_are_corruption(tmp_path: Path, damage: str) -> None:
+    """A records file that is not what the server writes answers CouchDB's
+    corruption error naming it (410, as other damaged side files), not a 500, and
+    a purge does not write over it."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        assert c("POST", "/p/_purge", {"a": ["1-" + _HASH]}).status == 201
+        kept = put(c, "/p", "b", {})
+        [found] = tmp_path.rglob("_purged_infos.json")
+        found.write_text(damage)
+        for method, path, body in (
+            ("GET", "/p/_purged_infos", None),
+            ("GET", "/p", None),
+            ("POST", "/p/_purge", {"b": [kept]}),
+        ):
+            r = c(method, path, body)
+            assert (r.status, r.json["error"]) == (410, "corruption"), (path, r.raw)
+            assert "_purged_infos.json" in r.json["reason"]
+        assert found.read_text() == damage
+        assert c("GET", "/p/b").json["_rev"] == kept  # refused before purging
+    finally:
+        handle.stop()

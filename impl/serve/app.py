@@ -83,12 +83,14 @@ _DB_ROUTES = {
     "_temp_view": viewquery.handle_temp_view,
     "_sync_shards": cluster.handle_sync_shards,
     "_purge": purge.handle_purge,
+    "_purged_infos": purge.handle_purged_infos,
+    "_purged_infos_limit": purge.handle_purged_infos_limit,
 }
 
 #: CouchDB's database endpoints settee serve does not have (README, "Not served
 #: yet"): a clear answer, where their names taken as document ids answered
 #: "missing", 405 or illegal_docid.
-_NOT_SERVED = frozenset({"_purged_infos", "_purged_infos_limit", "_auto_purge", "_time_seq"})
+_NOT_SERVED = frozenset({"_auto_purge", "_time_seq"})
 
 #: What chttpd:nonce/1 takes from a client's X-Couch-Request-ID: at most 36 of these.
 _REQUEST_ID = re.compile(r"[0-9A-Za-z_-]{1,36}")

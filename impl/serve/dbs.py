@@ -207,7 +207,7 @@ def _db_info(entry: DbEntry) -> dict[str, Any]:
             "external": info["sizes"]["active"],
             "active": info["sizes"]["active"],
         },
-        "purge_seq": 0,
+        "purge_seq": entry.local.purged_infos()["purge_seq"],
         "doc_del_count": info["doc_del_count"],
         "doc_count": info["doc_count"],
         "disk_format_version": FORMAT_VERSION,

@@ -259,7 +259,7 @@ class LocalDocs:
             docs = []
             for name in names:
                 if len(name) != 45 or not name.endswith(".json"):
-                    continue  # _security.json, temporary files
+                    continue  # _security.json, _purged_infos.json, temporary files
                 path = os.path.join(self.path, name)
                 try:
                     # A file that does not parse is damage, as a get of it says: never
@@ -292,6 +292,34 @@ class LocalDocs:
         # Beside the documents' files, which are named by 40 hex digits: no clash.
         return os.path.join(self.path, "_security.json")
 
+    def purged_infos(self) -> dict[str, Any]:
+        """``{"purge_seq": n, "infos": [{"id", "revs"}, ...]}``: how many purge
+        requests were recorded in all, and the newest of them, oldest first."""
+        with self._lock:
+            return self._purged_infos()
+
+    def record_purges(self, requests: dict[str, list[str]], limit: int) -> None:
+        """Record a purge's requests, one per document as couch_db:purge_docs keeps
+        them (the revisions asked for, purged or not), keeping the newest ``limit``."""
+        with self._lock:
+            stored = self._purged_infos()
+            infos = stored["infos"] + [{"id": i, "revs": revs} for i, revs in requests.items()]
+            value = {"purge_seq": stored["purge_seq"] + len(requests), "infos": infos[-limit:]}
+            write_json_durably(self._purged_infos_file(), value, fsync=self._fsync)
+
+    def _purged_infos(self) -> dict[str, Any]:
+        path = self._purged_infos_file()
+        try:
+            stored = self.read_json(path)
+        except FileNotFoundError:
+            return {"purge_seq": 0, "infos": []}
+        if not _is_purged_infos(stored):
+            raise CorruptionError(path, 0, "not a record of purges: restore or remove it")
+        return stored
+
+    def _purged_infos_file(self) -> str:
+        return os.path.join(self.path, "_purged_infos.json")
+
     def destroy(self) -> None:
         """Forget every local document (the database is being deleted)."""
         with self._lock:
@@ -316,6 +344,26 @@ def _checked(path: str, entry: Any) -> dict[str, Any]:
     ):
         raise CorruptionError(path, 0, "not a local document's record: restore or remove it")
     return entry
+
+
+def _is_purged_infos(value: Any) -> bool:
+    """Whether ``value`` is what ``record_purges`` stores."""
+    if not (isinstance(value, dict) and set(value) == {"purge_seq", "infos"}):
+        return False
+    infos = value["infos"]
+    return (
+        type(value["purge_seq"]) is int
+        and isinstance(infos, list)
+        and value["purge_seq"] >= len(infos)
+        and all(
+            isinstance(info, dict)
+            and set(info) == {"id", "revs"}
+            and isinstance(info["id"], str)
+            and isinstance(info["revs"], list)
+            and all(isinstance(rev, str) for rev in info["revs"])
+            for info in infos
+        )
+    )
 
 
 def _fsync_dir(path: str) -> None:

@@ -11,8 +11,13 @@ database's view and Mango indexes right after the purge
 that a crash or an error in between drops the indexes instead, to be built
 again by their next query (``Registry.purging``).
 
-``_purged_infos``, ``_purged_infos_limit`` and ``_auto_purge`` are not served:
-no purge records are kept.
+Each purge request is recorded, one record per document with the revisions
+asked for (purged or not), as couch_db:purge_docs keeps them: ``GET
+/{db}/_purged_infos`` lists the newest ``_purged_infos_limit`` (``GET``/``PUT``,
+default 1000) and the database's ``purge_seq`` counts them all. CouchDB writes a
+record in the purge's own commit; here it is written right after the purge, so
+a crash in between loses the record (never the purge). ``_auto_purge`` is not
+served.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 from aiohttp import web
 
 from settee.serve.protocol import (
+    HTTPError,
+    decode_json,
     decode_object,
     method_not_allowed,
     reply,
@@ -32,7 +39,7 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.arguments import check_purge
 
-__all__ = ["handle_purge"]
+__all__ = ["handle_purge", "handle_purged_infos", "handle_purged_infos_limit"]
 
 
 async def handle_purge(
@@ -52,9 +59,38 @@ async def handle_purge(
 def _purge(state: State, entry: DbEntry, raw: bytes) -> dict[str, Any]:
     # Checked before the marker: a refused request then leaves the indexes alone.
     request = check_purge(decode_object(raw))
+    # Damaged records or settings are found before the purge, not after it.
+    limit = state.registry.purged_infos_limit(entry)
+    entry.local.purged_infos()
     with state.registry.purging(entry):
         answer = entry.db.purge(request)
+        entry.local.record_purges(request, limit)
         touched = [doc_id for doc_id, revs in answer["purged"].items() if revs]
         if touched:
             state.registry.forget_in_views(entry, touched)
     return answer
+
+
+async def handle_purged_infos(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``GET /{db}/_purged_infos``: ``{"purged_infos": [{"id", "revs"}, ...]}``."""
+    if request.method not in ("GET", "HEAD"):
+        raise method_not_allowed("GET")
+    stored = await state.run(entry.local.purged_infos)
+    return respond(reply(200, {"purged_infos": stored["infos"]}))
+
+
+async def handle_purged_infos_limit(
+    state: State, request: web.BaseRequest, entry: DbEntry
+) -> web.StreamResponse:
+    """``GET`` how many purge records the database keeps; ``PUT`` a positive integer."""
+    if request.method in ("GET", "HEAD"):
+        return respond(reply(200, await state.run(state.registry.purged_infos_limit, entry)))
+    if request.method != "PUT":
+        raise method_not_allowed("GET,PUT")
+    limit = await state.run(decode_json, await state.read_body(request))
+    if type(limit) is not int or limit < 1:
+        raise HTTPError(400, "bad_request", "`purged_infos_limit` must be positive integer")
+    await state.run(state.registry.set_purged_infos_limit, entry, limit)
+    return respond(reply(200, {"ok": True}))

@@ -4,7 +4,8 @@
 <dir>/
   <name>/             a settee database (``/`` in a name is stored as ``%2F``)
   _local/<name>.json  its _local documents (local.py)
-  _settings/<name>.json  its settings the engine does not store (``revs_limit``)
+  _settings/<name>.json  its settings the engine does not store (``revs_limit``,
+                         ``purged_infos_limit``)
 ```
 
 CouchDB database names start with a lowercase letter or are one of its system
@@ -36,7 +37,6 @@ blocking) on the event loop. Every other method blocks too (file I/O, fsync).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -119,6 +119,20 @@ def _open_existing(path: str, options: dict[str, Any]) -> settee.Database:
 
 #: The file beside a database's view indexes while a purge may have made them stale.
 PURGE_MARKER = ".purging"
+#: couch_db's default purge_infos_limit: the purge requests a database keeps a record of.
+PURGED_INFOS_LIMIT = 1000
+
+
+def _check_purged_infos_limit(value: Any) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"purged_infos_limit {value!r} is not a positive integer")
+
+
+#: The settings a database's settings file may hold, each with its check.
+_SETTINGS = {
+    "revs_limit": lambda value: validate_options(revs_limit=value),  # settee.open's rule
+    "purged_infos_limit": _check_purged_infos_limit,
+}
 
 
 def db_missing() -> HTTPError:
@@ -273,23 +287,41 @@ class Registry:
         """``settee.open`` options for an existing database: the server's, with the
         database's stored ``revs_limit``."""
         opts = db_options(self.options, creating=False)
+        stored = self._settings(name)
+        if "revs_limit" in stored:
+            opts["revs_limit"] = stored["revs_limit"]
+        return opts
+
+    def _settings(self, name: str) -> dict[str, Any]:
+        """The settings stored for ``name`` (``{}`` when none), each checked. Found in
+        review: a raw KeyError or JSONDecodeError, and a directory or symlink loop in
+        the file's place a raw OSError, each a 500 with a traceback on every request
+        to the database; a stored value settee.open refuses was a 400 blaming the
+        client for what the disk holds. An unknown member is damage too (a flipped
+        bit in a name would otherwise drop the setting silently)."""
         path = self._settings_path(name)
         try:
-            with open(path, encoding="utf-8") as f:
-                limit = json.load(f)["revs_limit"]
-            validate_options(revs_limit=limit)  # settee.open's own rule for it
+            stored = LocalDocs.read_json(path)
         except FileNotFoundError:
-            return opts
-        except (OSError, ValueError, KeyError, TypeError, RecursionError, BadRequest) as exc:
-            # Found in review: a raw KeyError or JSONDecodeError, and a directory or
-            # symlink loop in the file's place a raw OSError, each a 500 with a
-            # traceback on every request to the database; a stored value settee.open
-            # refuses was a 400 blaming the client for what the disk holds.
+            return {}
+        try:
+            if not isinstance(stored, dict) or not set(stored) <= set(_SETTINGS):
+                raise ValueError(f"members {sorted(stored)} (known: {sorted(_SETTINGS)})")
+            for key, value in stored.items():
+                _SETTINGS[key](value)
+        except (ValueError, TypeError, BadRequest) as exc:
             raise CorruptionError(
                 path, 0, f"unreadable settings ({exc!r}): restore or remove it"
             ) from None
-        opts["revs_limit"] = limit
-        return opts
+        return stored
+
+    def _store_setting(self, entry: DbEntry, key: str, value: int) -> None:
+        """Store ``key`` among ``entry``'s settings, durably; call with the lock held."""
+        self._check_running()
+        if self._open.peek(entry.name) is not entry:
+            raise db_missing()  # deleted while the request ran
+        stored = {**self._settings(entry.name), key: value}
+        write_json_durably(self._settings_path(entry.name), stored, fsync=self.options["fsync"])
 
     def set_revs_limit(self, entry: DbEntry, limit: int) -> None:
         """CouchDB's ``PUT /{db}/_revs_limit`` on the caller's leased ``entry``. The
@@ -297,14 +329,21 @@ class Registry:
         (for its next open) and set on the open handle, which the requests running
         meanwhile go on using."""
         with self._lock:
-            self._check_running()
-            if self._open.peek(entry.name) is not entry:
-                raise db_missing()  # deleted while the request ran
-            write_json_durably(
-                self._settings_path(entry.name), {"revs_limit": limit}, fsync=self.options["fsync"]
-            )
+            self._store_setting(entry, "revs_limit", limit)
             if entry.db.config["revs_limit"] != limit:
                 entry.db._set_revs_limit(limit)
+
+    def purged_infos_limit(self, entry: DbEntry) -> int:
+        """How many purge requests ``entry``'s database keeps a record of
+        (``_purged_infos_limit``; CouchDB's default 1000)."""
+        with self._lock:
+            limit = self._settings(entry.name).get("purged_infos_limit", PURGED_INFOS_LIMIT)
+        return int(limit)
+
+    def set_purged_infos_limit(self, entry: DbEntry, limit: int) -> None:
+        """CouchDB's ``PUT /{db}/_purged_infos_limit``: stored beside the database."""
+        with self._lock:
+            self._store_setting(entry, "purged_infos_limit", limit)
 
     def create(self, name: str, shards: int | None = None) -> None:
         """Create ``name``; 412 ``file_exists`` when it already exists."""
