@@ -359,11 +359,19 @@ class Shard:
         finally:
             self._submit_lock.release()
 
+    @property
+    def failed(self) -> bool:
+        """Whether the shard refuses writes until the database is reopened (an I/O
+        error after bytes were written, a strict-mode finding, a stopped writer)."""
+        return self._failure is not None
+
     def _refusal(self) -> SetteeError:
-        return SetteeError(
+        error = SetteeError(
             f"{self.path}: an earlier write failed ({self._failure!r}); nothing after it was "
             "acknowledged; close and reopen the database to recover from the last durable commit"
         )
+        error.__cause__ = self._failure  # what failed: a full disk, a failing device
+        return error
 
     def close(self) -> None:
         """Finish every queued write, stop the writer, close the file. Idempotent."""

@@ -95,6 +95,16 @@ class LeasedLru(Generic[T]):
             idle = [name for name, slot in self._slots.items() if slot.leases == 0]
             return [self._slots.pop(name).item for name in idle[: max(excess, 0)]]
 
+    def pop_idle(self, name: str, item: T) -> bool:
+        """Remove ``item`` when it is still the open ``name`` and nobody leases it (it
+        is to be closed and opened again); whether it was removed."""
+        with self._lock:
+            slot = self._slots.get(name)
+            if slot is None or slot.item is not item or slot.leases:
+                return False
+            del self._slots[name]
+            return True
+
     def pop(self, name: str) -> T | None:
         """Remove ``name`` whatever its leases (its database is being deleted)."""
         with self._lock:

@@ -9,6 +9,7 @@ status code, ``{"error", "reason"}`` body and headers.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import math
@@ -36,6 +37,7 @@ __all__ = [
     "etag_of",
     "invalid_query_json",
     "method_not_allowed",
+    "out_of_space",
     "parse_integer",
     "query_bool",
     "query_int",
@@ -163,9 +165,30 @@ def error_reply(exc: BaseException) -> Reply:
         return reply(status, {"error": exc.error, "reason": str(exc)})
     if isinstance(exc, CorruptionError):
         return reply(DAMAGED, {"error": "corruption", "reason": str(exc)})
+    if out_of_space(exc):
+        # chttpd's insufficient_storage: the request was sound, the disk is full;
+        # retry once there is room (the registry reopens a database it disabled).
+        return reply(507, {"error": "insufficient_storage", "reason": str(exc)})
     if isinstance(exc, SetteeError):
         return reply(500, {"error": "unknown_error", "reason": str(exc)})
     return reply(500, {"error": "unknown_error", "reason": f"{type(exc).__name__}: {exc}"})
+
+
+#: The errors of a write that found no room: the device or the user's quota is full.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a write that found no room: an OSError with ENOSPC
+    or EDQUOT, itself or anywhere along its causes (settee wraps I/O errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _NO_SPACE:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def method_not_allowed(allowed: str) -> HTTPError:

@@ -157,6 +157,12 @@ class DbEntry:
         once it is deleted and created again under the same name."""
         return self.db.shards[0].identity.db_uuid
 
+    @property
+    def failed(self) -> bool:
+        """Whether a shard of the database refuses writes until it is reopened (a
+        write or fsync failed: a full disk, a failing device)."""
+        return any(shard.failed for shard in self.db.shards)
+
     def close(self) -> None:
         """Close the database and its view indexes (writers finish their queues)."""
         self.db.close()
@@ -234,8 +240,13 @@ class Registry:
 
     def try_acquire(self, name: str) -> DbEntry | None:
         """``name``'s entry with a lease on it, when it is open; None otherwise.
-        Never blocks: the event loop calls it before handing ``acquire`` to a worker."""
-        return self._open.lease(name) if is_db_name(name) else None
+        Never blocks: the event loop calls it before handing ``acquire`` to a worker,
+        which also reopens a database whose writes failed (None for one here)."""
+        entry = self._open.lease(name) if is_db_name(name) else None
+        if entry is not None and entry.failed:
+            self._open.release(name, entry)
+            return None
+        return entry
 
     def acquire(self, name: str) -> DbEntry:
         """``name``'s entry with a lease on it, opening the database first if needed;
@@ -245,11 +256,15 @@ class Registry:
         if not is_db_name(name):
             raise db_missing()
         entry = self._open.lease(name)
-        if entry is not None:
+        if entry is not None and not entry.failed:
             return entry
+        if entry is not None:
+            self._open.release(name, entry)
         with self._lock:
             self._check_running()
             entry = self._open.lease(name)  # another request may have opened it meanwhile
+            if entry is not None and entry.failed:
+                entry = self._reopened(name, entry)
             if entry is None:
                 if not self._exists(name):
                     raise db_missing()
@@ -258,6 +273,18 @@ class Registry:
                 entry = DbEntry(name, db, self._local(name))
                 self._open.add(name, entry, leased=True)
             return entry
+
+    def _reopened(self, name: str, entry: DbEntry) -> DbEntry | None:
+        """``entry``, which the caller leases and whose writes failed, closed to be
+        opened again (None) when no other request uses it: a shard that failed a
+        write refuses every later one until its database is reopened, from its last
+        durable commit (a full disk that has room again, say). One still in use is
+        served as it is, to be reopened by a later request. Call with the lock held."""
+        self._open.release(name, entry)
+        if not self._open.pop_idle(name, entry):
+            return self._open.lease(name)
+        entry.close()
+        return None
 
     def release(self, entry: DbEntry) -> None:
         """Give back a lease from ``acquire``/``try_acquire``/``retain``; the entry
@@ -361,8 +388,23 @@ class Registry:
             opts = db_options(self.options, creating=True)
             if shards is not None:
                 opts["shards"] = shards
-            db = settee.open(self._path(name), **opts)
+            db = self._create_db(self._path(name), opts)
             self._open.add(name, DbEntry(name, db, self._local(name)), leased=False)
+
+    @staticmethod
+    def _create_db(path: str, opts: dict[str, Any]) -> settee.Database:
+        """``settee.open`` creating the database at ``path``. A creation that fails
+        (a full disk) removes what it made, when the directory was not there before
+        it: its shard files would otherwise make the name exist (``_exists``), a
+        database the client was told was not created (found with a full disk: every
+        later PUT was 412)."""
+        existed = os.path.lexists(path)
+        try:
+            return settee.open(path, **opts)
+        except BaseException:
+            if not existed:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
 
     def delete(self, name: str) -> None:
         """Close and remove ``name`` with its local documents; 404 if missing (a name
@@ -429,6 +471,12 @@ class Registry:
                 with contextlib.suppress(OSError):
                     os.remove(marker)
             index = entry.views.get(signature)
+            if index is not None and index.failed:
+                # Its writes failed (a full disk): reopened from its last durable commit,
+                # as a database is (``_reopened``); a query using it meanwhile retries.
+                del entry.views[signature]
+                index.close()
+                index = None
             if index is None:
                 path = os.path.join(self._views_dir(entry.name), signature)
                 index = entry.views[signature] = ViewIndex(path, fsync=self.options["fsync"])

@@ -94,6 +94,11 @@ class ViewIndex:
         self.db = settee.open(path, shards=1, fsync=fsync)
         self._lock = threading.Lock()
 
+    @property
+    def failed(self) -> bool:
+        """Whether its database refuses writes until reopened (a write failed)."""
+        return any(shard.failed for shard in self.db.shards)
+
     def close(self) -> None:
         self.db.close()
 

@@ -36,6 +36,7 @@ from settee.serve.protocol import (
     decode_object,
     invalid_query_json,
     method_not_allowed,
+    out_of_space,
     parse_json,
     reply,
     require_json_content,
@@ -598,8 +599,8 @@ def retryable(fn: Any, entry: DbEntry, *args: Any) -> Any:
     try:
         return fn(entry, *args)
     except settee.SetteeError as exc:
-        if type(exc) is not settee.SetteeError or entry.db._closed:
-            raise  # not found, conflict, bad request, corruption: answers of their own
+        if type(exc) is not settee.SetteeError or entry.db._closed or out_of_space(exc):
+            raise  # not found, conflict, bad request, corruption, a full disk: their own
         raise HTTPError(
             503, "service_unavailable", f"an index closed while this query ran; retry ({exc})"
         ) from exc
