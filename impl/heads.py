@@ -91,10 +91,7 @@ class HeadsFile:
         self._readers = 0
         self._checked = time.monotonic()
         if writer:
-            try:
-                self._fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
-            except OSError as exc:
-                raise SetteeError(f"{self.path}: cannot open for writing: {exc}") from exc
+            self._fd = _open_for_publishing(self.path)
 
     def publish(self, index: int, slot: Slot) -> None:
         """Name ``slot`` shard ``index``'s newest durable commit (writer only)."""
@@ -207,6 +204,25 @@ class HeadsFile:
                 self._retired.append(self._fd)
                 self._fd = None
             self._close_retired()
+
+
+def _open_for_publishing(path: str) -> int:
+    """The writer's descriptor of the HEADS file at ``path``, created if missing.
+
+    Never through a symlink (``O_NOFOLLOW``): the writer rewrites slots in place,
+    so a HEADS linked to a shard file had its slots written over that shard's
+    first bytes, and a dangling link made a file wherever it pointed (found by
+    probing damaged directories). The link is left as it is: SetteeError, and
+    the writer goes on without publishing (readers scan the shard files)."""
+    try:
+        return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise SetteeError(
+                f"{path} is a symlink, which the writer does not write through; "
+                "remove it to let readonly readers follow the writer"
+            ) from exc
+        raise SetteeError(f"{path}: cannot open for writing: {exc}") from exc
 
 
 def _slot(raw: bytes, at: int) -> Slot | None:

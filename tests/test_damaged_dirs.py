@@ -234,6 +234,8 @@ _DAMAGES = (
     # taken for a missing one and replaced (both found in review).
     "fifo",
     "dangling symlink",
+    # The writer wrote HEADS slots through a link over a shard's first bytes.
+    "symlink to a shard",
 )
 
 
@@ -256,6 +258,8 @@ def _damage(path: Path, name: str, damage: str, where: int) -> None:
         os.mkfifo(target)
     elif damage == "dangling symlink":
         target.symlink_to(path / "no-such-backup" / name)
+    elif damage == "symlink to a shard":
+        target.symlink_to(f"shard-{where % 2:03d}.settee")
 
 
 def _state(path: Path) -> dict[str, bytes | str | None]:
@@ -287,6 +291,7 @@ _OPEN_WRITES = {"HEADS", "LOCK"}
 # The review's find, which random draws make too (--hypothesis-seed=1 does at once):
 # CI's derandomized draw must not depend on luck for it.
 @example(own={META_NAME: "remove"}, foreign={META_NAME + ".tmp": "garbage"}, where=100)
+@example(own={"HEADS": "symlink to a shard"}, foreign={}, where=1)
 @settings(deadline=None)
 @pytest.mark.timeout(120)  # an open that waits on a FIFO fails instead of hanging
 def test_open_of_any_damaged_directory_keeps_every_byte_it_finds(
@@ -661,3 +666,32 @@ def test_a_metadata_temp_file_of_this_database_is_replaced_when_it_is_rebuilt(
     assert not leftover.exists()
     with settee.open(str(db_path)) as again:
         assert again.info()["doc_count"] == 5
+
+
+@pytest.mark.parametrize("target", ["another shard", "dangling"])
+def test_a_heads_symlink_is_not_written_through(tmp_path: Path, target: str) -> None:
+    """HEADS is a hint the writer rewrites in place: through a symlink to another
+    shard it wrote its slots over that shard's first bytes (its first header, or
+    a compacted file's documents), and a dangling one made a file wherever it
+    pointed. A symlink there is left as it is, and readers scan the shard files."""
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=20)
+    heads = db_path / "HEADS"
+    heads.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    heads.symlink_to("shard-001.settee" if target == "another shard" else elsewhere / "HEADS")
+    before = _state(db_path)
+    with pytest.warns(UserWarning, match="HEADS"), settee.open(str(db_path)) as db:
+        for n in range(8):  # ids of both shards
+            db.put({"_id": f"after-{n}"})
+        with settee.open(str(db_path), readonly=True) as reader:
+            assert reader.info()["doc_count"] == 28
+    after = _state(db_path)
+    assert after["HEADS"] == before["HEADS"]
+    for name in ("shard-000.settee", "shard-001.settee"):
+        found, kept = before[name], after[name]
+        assert isinstance(found, bytes) and isinstance(kept, bytes)
+        assert kept.startswith(found), f"open rewrote {name}"
+    assert not list(elsewhere.iterdir())
+    assert not list(check_database(str(db_path)))
