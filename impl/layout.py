@@ -73,6 +73,9 @@ __all__ = [
 META_NAME = "settee.meta"
 LOCK_NAME = "LOCK"
 COMPACT_SUFFIX = ".compact"
+#: The most shards a database has (the ``shards`` option's bound, spec/config.py):
+#: a ``settee.meta`` or a shard header naming more is damage.
+MAX_SHARDS = 1024
 _SHARD_NAME = re.compile(r"shard-(\d{3,})\.settee")
 
 
@@ -179,7 +182,7 @@ def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
             "then `settee load` into a new database with this one"
         )
     shards, db_uuid = info["shards"], info["uuid"]
-    if type(shards) is not int or not 1 <= shards <= 1024 or type(db_uuid) is not str:
+    if type(shards) is not int or not 1 <= shards <= MAX_SHARDS or type(db_uuid) is not str:
         raise CorruptionError(meta, 0, f"metadata names shards={shards!r}, uuid={db_uuid!r}")
     return Layout(path, shards, db_uuid, created=False)
 
@@ -243,6 +246,13 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
             f"{sorted(identities)}; move the foreign files away"
         )
     db_uuid, count = identities.pop() if identities else (uuid.uuid4().hex, shards)
+    if count > MAX_SHARDS:
+        # Only damage or a writer bug names more (the option stops at MAX_SHARDS): taking
+        # it made that many shard files and a settee.meta the next open refused.
+        raise DamagedDirectory(
+            f"{path} has no {META_NAME} and its shard headers name {count} shards, more "
+            f"than settee allows ({MAX_SHARDS}): they are damaged; restore them from a backup"
+        )
     wrong = [
         f.index for f in found if f.index >= count or (f.identity and f.identity[1] != f.index)
     ]

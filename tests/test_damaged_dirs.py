@@ -695,3 +695,24 @@ def test_a_heads_symlink_is_not_written_through(tmp_path: Path, target: str) -> 
         assert kept.startswith(found), f"open rewrote {name}"
     assert not list(elsewhere.iterdir())
     assert not list(check_database(str(db_path)))
+
+
+def test_missing_metadata_beside_a_header_naming_too_many_shards_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A crc-valid header naming more shards than settee.meta may hold (1024): with
+    no settee.meta, open took the count from it, made 1024 empty shard files and a
+    settee.meta the next open refused (with 2**40 shards: a MemoryError). Nothing
+    a creation could leave; refused, and nothing made."""
+    from settee.shard import shard_header
+
+    db_path = tmp_path / "db"
+    db_path.mkdir()
+    identity = ShardIdentity("ab" * 16, 0, 1025)
+    with ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=True) as file:
+        file.write_header(shard_header(identity, None, None, 0))
+        file.sync()
+    before = _state(db_path)
+    with pytest.raises(settee.layout.DamagedDirectory, match="1025 shards"):
+        settee.open(str(db_path))
+    assert _state(db_path) == before
