@@ -159,7 +159,13 @@ def read_layout(fs: FileSystem, path: str) -> Layout:
 def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
     handle = fs.open(meta, create=False)
     try:
-        raw = handle.pread(0, handle.size())
+        size = handle.size()
+        if size > _META_MAX_BYTES:
+            # Read whole, a file grown huge (or a link to a big file) was a MemoryError.
+            raise CorruptionError(
+                meta, 0, f"{size} bytes is no settee metadata (one small frame): damaged"
+            )
+        raw = handle.pread(0, size)
     finally:
         handle.close()
     payload = decode_frame(raw, path=meta, offset=0)
@@ -185,6 +191,11 @@ def _read_meta(fs: FileSystem, path: str, meta: str) -> Layout:
     if type(shards) is not int or not 1 <= shards <= MAX_SHARDS or type(db_uuid) is not str:
         raise CorruptionError(meta, 0, f"metadata names shards={shards!r}, uuid={db_uuid!r}")
     return Layout(path, shards, db_uuid, created=False)
+
+
+#: The largest ``settee.meta`` read: its one frame holds three short fields, so far
+#: fewer bytes than this, in any format version.
+_META_MAX_BYTES = 1 << 20
 
 
 def _shard_files(fs: FileSystem, path: str) -> dict[int, str]:

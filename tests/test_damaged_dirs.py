@@ -716,3 +716,23 @@ def test_missing_metadata_beside_a_header_naming_too_many_shards_is_refused(
     with pytest.raises(settee.layout.DamagedDirectory, match="1025 shards"):
         settee.open(str(db_path))
     assert _state(db_path) == before
+
+
+@pytest.mark.parametrize("opener", ["writer", "readonly", "check"])
+def test_a_huge_metadata_file_is_refused_without_reading_it_whole(
+    tmp_path: Path, opener: str
+) -> None:
+    """settee.meta is one small frame, but open read the whole file whatever its
+    size: one grown to a terabyte (a sparse file here; a symlink to a big file
+    does the same) was a raw MemoryError from open, readonly open and settee check."""
+    db_path = tmp_path / "db"
+    _make(db_path, shards=1, docs=3)
+    with open(db_path / META_NAME, "r+b") as meta:
+        meta.truncate(1 << 40)
+    if opener == "check":
+        [problem] = list(check_database(str(db_path)))
+        assert "settee.meta" in problem and "bytes" in problem
+        return
+    with pytest.raises(CorruptionError, match="bytes"):
+        settee.open(str(db_path), readonly=opener == "readonly")
+    assert (db_path / META_NAME).stat().st_size == 1 << 40
