@@ -153,7 +153,8 @@ def _check_node(walk: _Walk, pos: Any, parent: int | None, depth: int, where: st
         walk.leaf_depths.add(depth)
         if not _check_keys(walk, pos, where, entries):
             return None
-        return entries[-1][0], walk.tree.reduce_fun(entries)
+        red = _recount(walk, pos, where, walk.tree.reduce_fun, entries)
+        return None if red is _UNCOUNTABLE else (entries[-1][0], red)
     reds: list[Any] | None = []
     for i, (key, child, stored) in enumerate(entries):
         if type(child) is int and child < walk.since:
@@ -170,7 +171,27 @@ def _check_node(walk: _Walk, pos: Any, parent: int | None, depth: int, where: st
             walk.problem(pos, f"{where}/{i}: stored reduction {stored!r} != recomputed {red!r}")
         if reds is not None:
             reds.append(red)
-    return None if reds is None else (entries[-1][0], walk.tree.rereduce_fun(reds))
+    if reds is None:
+        return None
+    red = _recount(walk, pos, where, walk.tree.rereduce_fun, reds)
+    return None if red is _UNCOUNTABLE else (entries[-1][0], red)
+
+
+#: What ``_recount`` returns for values the tree's functions cannot reduce.
+_UNCOUNTABLE = object()
+
+
+def _recount(walk: _Walk, pos: int, where: str, fun: Any, items: list[Any]) -> Any:
+    """``fun(items)``, the tree's reduce or rereduce, or ``_UNCOUNTABLE`` with a
+    problem when the stored values are not of the shape it sums: settee check
+    reads by_id leaves unchecked to name each malformed document, and a value
+    without a summable ``active`` field made the check die with a raw IndexError
+    or TypeError (found probing crc-valid headers whose roots were swapped)."""
+    try:
+        return fun(items)
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        walk.problem(pos, f"{where}: values that cannot be reduced ({exc})")
+        return _UNCOUNTABLE
 
 
 def _skip_older(walk: _Walk, pos: int, key: Any, stored: Any, depth: int, where: str) -> Any:

@@ -736,3 +736,42 @@ def test_a_huge_metadata_file_is_refused_without_reading_it_whole(
     with pytest.raises(CorruptionError, match="bytes"):
         settee.open(str(db_path), readonly=opener == "readonly")
     assert (db_path / META_NAME).stat().st_size == 1 << 40
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        (1, False, "1-" + "a" * 32),  # three fields: no active bytes to sum
+        (1, False, "1-" + "a" * 32, "3", b"\x92\x80\x80", (4100, 3)),  # active a str
+        7,  # not a list at all
+    ],
+    ids=["short", "active str", "int"],
+)
+def test_check_names_a_malformed_by_id_value_the_reduction_cannot_sum(
+    tmp_path: Path, value: Any
+) -> None:
+    """FORMAT.md ``malformed_by_id_value``: settee check names the document. Its tree
+    check recounted the leaf's reduction from the unchecked values first, and a
+    value without a summable ``active`` field made ``settee check`` die with a raw
+    IndexError or TypeError (found with a crc-valid header whose by_id root was
+    the by_seq root)."""
+    from dataclasses import replace
+
+    from settee.btree import KV_NODE
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=1, docs=5)
+    os.remove(db_path / "HEADS")  # the appended commit is no writer's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        file = ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=False)
+    with file:
+        header = file.header
+        assert header is not None
+        batch = file.new_batch()
+        leaf = batch.add([KV_NODE, [["zz-bad", value]]])  # no writer reduces such a leaf
+        file.write_batch(batch)
+        file.write_header(replace(header, by_id=(leaf, (1, 0, 0))))
+        file.sync()
+    problems = list(check_database(str(db_path)))
+    assert any("'zz-bad'" in p and "malformed" in p for p in problems), problems
