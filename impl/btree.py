@@ -136,7 +136,13 @@ class TermBatch(Protocol):
     def add(self, obj: Any) -> int: ...
 
 
-def decode_node(raw: Any, path: str, pos: int, check_leaf: CheckLeaf | None = None) -> Node:
+def decode_node(
+    raw: Any,
+    path: str,
+    pos: int,
+    check_leaf: CheckLeaf | None = None,
+    key_type: type | None = None,
+) -> Node:
     """Turn a stored node term into ``(is_kp, keys, entries)``.
 
     Raises CorruptionError when the term is not a node: a checksummed frame can
@@ -146,13 +152,18 @@ def decode_node(raw: Any, path: str, pos: int, check_leaf: CheckLeaf | None = No
     their parent (FORMAT.md), and a pointer that is not below its node is a loop
     a descent would never leave. ``check_leaf(entries, path, pos)``, when given,
     raises CorruptionError for a leaf whose values its readers could not index
-    unchecked.
+    unchecked. ``key_type``, when given, is the type of every key of the tree: a
+    node of another tree (a by_id node where by_seq's root points) would otherwise
+    meet the descent's comparisons as a raw TypeError.
     """
     try:
         kind, entries = raw
         keys = tuple([e[0] for e in entries])
     except (TypeError, ValueError, IndexError, KeyError):
         raise CorruptionError(path, pos, "term is not a btree node") from None
+    if key_type is not None and any(type(k) is not key_type for k in keys):
+        what = f"a key is not {key_type.__name__}: the node is not one of this tree's"
+        raise CorruptionError(path, pos, what)
     if kind == KV_NODE:
         if any(len(e) != 2 for e in entries):
             raise CorruptionError(path, pos, "a leaf entry is not [key, value]")
@@ -260,6 +271,7 @@ class BTree:
         "_cache",
         "_check_leaf",
         "_difference",
+        "_key_type",
         "_path",
         "_pending",
         "_reduce",
@@ -280,6 +292,7 @@ class BTree:
         cache: NodeCache | None = None,
         node_bytes: int = MAX_NODE_BYTES,
         check_leaf: CheckLeaf | None = None,
+        key_type: type | None = None,
     ) -> None:
         if node_bytes <= _NODE_OVERHEAD:
             raise ValueError(f"node_bytes must exceed {_NODE_OVERHEAD}, got {node_bytes}")
@@ -298,6 +311,8 @@ class BTree:
         # stored values without checking each one on every read. Leaves this
         # process's modify wrote are not checked: their values are the caller's.
         self._check_leaf = check_leaf
+        # The type of every key (decode_node checks each node read from the store).
+        self._key_type = key_type
 
     # -- accessors -----------------------------------------------------------
 
@@ -336,9 +351,26 @@ class BTree:
             cache=self._cache,
             node_bytes=self.node_bytes,
             check_leaf=self._check_leaf,
+            key_type=self._key_type,
         )
         tree._pending = pending or None
         return tree
+
+    def check_root_keys(self) -> None:
+        """CorruptionError when the root node's keys are not this tree's type: the
+        root names a node of another tree (a writer bug or a crafted header; found
+        with real-file faults: by_seq rooted at by_id's root). ``decode_node`` checks
+        each node a tree decodes, but the root may be in the shared cache, decoded
+        by the other tree. Damage the read itself finds is left to the reads."""
+        if self._root is None or self._key_type is None:
+            return
+        try:
+            keys = self.node(self._root[0])[1]
+        except CorruptionError:
+            return
+        if keys and type(keys[0]) is not self._key_type:
+            what = f"a key is not {self._key_type.__name__}: the node is not one of this tree's"
+            raise CorruptionError(self._path, self._root[0], what)
 
     def node(self, pos: int) -> Node:
         """The decoded node at ``pos`` (through the cache)."""
@@ -357,7 +389,7 @@ class BTree:
             cache._referenced.add(pos)
             return cached[0]  # type: ignore[no-any-return]
         raw, size = self._store.read_node(pos)
-        node = decode_node(raw, self._path, pos, self._check_leaf)
+        node = decode_node(raw, self._path, pos, self._check_leaf, self._key_type)
         cache.put(pos, node, size)
         return node
 

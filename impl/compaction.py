@@ -11,8 +11,9 @@
    over the shard file, fsync the directory, then switch the shard to the new
    file.
 
-A crash before the rename leaves the original file untouched (the leftover
-``.compact`` file is removed on the next open); a crash after it leaves the
+A crash before the rename leaves the original file untouched (opening leaves
+the leftover ``.compact`` file alone, as it leaves everything it finds; the
+next compaction of the shard replaces it); a crash after it leaves the
 complete, fsynced new file. Readers on old snapshots keep their descriptor of
 the old file, which closes when the last of them lets go.
 """
@@ -90,7 +91,7 @@ def _copy_and_swap(shard: Shard, revs_limit: int) -> None:
     except BaseException:
         copier.file.close()
         # The original shard file is intact; the half-built copy is only clutter
-        # (and is removed on the next open if this removal fails too).
+        # (and is replaced by the next compaction if this removal fails too).
         with contextlib.suppress(OSError):
             if shard.fs.exists(target):
                 shard.fs.remove(target)

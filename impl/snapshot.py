@@ -106,6 +106,7 @@ def by_id_tree(
         cache=cache,
         node_bytes=node_bytes,
         check_leaf=require_well_formed if checked else None,
+        key_type=str,
     )
 
 
@@ -121,6 +122,7 @@ def by_seq_tree(
         difference=operator.sub,
         cache=cache,
         node_bytes=node_bytes,
+        key_type=int,
     )
 
 
@@ -138,13 +140,17 @@ class Snapshot:
         cls, file: ShardFile, header: ShardHeader, cache: NodeCache, node_bytes: int
     ) -> Snapshot:
         """The snapshot ``header`` (a commit of ``file``) describes, its trees' nodes
-        cached in ``cache``."""
-        return cls(
+        cached in ``cache``. Each root must hold its own tree's keys: a header read
+        from the file is checked here, once, rather than on every cached node read."""
+        snapshot = cls(
             file,
             by_id_tree(file, header.by_id, cache, node_bytes),
             by_seq_tree(file, header.by_seq, cache, node_bytes),
             header.seq,
         )
+        snapshot.by_id.check_root_keys()
+        snapshot.by_seq.check_root_keys()
+        return snapshot
 
     # -- documents ------------------------------------------------------------
 

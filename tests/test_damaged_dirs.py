@@ -7,6 +7,7 @@ deleted shards, a bypassable lock) or does now (SEMANTICS.md §16, README
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -775,3 +776,33 @@ def test_check_names_a_malformed_by_id_value_the_reduction_cannot_sum(
         file.sync()
     problems = list(check_database(str(db_path)))
     assert any("'zz-bad'" in p and "malformed" in p for p in problems), problems
+
+
+def _by_seq_rooted_at_by_id(path: str) -> None:
+    """A crc-valid newest header whose by_seq root is the by_id root (a writer bug or
+    a crafted file: no flipped bit makes it)."""
+    with settee.open(path, shards=1) as db:
+        db.bulk_docs([{"_id": f"d{i:03d}"} for i in range(20)])
+    os.remove(os.path.join(path, "HEADS"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        file = ShardFile.open(OsFileSystem(), shard_path(path, 0), create=False)
+    header = file.header
+    file.write_header(dataclasses.replace(header, by_seq=header.by_id))
+    file.sync()
+    file.close()
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_tree_root_naming_the_other_trees_node_is_corruption(
+    tmp_path: Path, readonly: bool
+) -> None:
+    """Found with real-file faults: changes() compared int seqs with the by_id node's
+    str keys, a raw TypeError (the node cached by the by_id tree or not), and
+    compaction failed the same way. Opening checks each root holds its tree's
+    keys (each node a tree decodes is checked too), and settee check reports it."""
+    path = str(tmp_path / "db")
+    _by_seq_rooted_at_by_id(path)
+    with pytest.raises(CorruptionError, match="not one of this tree's"):
+        settee.open(path, readonly=readonly)
+    assert any("not one of this tree's" in problem for problem in check_database(path))
