@@ -32,7 +32,7 @@ from aiohttp import web
 
 from settee.serve import changes
 from settee.serve.dbevents import GLOBAL_CHANGES
-from settee.serve.protocol import HTTPError, method_not_allowed
+from settee.serve.protocol import HTTPError, method_not_allowed, parse_integer
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 
@@ -133,10 +133,13 @@ def _query(query: Any, max_timeout_ms: int) -> changes.ChangesQuery:
 
 
 def _non_negative(value: str) -> int:
-    """global_changes_httpd:to_non_neg_int: 400 ``invalid_integer`` otherwise."""
-    if not (value.isascii() and value.isdigit()):
+    """global_changes_httpd:to_non_neg_int: 400 ``invalid_integer`` otherwise. Parsed
+    as every integer parameter is (``parse_integer``): ``int()`` of more than 4,300
+    digits raised, a 500 (found probing ``limit`` with 5,000 nines)."""
+    number = parse_integer(value)
+    if number is None or number < 0:
         raise HTTPError(400, "bad_request", "invalid_integer")
-    return int(value)
+    return number
 
 
 async def handle_db_updates(state: State, request: web.BaseRequest) -> web.StreamResponse:
