@@ -543,3 +543,31 @@ def test_view_output_json_cannot_hold_is_4xx(served: tuple[_Client, Path]) -> No
         assert json.loads(raw)["error"] == "builtin_reduce_error"
     assert client("GET", "/outputs/_design/o/_view/huge?reduce=false")[0] == 200
     client("DELETE", "/outputs")
+
+
+def test_a_validate_doc_update_that_does_not_compile_can_be_fixed(
+    served: tuple[_Client, Path],
+) -> None:
+    """Found probing: a design document whose ``validate_doc_update`` does not
+    compile (CouchDB stores it: only views are compiled on save) refused every
+    write with 400 compilation_error, its own deletion and any design document
+    too, so over HTTP the database could never be written again. Design documents
+    are not validated (couch_db:validate_doc_update), so not compiled for either;
+    the other writes are refused, each in a ``_bulk_docs``, none stored."""
+    client, _ = served
+    assert client("PUT", "/brokenvdu")[0] == 201
+    vdu = {"validate_doc_update": "function(newDoc, oldDoc) { throw({forbidden: 'x'})"}
+    status, raw = client("PUT", "/brokenvdu/_design/bad", json.dumps(vdu).encode())
+    assert status == 201, raw
+    rev = json.loads(raw)["rev"]
+    status, raw = client("PUT", "/brokenvdu/plain", b"{}")
+    assert (status, json.loads(raw)["error"]) == (400, "compilation_error")
+    status, raw = client("POST", "/brokenvdu/_bulk_docs", b'{"docs": [{"_id": "a"}, {"_id": "b"}]}')
+    assert (
+        status == 201 and [row.get("error") for row in json.loads(raw)] == ["compilation_error"] * 2
+    )
+    assert client("GET", "/brokenvdu/a")[0] == 404
+    assert client("PUT", "/brokenvdu/_design/other", b"{}")[0] == 201
+    assert client("DELETE", f"/brokenvdu/_design/bad?rev={rev}")[0] == 200
+    assert client("PUT", "/brokenvdu/plain", b"{}")[0] == 201
+    client("DELETE", "/brokenvdu")

@@ -130,18 +130,23 @@ class DesignFunctions:
         doc or None), raising 403/401 as a function throws ``{forbidden}``/
         ``{unauthorized}``; None when no design document has one. Design documents
         themselves are not validated (CouchDB checks only that an admin writes them)."""
-        functions = [
-            self._function(ddoc, ddoc_id, ("validate_doc_update",), ddoc.doc["validate_doc_update"])
+        sources = [
+            (ddoc_id, ddoc)
             for ddoc_id, ddoc in self._current(db).items()
             if "validate_doc_update" in ddoc.doc
         ]
-        if not functions:
+        if not sources:
             return None
         security = sec()
+        functions: list[JsFunction] = []
 
         def check(doc: dict[str, Any], old: dict[str, Any] | None) -> None:
             if str(doc.get("_id", "")).startswith("_design/"):
+                # Not even compiled for a design document: one that does not compile
+                # refused every write, its own fix or deletion too (found probing).
                 return
+            if not functions:  # all or none: a later document must not pass a subset
+                functions.extend([self._validate_doc_update(i, ddoc) for i, ddoc in sources])
             for function in functions:
                 try:
                     function(doc, old, ctx, security)
@@ -149,6 +154,10 @@ class DesignFunctions:
                     raise _refusal(thrown.value) from None
 
         return check
+
+    def _validate_doc_update(self, ddoc_id: str, ddoc: _Ddoc) -> JsFunction:
+        source = ddoc.doc["validate_doc_update"]
+        return self._function(ddoc, ddoc_id, ("validate_doc_update",), source)
 
     # -- views -------------------------------------------------------------------------------
 
