@@ -571,3 +571,104 @@ def test_a_validate_doc_update_that_does_not_compile_can_be_fixed(
     assert client("DELETE", f"/brokenvdu/_design/bad?rev={rev}")[0] == 200
     assert client("PUT", "/brokenvdu/plain", b"{}")[0] == 201
     client("DELETE", "/brokenvdu")
+
+
+def couch_stores_ddoc(doc: dict[str, Any]) -> bool:
+    """couch_mrview:validate (CouchDB 3.5) on a design document's members, written
+    apart from the server's so both must agree: the types of each member, a map
+    function in every view but ``lib``, and builtin reduces only by known prefixes."""
+
+    def functions(value: Any) -> bool:  # filters, lists, shows, updates
+        return isinstance(value, dict) and all(isinstance(f, dict | str) for f in value.values())
+
+    def view_ok(name: str, view: Any) -> bool:
+        if not isinstance(view, dict) or not isinstance(view.get("reduce", ""), str):
+            return False
+        if ("map" in view or name != "lib") and not isinstance(view.get("map"), str):
+            return False
+        builtin = ("_sum", "_count", "_stats", "_approx_count_distinct")
+        reduce = view.get("reduce", "")
+        return name == "lib" or not reduce.startswith("_") or reduce.startswith(builtin)
+
+    flags = ("include_design", "local_seq", "partitioned")
+    checks = {
+        "filters": functions,
+        "lists": functions,
+        "shows": functions,
+        "updates": functions,
+        "language": lambda v: isinstance(v, str),
+        "validate_doc_update": lambda v: isinstance(v, str),
+        "rewrites": lambda v: isinstance(v, str | list),
+        "options": lambda v: (
+            isinstance(v, dict) and all(isinstance(v[f], bool) for f in flags if f in v)
+        ),
+        "views": lambda v: isinstance(v, dict) and all(view_ok(n, w) for n, w in v.items()),
+    }
+    return all(check(doc[member]) for member, check in checks.items() if member in doc)
+
+
+#: Any JSON the engine stores (its integers fit in 64 bits), for design documents.
+_JSON_STORED = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=8)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_VIEW = st.dictionaries(
+    st.sampled_from(["map", "reduce"]),
+    st.one_of(
+        st.sampled_from(["function(doc) { emit(1, 1); }", "_count", "_sum_x", "_bogus", "_"]),
+        _JSON_STORED,
+    ),
+)
+_DDOC = st.dictionaries(
+    st.sampled_from(
+        [
+            *("filters", "language", "lists", "options", "rewrites", "shows", "updates"),
+            *("validate_doc_update", "views", "other"),
+        ]
+    ),
+    st.one_of(
+        _JSON_STORED,
+        st.dictionaries(st.sampled_from(["v", "lib", "f"]), st.one_of(_VIEW, _JSON_STORED)),
+        st.dictionaries(st.sampled_from(["include_design", "local_seq", "x"]), _JSON_STORED),
+    ),
+    max_size=3,
+)
+
+
+@_HOSTILE
+@given(ddoc=_DDOC, how=st.sampled_from(["PUT", "_bulk_docs", "new_edits=false"]))
+@example(ddoc={"validate_doc_update": 7}, how="PUT")  # found probing: every write refused
+@example(ddoc={"views": {"v": {"map": "function(doc) {}", "reduce": 5}}}, how="_bulk_docs")
+def test_a_design_document_couchdb_refuses_is_refused_and_not_stored(
+    served: tuple[_Client, Path], ddoc: dict[str, Any], how: str
+) -> None:
+    """Found probing: any member of any type was stored, ``"validate_doc_update":
+    7`` too, after which every write to the database was 400 compilation_error.
+    CouchDB refuses what couch_mrview:validate refuses, with ``invalid_design_doc``,
+    by each path a design document is written."""
+    client, _ = served
+    if client("PUT", "/ddocs")[0] == 201:
+        assert client("PUT", "/ddocs/plain", b"{}")[0] == 201
+    if how == "PUT":
+        status, raw = client("PUT", "/ddocs/_design/h", json.dumps(ddoc).encode())
+        refusal = json.loads(raw).get("error") if status >= 400 else None
+    else:
+        replicated = how == "new_edits=false"
+        doc = {"_id": "_design/h", **ddoc, **({"_rev": "1-a"} if replicated else {})}
+        body = {"docs": [doc], "new_edits": not replicated}
+        status, raw = client("POST", "/ddocs/_bulk_docs", json.dumps(body).encode())
+        assert status == 201, raw
+        refusal = next((row.get("error") for row in json.loads(raw)), None)
+    stored = client("GET", "/ddocs/_design/h")
+    if couch_stores_ddoc(ddoc):
+        assert refusal is None and stored[0] == 200, (ddoc, raw)
+        purge = {"_design/h": [json.loads(stored[1])["_rev"]]}  # gone, for the next example
+        assert client("POST", "/ddocs/_purge", json.dumps(purge).encode())[0] == 201
+    else:
+        assert refusal == "invalid_design_doc" and stored[0] == 404, (ddoc, raw)
+    status, raw = client("GET", "/ddocs/plain")
+    rev = json.loads(raw)["_rev"]
+    assert client("PUT", "/ddocs/plain", json.dumps({"_rev": rev}).encode())[0] == 201

@@ -15,17 +15,23 @@ from settee.serve.registry import DbEntry
 from settee.spec.attachments import digest_of, length_of
 from settee.spec.spool import Spooled
 
-__all__ = ["check_write", "validate_writes", "validated_write"]
+__all__ = ["check_write", "design_doc_refusal", "validate_writes", "validated_write"]
 
 
 def validate_writes(entry: DbEntry, docs: list[dict[str, Any]]) -> list[HTTPError | None]:
-    """The design documents' ``validate_doc_update`` verdict on each document about
-    to be written: None to write it, else the refusal (403, 401, ...)."""
+    """The verdict on each document about to be written: None to write it, else the
+    refusal. A design document is checked as couch_mrview:validate checks one (400
+    ``invalid_design_doc``), any other by the ``validate_doc_update`` functions
+    (403, 401, ...), as couch_db:validate_doc_update splits them."""
     check = entry.design.validator(entry.db, user_ctx(entry.name), entry.local.security)
-    if check is None:
-        return [None] * len(docs)
     verdicts: list[HTTPError | None] = []
     for doc in docs:
+        if str(doc.get("_id", "")).startswith("_design/"):
+            verdicts.append(design_doc_refusal(doc))
+            continue
+        if check is None:
+            verdicts.append(None)
+            continue
         try:
             check(_as_json(doc), _old_doc(entry.db, doc))
             verdicts.append(None)
@@ -72,3 +78,77 @@ def validated_write(entry: DbEntry, doc: dict[str, Any]) -> dict[str, Any]:
     """``put`` after the design documents' ``validate_doc_update`` accepted it."""
     check_write(entry, doc)
     return entry.db.put(doc)
+
+
+def _ddoc_fields(map_type: str) -> list[list[tuple[str, tuple[str, ...]]]]:
+    """couch_mrview:validate_ddoc_fields (CouchDB 3.5): paths into a design document,
+    each step a member ("*" for every member) and the JSON types its value may
+    have; a map function is an object in a Mango (``"language": "query"``) one.
+    A design document stored with another (``"validate_doc_update": 7``) was taken,
+    and then refused every write to its database (found probing)."""
+    views, each_view = ("views", ("object",)), ("*", ("object",))
+    return [
+        [("filters", ("object",)), ("*", ("object", "string"))],
+        [("language", ("string",))],
+        [("lists", ("object",)), ("*", ("object", "string"))],
+        [("options", ("object",))],
+        [("options", ("object",)), ("include_design", ("boolean",))],
+        [("options", ("object",)), ("local_seq", ("boolean",))],
+        [("options", ("object",)), ("partitioned", ("boolean",))],
+        [("rewrites", ("string", "array"))],
+        [("shows", ("object",)), ("*", ("object", "string"))],
+        [("updates", ("object",)), ("*", ("object", "string"))],
+        [("validate_doc_update", ("string",))],
+        [views, ("lib", ("object",))],
+        [views, each_view, ("map", (map_type,))],
+        [views, each_view, ("reduce", ("string",))],
+    ]
+
+
+_JSON_TYPES: dict[str, type] = {"object": dict, "string": str, "array": list, "boolean": bool}
+#: The builtin reduces couch_mrview:validate takes, each by prefix as it matches them.
+_BUILTIN_REDUCES = ("_sum", "_count", "_stats", "_approx_count_distinct")
+
+
+def design_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
+    """400 ``invalid_design_doc`` with CouchDB's reason when a design document's
+    members have types couch_mrview:validate refuses, a view has no map function
+    or names a builtin reduce there is none of; None when it may be stored."""
+    for steps in _ddoc_fields("object" if doc.get("language") == "query" else "string"):
+        wrong = _wrong_field(doc, steps, ())
+        if wrong is not None:
+            where, types = wrong
+            reason = f"`{'.'.join(where)}` field must have {' or '.join(types)} type"
+            return HTTPError(400, "invalid_design_doc", reason)
+    views = doc.get("views", {})
+    for name, view in views.items():
+        if name != "lib" and "map" not in view:
+            return HTTPError(400, "invalid_design_doc", f"View `{name}` must contain map function")
+    if doc.get("language", "javascript") not in ("javascript", "query"):
+        return None  # an unknown language is stored unchecked, as CouchDB stores it
+    for name, view in views.items():
+        reduce = view.get("reduce", "") if name != "lib" else ""
+        if reduce.startswith("_") and not reduce.startswith(_BUILTIN_REDUCES):
+            reason = f"`{reduce}` is not a supported reduce function."
+            return HTTPError(400, "invalid_design_doc", reason)
+    return None
+
+
+def _wrong_field(
+    value: Any, steps: list[tuple[str, tuple[str, ...]]], at: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The first member along ``steps`` whose value has none of its types (its path
+    and those types), or None; absent members are fine."""
+    if not steps or not isinstance(value, dict):
+        return None
+    (key, types), rest = steps[0], steps[1:]
+    for name in list(value) if key == "*" else [key]:
+        if name not in value:
+            continue
+        member = value[name]
+        if not any(isinstance(member, _JSON_TYPES[t]) for t in types):
+            return (*at, name), types
+        wrong = _wrong_field(member, rest, (*at, name))
+        if wrong is not None:
+            return wrong
+    return None
