@@ -506,3 +506,30 @@ def _under(fd: str, root: str) -> bool:
         return os.readlink(f"/proc/self/fd/{fd}").startswith(root + os.sep)
     except OSError:
         return False
+
+
+def test_a_local_write_racing_the_delete_of_its_database_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    """Found probing (``_local`` PUTs and ``_security`` racing ``DELETE /db``, then
+    ``PUT /db``): a request holding the deleted database wrote its local document
+    or security object after the delete removed them, into the directory the next
+    database of that name reads, which then listed them as its own. Such a write
+    is 404 now, as if it had come after the delete, and leaves nothing."""
+    registry = Registry(os.path.realpath(tmp_path), merge_options(fsync=False))
+    registry.create("a")
+    old = registry.acquire("a")  # a request under way
+    registry.delete("a")
+    with pytest.raises(HTTPError, match="Database does not exist"):
+        old.local.put("_local/x", {"v": 1}, None)
+    with pytest.raises(HTTPError, match="Database does not exist"):
+        old.local.set_security({"members": {"names": ["old"]}})
+    registry.release(old)
+    registry.create("a")
+    new = registry.acquire("a")
+    try:
+        assert new.local.all() == []
+        assert "names" not in new.local.security()["members"]
+    finally:
+        registry.release(new)
+        registry.close()

@@ -133,6 +133,9 @@ class LocalDocs:
         self._lock = threading.Lock()
         self._cache: dict[str, dict[str, Any] | None] = {}  # id -> entry; None: absent
         self._migrated = False
+        #: Set by ``destroy``: the database was deleted, and a request still holding
+        #: it must not write into the directory the next one of that name reads.
+        self._destroyed = False
 
     @staticmethod
     def read_json(path: str) -> Any:
@@ -230,6 +233,7 @@ class LocalDocs:
             {k: v for k, v in doc.items() if k not in _META}, DEFAULTS["max_document_size"]
         )
         with self._lock:
+            self._check_not_destroyed()
             entry = self._entry(doc_id)
             if deleted:
                 if entry is not None:
@@ -286,7 +290,15 @@ class LocalDocs:
     def set_security(self, value: dict[str, Any]) -> None:
         body = normalise_body(value, DEFAULTS["max_document_size"])
         with self._lock:
+            self._check_not_destroyed()
             write_json_durably(self._security_file(), body, fsync=self._fsync)
+
+    def _check_not_destroyed(self) -> None:
+        """404 once ``destroy`` ran (registry.db_missing's answer, as if the write had
+        come after the delete). Found probing: a write racing ``DELETE /db`` made the
+        directory again, and the database next created under the name listed it."""
+        if self._destroyed:
+            raise HTTPError(404, "not_found", "Database does not exist.")
 
     def _security_file(self) -> str:
         # Beside the documents' files, which are named by 40 hex digits: no clash.
@@ -323,6 +335,7 @@ class LocalDocs:
     def destroy(self) -> None:
         """Forget every local document (the database is being deleted)."""
         with self._lock:
+            self._destroyed = True
             self._cache.clear()
             self._migrated = True
             shutil.rmtree(self.path, ignore_errors=True)
