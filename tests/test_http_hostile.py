@@ -672,3 +672,41 @@ def test_a_design_document_couchdb_refuses_is_refused_and_not_stored(
     status, raw = client("GET", "/ddocs/plain")
     rev = json.loads(raw)["_rev"]
     assert client("PUT", "/ddocs/plain", json.dumps({"_rev": rev}).encode())[0] == 201
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "same_as"),
+    [
+        ("GET", "//target", "/target"),
+        ("GET", "/target//doc", "/target/doc"),
+        ("GET", "//target//doc//", "/target/doc"),
+        ("PUT", "/target//slashes", "/target/slashes"),
+        (
+            "GET",
+            "/target/_design//v/_view//v?reduce=false",
+            "/target/_design/v/_view/v?reduce=false",
+        ),
+    ],
+)
+def test_empty_path_segments_are_dropped_as_chttpd_drops_them(
+    served: tuple[_Client, Path], method: str, path: str, same_as: str
+) -> None:
+    """chttpd splits the path with string:tokens, which drops empty segments, so
+    ``//db//doc`` is ``/db/doc`` (a client joining a base URL ending in ``/``
+    sends them). Found probing: ``GET //db`` was 404 "Database does not exist.",
+    ``GET /db//doc`` a 400 about an empty document id, ``PUT /db//doc`` 400
+    illegal_docid."""
+    client, root = served
+    _send(client, root, method, path, b"{}" if method == "PUT" else None)
+    status, _ = client(method, path, b"{}" if method == "PUT" else None)
+    expected = 409 if method == "PUT" else 200  # the second PUT names no rev
+    assert status == expected, (method, path, status)
+    assert client("GET", same_as)[0] == 200
+    if method == "PUT":  # a POST's Location names the new document in its database
+        conn = http.client.HTTPConnection("127.0.0.1", client.port, timeout=30)
+        conn.request(
+            "POST", "//target/", b'{"_id": "posted"}', {"Content-Type": "application/json"}
+        )
+        location = conn.getresponse().getheader("Location", "")
+        conn.close()
+        assert location.endswith(f":{client.port}/target/posted"), location

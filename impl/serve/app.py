@@ -169,12 +169,12 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
         # chttpd:unquote with CouchDB's default decode_plus_to_space = true: a "+" in
         # the path is a space (a database, document or attachment named with a "+"
         # is sent as %2B, as clients' encodeURIComponent does).
-        parts = [unquote_plus(p, errors="strict") for p in raw.split("/")[1:]]
+        # Empty segments dropped, as chttpd's string:tokens(Path, "/") drops them:
+        # "//db//doc/" is "/db/doc" (found probing: "//db" was 404, "/db//doc" 400).
+        parts = [unquote_plus(p, errors="strict") for p in raw.split("/")[1:] if p]
     except UnicodeDecodeError:
         # CouchDB refuses it too; replacing the bytes would let two raw ids collide.
         raise HTTPError(400, "bad_request", "the URL path is not valid UTF-8") from None
-    if parts and parts[-1] == "" and len(parts) > 1:
-        parts.pop()  # "/db/" is "/db"
     first = parts[0] if parts else ""
     if len(parts) <= 1 and first in _SERVER_ROUTES:
         return await _SERVER_ROUTES[first](state, request)

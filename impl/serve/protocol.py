@@ -259,7 +259,8 @@ def doc_url(request: web.BaseRequest, doc_id: str) -> str | None:
     Percent-encoded: an id may hold any character, a header line may not; a slash
     only after _design/ or _local/ (couch_util:url_encode), else a/b would name
     attachment b of a."""
-    database = request.rel_url.raw_path.split("/")[1]
+    # The first segment that is not empty, as the router reads it ("//db//doc").
+    database = next((part for part in request.rel_url.raw_path.split("/") if part), "")
     return request_url(request, f"/{database}/{_url_encode_id(doc_id)}")
 
 
