@@ -296,6 +296,41 @@ def test_hostile_request_bodies_are_4xx(
     _send(client, root, method, path, body)
 
 
+_DEEP_FIELDS = [
+    *_BODY_ENDPOINTS,
+    *[("POST", "/target/_find", field) for field in ("skip", "r", "conflicts", "execution_stats")],
+    *[("POST", "/target/_design/v/_view/v", f) for f in ("limit", "group_level", "keys", "stale")],
+    ("POST", "/target/_design/v/_view/v/queries", "queries"),
+    ("POST", "/target/_all_docs", "limit"),
+    ("PUT", "/target/_revs_limit", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    _DEEP_FIELDS,
+    ids=[f"{method} {path} {field}" for method, path, field in _DEEP_FIELDS],
+)
+def test_json_nested_near_the_recursion_limit_is_4xx(
+    served: tuple[_Client, Path], method: str, path: str, field: str | None
+) -> None:
+    """Found probing: a value nested 980 levels deep, which the JSON parser still
+    reads, was a 500 (RecursionError) wherever it was shown in an error (a bad
+    ``limit``, ``fields`` or sort direction of ``_find``, a view parameter) or
+    compared; every endpoint and field, at depths from a document's limit to past
+    the parser's."""
+    client, root = served
+    for depth in (499, 600, 601, 900, 980, 985, 990, 5000):
+        value = "[" * depth + "1" + "]" * depth
+        if "{v}" in path:
+            _send(client, root, method, path.format(v=urllib.parse.quote(value)))
+            continue
+        body = value if field is None else '{"' + field + '": ' + value + "}"
+        if path.endswith(("_find", "_explain")) and field != "selector":
+            body = '{"selector": {"v": 1}, ' + body[1:]  # else refused before the field
+        _send(client, root, method, path, body.encode())
+
+
 # Mango selectors: every operator (valid, unsupported, unknown), dotted, escaped, empty
 # and array-index field names, any JSON as arguments, nested combinations.
 _MANGO_KEY = st.sampled_from(
