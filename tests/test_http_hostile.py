@@ -639,6 +639,9 @@ def couch_stores_ddoc(doc: dict[str, Any]) -> bool:
         ),
         "views": lambda v: isinstance(v, dict) and all(view_ok(n, w) for n, w in v.items()),
     }
+    partitioned = isinstance(doc.get("options"), dict) and doc["options"].get("partitioned")
+    if partitioned is True:  # settee's databases never are, and couch_mrview checks
+        return False
     return all(check(doc[member]) for member, check in checks.items() if member in doc)
 
 
@@ -667,7 +670,9 @@ _DDOC = st.dictionaries(
     st.one_of(
         _JSON_STORED,
         st.dictionaries(st.sampled_from(["v", "lib", "f"]), st.one_of(_VIEW, _JSON_STORED)),
-        st.dictionaries(st.sampled_from(["include_design", "local_seq", "x"]), _JSON_STORED),
+        st.dictionaries(
+            st.sampled_from(["include_design", "local_seq", "partitioned", "x"]), _JSON_STORED
+        ),
     ),
     max_size=3,
 )
@@ -677,6 +682,7 @@ _DDOC = st.dictionaries(
 @given(ddoc=_DDOC, how=st.sampled_from(["PUT", "_bulk_docs", "new_edits=false"]))
 @example(ddoc={"validate_doc_update": 7}, how="PUT")  # found probing: every write refused
 @example(ddoc={"views": {"v": {"map": "function(doc) {}", "reduce": 5}}}, how="_bulk_docs")
+@example(ddoc={"options": {"partitioned": True}}, how="new_edits=false")
 def test_a_design_document_couchdb_refuses_is_refused_and_not_stored(
     served: tuple[_Client, Path], ddoc: dict[str, Any], how: str
 ) -> None:

@@ -112,14 +112,18 @@ _BUILTIN_REDUCES = ("_sum", "_count", "_stats", "_approx_count_distinct")
 
 def design_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
     """400 ``invalid_design_doc`` with CouchDB's reason when a design document's
-    members have types couch_mrview:validate refuses, a view has no map function
-    or names a builtin reduce there is none of; None when it may be stored."""
+    members have types couch_mrview:validate refuses, it says it is partitioned, a
+    view has no map function or names a builtin reduce there is none of; None when
+    it may be stored."""
     for steps in _ddoc_fields("object" if doc.get("language") == "query" else "string"):
         wrong = _wrong_field(doc, steps, ())
         if wrong is not None:
             where, types = wrong
             reason = f"`{'.'.join(where)}` field must have {' or '.join(types)} type"
             return HTTPError(400, "invalid_design_doc", reason)
+    if doc.get("options", {}).get("partitioned") is True:  # no database is partitioned
+        reason = "partitioned option cannot be true in a non-partitioned database."
+        return HTTPError(400, "invalid_design_doc", reason)
     views = doc.get("views", {})
     for name, view in views.items():
         if name != "lib" and "map" not in view:
