@@ -271,3 +271,20 @@ def test_an_update_function_sees_the_documents_conflicts(client: Client, db: str
     put(client, db, "_design/u", {"updates": {"seen": seen}})
     r = client("PUT", f"{db}/_design/u/_update/seen/c")
     assert (r.status, r.json) == (200, [loser])
+
+
+def test_an_update_reads_and_writes_local_documents(client: Client, db: str, ddoc: str) -> None:
+    """Found probing: an update function on a ``_local/`` id, or answering one, was a
+    400 with the engine's "only '_design/<name>' ids may" where CouchDB reads and
+    writes the local document (couch_httpd_db:couch_doc_open, couch_db:update_doc)."""
+    assert client("PUT", f"{db}/_local/c", {"counter": 5}).status == 201
+    r = client("PUT", f"{ddoc}/bump-counter/_local/c")
+    assert (r.status, r.headers.get("X-Couch-Update-NewRev")) == (201, "0-2"), r.raw
+    r = client("PUT", f"{ddoc}/bump-counter/_local%2Fc")
+    assert (r.status, r.headers.get("X-Couch-Id")) == (201, "_local%2Fc"), r.raw
+    stored = client("GET", f"{db}/_local/c").json
+    assert (stored["counter"], stored["_rev"]) == (7, "0-3")
+    r = client("PUT", f"{ddoc}/hello/_local/new")  # a missing one is created
+    assert r.status == 201 and client("GET", f"{db}/_local/new").status == 200, r.raw
+    rows = client("GET", f"{db}/_all_docs").json["rows"]
+    assert not [row for row in rows if "_local" in row["id"]]  # never an ordinary document

@@ -74,7 +74,7 @@ def _update(
     state: State, entry: DbEntry, ddoc: str, name: str, doc_id: str | None, req: dict[str, Any]
 ) -> tuple[int, CIMultiDict[str], bytes]:
     function = entry.design.update_function(entry.db, ddoc, name)
-    stored = _stored(entry.db, doc_id)
+    stored = _stored(entry, doc_id)
     try:
         result = function(stored, req)
     except Thrown as thrown:
@@ -98,21 +98,34 @@ def _update(
         check_doc(doc)
         if "_id" not in doc:
             raise HTTPError(400, "illegal_docid", "Document id must not be empty")
-        status, written = write_doc(state, entry, doc)
+        status, written = _write(state, entry, doc)
         added["X-Couch-Update-NewRev"] = written["rev"]
         added["X-Couch-Id"] = urllib.parse.quote(written["id"], safe="")
     return _response(response, status, added)
 
 
-def _stored(db: settee.Database, doc_id: str | None) -> dict[str, Any] | None:
-    """The document as couch_httpd_db:couch_doc_open gives it, with its conflicts;
-    None without an id, or when none is stored (missing or deleted)."""
+def _stored(entry: DbEntry, doc_id: str | None) -> dict[str, Any] | None:
+    """The document as couch_httpd_db:couch_doc_open gives it, with its conflicts (a
+    ``_local/`` one from the local documents, as CouchDB opens those too); None
+    without an id, or when none is stored (missing or deleted)."""
     if doc_id is None:
         return None
     try:
-        return db.get(doc_id, conflicts=True)
+        if doc_id.startswith("_local/"):
+            return entry.local.get(doc_id)
+        return entry.db.get(doc_id, conflicts=True)
     except settee.NotFound:
         return None
+
+
+def _write(state: State, entry: DbEntry, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Write the function's document as couch_db:update_doc does: a ``_local/`` one
+    among the local documents (found probing: it was a 400 naming the engine's
+    rule for ids), any other as a PUT of it would."""
+    doc_id = doc["_id"]
+    if isinstance(doc_id, str) and doc_id.startswith("_local/"):
+        return 201, {"id": doc_id, "rev": entry.local.put(doc_id, doc, doc.get("_rev"))}
+    return write_doc(state, entry, doc)
 
 
 def _response(
