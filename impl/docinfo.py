@@ -433,6 +433,75 @@ def apply_edit(
     return Edit(rev, tree, atts)
 
 
+@dataclass(slots=True)
+class Working:
+    """A document's revision tree and stored bodies while a replicated call
+    (``new_edits=False``) of a group commit edits them in place: private copies,
+    made once per document per call, so that each of the call's paths for the
+    document costs what the path costs, not what the tree does (``apply_edit``
+    copies the tree, and the writer recomputes the winner and sizes, per edit:
+    2,000 conflicting revisions of one document took 16 s)."""
+
+    tree: dict[str, list[Any]]
+    bodies: dict[str, list[Any]]
+    #: ``revtree.height(tree)``, kept as edits go: stemming is skipped while it is
+    #: at most revs_limit (the stem would be the tree itself).
+    height: int
+    #: The seq of the document's by_seq row before the group, when it had one.
+    stale_seq: int | None
+    #: The seq of the call's last edit of the document; None while none changed it.
+    seq: int | None = None
+
+    @classmethod
+    def of(cls, info: DocInfo | None, *, stale: bool) -> Working:
+        """Private copies of ``info``'s tree and bodies; ``stale``: whether its by_seq
+        row is the group's to remove when the document changes."""
+        if info is None:
+            return cls({}, {}, 0, None)
+        tree = {rev: [parent, deleted] for rev, (parent, deleted) in info.tree.items()}
+        return cls(tree, dict(info.bodies), revtree.height(tree), info.seq if stale else None)
+
+
+def apply_replicated(
+    work: Working, doc: ValidDoc, *, revs_limit: int
+) -> tuple[str | None, list[Stored | Inline]]:
+    """``apply_edit``'s ``new_edits=False`` edit, made in ``work``: the revision to
+    store a body for (None when the tree holds it already: nothing changes) and
+    its attachments. Refusals (a missing stub) raise before anything changes."""
+    leaf = doc.revisions[0]
+    if leaf in work.tree:
+        return None, []
+    path = list(doc.revisions)
+    atts = resolve(
+        doc.id, doc.attachments, _ancestor_atts_in(work.bodies, doc), rev_pos(leaf), new_edits=False
+    )
+    known = [i for i, rev in enumerate(path) if rev in work.tree]
+    # A known root given a parent joins two parts of the tree: measured again. Else
+    # the new revisions hang, as one chain, above the first known one (or alone).
+    joins = any(work.tree[path[i]][0] is None for i in known if i + 1 < len(path))
+    revtree.merge_path_into(work.tree, path, doc.deleted)
+    if joins:
+        work.height = revtree.height(work.tree)
+    else:
+        above = _depth(work.tree, path[known[0]]) if known else 0
+        work.height = max(work.height, (known[0] if known else len(path)) + above)
+    if revs_limit and len(work.tree) > revs_limit and work.height > revs_limit:
+        work.tree = revtree.stem(work.tree, revs_limit)
+        work.height = revtree.height(work.tree)
+        work.bodies = {rev: p for rev, p in work.bodies.items() if rev in work.tree}
+    return leaf, atts
+
+
+def _depth(tree: dict[str, list[Any]], rev: str) -> int:
+    """The revisions from ``rev`` up to its root, both counted."""
+    depth = 0
+    current: str | None = rev
+    while current is not None:
+        depth += 1
+        current = tree[current][0]
+    return depth
+
+
 def _named_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
     """Where an interactive edit's stubs come from: the revision ``_rev`` names."""
     if info is None or doc.rev is None or doc.rev not in info.bodies:
@@ -443,9 +512,13 @@ def _named_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
 def _ancestor_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
     """Where a replicated edit's stubs come from: the newest ancestor on the sent
     path whose body is kept (``couch_db:make_first_doc_on_disk``)."""
+    return None if info is None else _ancestor_atts_in(info.bodies, doc)
+
+
+def _ancestor_atts_in(bodies: dict[str, list[Any]], doc: ValidDoc) -> list[Stored] | None:
     for rev in doc.revisions[1:]:
-        if info is not None and rev in info.bodies:
-            return attachments_of(info.bodies[rev])
+        if rev in bodies:
+            return attachments_of(bodies[rev])
     return None
 
 

@@ -32,7 +32,14 @@ from typing import Any
 from settee.btree import MAX_NODE_BYTES, NodeCache
 from settee.cache import body_cache
 from settee.cut import WriterCut
-from settee.docinfo import DocInfo, apply_edit, attachments_of, stored_size
+from settee.docinfo import (
+    DocInfo,
+    Working,
+    apply_edit,
+    apply_replicated,
+    attachments_of,
+    stored_size,
+)
 from settee.file import ShardFile
 from settee.heads import HeadsFile, Slot
 from settee.io import FileSystem, FileSystemWrapper
@@ -613,6 +620,8 @@ class _Group:
         self, docs: list[ValidDoc], encoded: list[bytes], new_edits: bool, deleting: bool
     ) -> list[Any]:
         """Apply one call's edits; each is judged against the state before the call too."""
+        if not new_edits:
+            return self._replicate(docs, encoded)
         before: dict[str, DocInfo | None] = {}
         return [
             self._apply_one(d, e, new_edits, before, deleting)
@@ -686,6 +695,39 @@ class _Group:
             doc.id, info, edit.tree, edit.rev, self.seq, len(encoded), edit.attachments
         )
         return edit.rev
+
+    def _replicate(self, docs: list[ValidDoc], encoded: list[bytes]) -> list[Any]:
+        """A replicated call (``new_edits=False``): its edits in order, as
+        ``_apply_one`` makes them, but each document's tree and bodies edited in place
+        (``docinfo.Working``) and its DocInfo made once, after the call's last edit."""
+        working: dict[str, Working] = {}
+        results = [
+            self._replicate_one(doc, e, working) for doc, e in zip(docs, encoded, strict=True)
+        ]
+        for doc_id, work in working.items():
+            if work.seq is not None:
+                self.pending[doc_id] = _info_of(doc_id, work.tree, work.bodies, work.seq)
+        return results
+
+    def _replicate_one(self, doc: ValidDoc, encoded: bytes, working: dict[str, Working]) -> Any:
+        try:
+            work = working.get(doc.id)
+            if work is None:
+                info = self._current(doc.id)
+                work = working[doc.id] = Working.of(info, stale=doc.id not in self.pending)
+            rev, atts = apply_replicated(work, doc, revs_limit=self.revs_limit)
+        except (Conflict, NotFound, CorruptionError, MissingStub) as exc:
+            return exc
+        if rev is None:
+            return None
+        if work.seq is None and work.stale_seq is not None:
+            self.stale_seqs.append(work.stale_seq)  # by_seq keeps one row per doc: its latest
+        self.removed.discard(doc.id)  # purged whole earlier in this group, written anew
+        self.seq += 1
+        work.seq = self.seq
+        self.bodies[(doc.id, rev)] = encoded
+        work.bodies[rev] = [None, len(encoded), atts] if atts else [None, len(encoded)]
+        return rev
 
     def write_trees(self, batch: Any) -> tuple[Any, Any]:
         """Append bodies, then the rewritten tree paths; return the new trees."""

@@ -29,12 +29,14 @@ __all__ = [
     "RevTree",
     "conflicts",
     "deleted_conflicts",
+    "height",
     "is_deleted",
     "is_leaf",
     "is_valid_path",
     "is_valid_tree",
     "leaves",
     "merge_path",
+    "merge_path_into",
     "path_to_root",
     "purge",
     "revisions",
@@ -213,15 +215,47 @@ def merge_path(tree: RevTree, path: list[str], leaf_deleted: bool) -> tuple[RevT
     post: is_valid_tree(__return__[0])
     """
     new = {rev: [parent, deleted] for rev, (parent, deleted) in tree.items()}
+    return new, merge_path_into(new, path, leaf_deleted)
+
+
+def merge_path_into(tree: RevTree, path: list[str], leaf_deleted: bool) -> bool:
+    """``merge_path`` in place: ``tree`` (whose entries the caller owns) becomes the
+    merged tree; returns whether it changed. The engine's writer merges the many
+    paths of one document in a replicated batch so, each in time proportional to
+    the path rather than to the tree (found: 2,000 conflicting revisions of one
+    document in one ``_bulk_docs`` took 16 s, each copying the tree)."""
+    changed = False
     for i, rev in enumerate(path):
         parent = path[i + 1] if i + 1 < len(path) else None
-        if rev not in new:
-            new[rev] = [parent, bool(leaf_deleted) if i == 0 else False]
-        elif new[rev][0] is None:
-            new[rev][0] = parent
-        elif new[rev][0] != parent:
+        entry = tree.get(rev)
+        if entry is None:
+            tree[rev] = [parent, bool(leaf_deleted) if i == 0 else False]
+            changed = True
+        elif entry[0] is None:
+            if parent is not None:
+                entry[0] = parent
+                changed = True
+        elif entry[0] != parent:
             break
-    return new, new != tree
+    return changed
+
+
+def height(tree: RevTree) -> int:
+    """The number of revisions on the tree's longest root-to-leaf path (0 when
+    empty): ``stem(tree, limit)`` is ``tree`` itself when it is at most ``limit``
+    (tests/test_spec.py checks both against ``path_to_root``)."""
+    depth: dict[str, int] = {}
+    for rev in tree:
+        chain = []
+        current: str | None = rev
+        while current is not None and current not in depth:
+            chain.append(current)
+            current = tree[current][0]
+        known = 0 if current is None else depth[current]
+        for seen in reversed(chain):
+            known += 1
+            depth[seen] = known
+    return max(depth.values(), default=0)
 
 
 def stem(tree: RevTree, limit: int) -> RevTree:

@@ -324,6 +324,30 @@ def test_tree_properties(tree: revtree.RevTree, limit: int) -> None:
         assert revtree.merge_path(tree, revtree.path_to_root(tree, leaf), True) == (tree, False)
 
 
+@given(trees(), st.integers(1, 4))
+def test_height_is_the_longest_leaf_path_and_bounds_what_stem_keeps(
+    tree: revtree.RevTree, limit: int
+) -> None:
+    """The writer skips stemming a replicated batch's tree while its height is at
+    most revs_limit: the stem is then the tree itself."""
+    longest = max(len(revtree.path_to_root(tree, leaf)) for leaf in revtree.leaves(tree))
+    assert revtree.height(tree) == longest
+    assert revtree.height(tree) > limit or revtree.stem(tree, limit) == tree
+
+
+@given(trees(), st.integers(1, 6), st.integers(1, 6), st.data())
+def test_merge_path_into_is_merge_path_in_place(
+    tree: revtree.RevTree, top: int, length: int, data: st.DataObject
+) -> None:
+    length = min(length, top)
+    path = [f"{p}-{data.draw(st.sampled_from('abc'))}" for p in range(top, top - length, -1)]
+    deleted = data.draw(st.booleans())
+    merged, changed = revtree.merge_path(tree, path, deleted)
+    in_place = {rev: list(entry) for rev, entry in tree.items()}
+    assert revtree.merge_path_into(in_place, path, deleted) == changed
+    assert in_place == merged
+
+
 @given(trees(), st.lists(st.sampled_from([f"{p}-{h}" for p in range(1, 7) for h in "abc"])))
 def test_purge_removes_the_leaves_named_and_what_only_they_needed(
     tree: revtree.RevTree, revs: list[str]
