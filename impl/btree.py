@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import msgpack
 
 from settee.cache import ClockCache
-from settee.spec.errors import CorruptionError
+from settee.spec.errors import CorruptionError, SetteeError
 from settee.spec.format import as_root
 
 __all__ = [
@@ -361,16 +361,26 @@ class BTree:
         root names a node of another tree (a writer bug or a crafted header; found
         with real-file faults: by_seq rooted at by_id's root). ``decode_node`` checks
         each node a tree decodes, but the root may be in the shared cache, decoded
-        by the other tree. Damage the read itself finds is left to the reads."""
+        by the other tree. A read that fails (damage, an I/O error) is left to the
+        reads that need the node: this runs where a failure must not land, such as
+        a compaction's switch to its new file (found by the I/O-error campaign)."""
         if self._root is None or self._key_type is None:
             return
+        pos = self._root[0]
+        cached = self._cache._entries.get(pos)
         try:
-            keys = self.node(self._root[0])[1]
-        except CorruptionError:
+            # Not put in the cache: a read's first use of the root reads it as usual,
+            # so what a read depends on stays visible to a tracer of its preads.
+            keys = (cached[0] if cached is not None else self._read_uncached(pos))[1]
+        except (SetteeError, OSError):
             return
         if keys and type(keys[0]) is not self._key_type:
             what = f"a key is not {self._key_type.__name__}: the node is not one of this tree's"
             raise CorruptionError(self._path, self._root[0], what)
+
+    def _read_uncached(self, pos: int) -> Node:
+        raw, _size = self._store.read_node(pos)
+        return decode_node(raw, self._path, pos)
 
     def node(self, pos: int) -> Node:
         """The decoded node at ``pos`` (through the cache)."""
