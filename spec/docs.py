@@ -228,7 +228,10 @@ def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
     seen: set[int] | None = set()  # ids of the containers met; None once bounded
     while stack:
         source, target, depth, path = stack.pop()
-        if depth > _MAX_DEPTH and len(source):
+        is_map = is_dict(source)
+        # The storage's length: a dict subclass's __len__ may lie (0 let values past
+        # the limit through, and msgpack's raw ValueError after them) or raise.
+        if depth > _MAX_DEPTH and (dict.__len__(source) if is_map else len(source)):
             raise BadRequest(
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
@@ -238,7 +241,6 @@ def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
                 seen = None
             else:
                 seen.add(id(source))
-        is_map = is_dict(source)
         for key, value in dict.items(source) if is_map else enumerate(source):
             if is_map and (type(key) is not str or not key.isascii()):
                 key = _plain_key(key, path)

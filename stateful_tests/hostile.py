@@ -145,6 +145,29 @@ class TripleItems(dict):  # type: ignore[type-arg]
         return [("a", 1, 2)]
 
 
+class EmptyClaimingDict(dict):  # type: ignore[type-arg]
+    """A dict whose ``__len__`` says 0: the depth check asked it, so such dicts nested
+    past 500 levels were stored, and 10,000 deep raised msgpack's raw ValueError."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+class RaisingLenDict(dict):  # type: ignore[type-arg]
+    """A dict whose ``__len__`` raises (the depth check let it escape raw)."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("this dict cannot be measured")
+
+
+def nested_dicts(depth: int, kind: type = dict) -> Any:
+    """``depth`` dicts of ``kind``, each the ``x`` of the next, around ``1``."""
+    value: Any = kind(x=1)
+    for _ in range(depth - 1):
+        value = kind(x=value)
+    return value
+
+
 class Letters(enum.StrEnum):
     A = "a"
     REV = "1-" + "a" * 32
@@ -351,6 +374,13 @@ BODY_VALUES: dict[str, Builder] = {
     "a list shared by 10 places": lambda: _shared_wide(1),
     "list inside itself": _self_containing,
     "dict whose items() lies": lambda: TripleItems(k="v"),
+    # As a field's value: its innermost value at level 501, then 10,001.
+    "dicts claiming to be empty, nested 500 deep": lambda: nested_dicts(500, EmptyClaimingDict),
+    "dicts claiming to be empty, nested 10,000 deep": lambda: nested_dicts(
+        10_000, EmptyClaimingDict
+    ),
+    "dict whose __len__ raises, nested 500 deep": lambda: nested_dicts(500, RaisingLenDict),
+    "dict whose __len__ raises": lambda: RaisingLenDict(k="v"),
     "lone surrogate": lambda: "x\ud800",
     "None": lambda: None,
     "True": lambda: True,

@@ -506,3 +506,37 @@ def test_revisions_path_may_start_at_the_largest_position(engine: Any) -> None:
     with pytest.raises(BadRequest):
         engine.bulk_docs([{"_id": "over", "_revisions": over}], new_edits=False)
     every_shard_accepts_writes(engine)
+
+
+class _ZeroLen(dict):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 0
+
+
+class _RaisingLen(dict):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        raise RuntimeError("this dict cannot be measured")
+
+
+def _nested_dicts(depth: int, kind: type) -> Any:
+    value: Any = kind(x=1)
+    for _ in range(depth - 1):
+        value = kind(x=value)
+    return value
+
+
+@pytest.mark.parametrize("depth", [500, 10_000])
+def test_a_dict_whose_len_lies_is_measured_by_its_storage(engine: Any, depth: int) -> None:
+    """SEMANTICS §15.1: a dict subclass is read as its storage, and nesting past 500
+    levels is BadRequest. Found by probing: the depth check asked the dict's own
+    ``__len__``, so dicts claiming to be empty, their innermost value at level 501,
+    were stored, nested 10,000
+    deep a raw ValueError from msgpack, and a raising ``__len__`` escaped raw."""
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "deep", "v": _nested_dicts(depth, _ZeroLen)})
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "deep", "v": _nested_dicts(depth, _RaisingLen)})
+    engine.put({"_id": "shallow", "v": _nested_dicts(499, _RaisingLen)})
+    assert engine.get("shallow")["v"] == _nested_dicts(499, dict)
+    assert [r["id"] for r in engine.all_docs()["rows"]] == ["shallow"]
+    every_shard_accepts_writes(engine)
