@@ -24,7 +24,15 @@ from settee.spec.errors import BadRequest
 from settee.spec.revs import MAX_REV_POS, check_rev, is_valid_rev, rev_pos
 from settee.spec.revtree import path_to_root
 from settee.spec.spool import Spooled, spool_file
-from settee.spec.values import describe, is_a, is_dict, is_sequence, plain_items, plain_str
+from settee.spec.values import (
+    describe,
+    is_a,
+    is_dict,
+    is_sequence,
+    plain_bytes,
+    plain_items,
+    plain_str,
+)
 
 __all__ = [
     "CHUNK_SIZE",
@@ -332,10 +340,10 @@ def attachment_answer(stored: Stored, data: bytes) -> dict[str, Any]:
 
 
 def _bytes_of(name: str, data: Any) -> bytes:
-    """A copy of bytes-like attachment ``data``; BadRequest when it cannot be read (a
-    released memoryview: a raw ValueError, found in review)."""
+    """A copy of bytes-like attachment ``data``, read from its storage; BadRequest when
+    it cannot be read (a released memoryview: a raw ValueError, found in review)."""
     try:
-        return bytes(data)
+        return plain_bytes(data)
     except ValueError as exc:
         raise BadRequest(f"attachment {name!r}: its data cannot be read ({exc})") from None
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from settee.spec.errors import BadRequest, SetteeError
-from settee.spec.values import describe
+from settee.spec.values import describe, plain_bytes
 
 __all__ = ["MEMORY_LIMIT", "PIECE", "SpoolWriter", "Spooled", "spool_file"]
 
@@ -139,9 +139,12 @@ def spool_file(file: Any) -> Spooled:
                     f"attachment data file gave {type(piece).__name__}, not bytes: "
                     "open it in binary mode"
                 )
-            if not piece:
+            # Its storage, not its __bytes__ or __len__ (a subclass's may lie or raise);
+            # a released memoryview raises: caught below.
+            data = plain_bytes(piece)
+            if not data:
                 break
-            writer.write(bytes(piece))  # a released memoryview raises: caught below
+            writer.write(data)
     except BadRequest:
         writer.abandon()
         raise

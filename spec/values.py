@@ -22,6 +22,7 @@ __all__ = [
     "is_dict",
     "is_int",
     "is_sequence",
+    "plain_bytes",
     "plain_int",
     "plain_items",
     "plain_str",
@@ -71,6 +72,13 @@ def plain_str(value: str) -> str:
     if type(value) is not str and not issubclass(type(value), str):
         raise BadRequest(f"{describe(value)} is not a str: it only claims to be one")
     return "".join((value,))
+
+
+def plain_bytes(value: bytes | bytearray | memoryview) -> bytes:
+    """A copy of the bytes ``value`` holds, read through the buffer protocol: ``bytes()``
+    would call a subclass's ``__bytes__``, which may lie, raise or answer a str.
+    ValueError for a released memoryview."""
+    return memoryview(value).tobytes()
 
 
 def is_int(value: object) -> bool:

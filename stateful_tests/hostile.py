@@ -418,6 +418,30 @@ class _StrReadingFile:
         return 7
 
 
+class RaisingBytes(bytes):
+    """Bytes whose ``__bytes__`` raises: ``bytes(data)`` let it escape raw."""
+
+    def __bytes__(self) -> bytes:
+        raise RuntimeError("no bytes today")
+
+
+class StrBytes(bytearray):
+    """A bytearray whose ``__bytes__`` gives a str: ``bytes(data)`` was a raw TypeError."""
+
+    def __bytes__(self) -> Any:
+        return "not bytes"
+
+
+class _PiecesFile:
+    """A binary file giving ``pieces`` one per read, then the end."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self._pieces = [*pieces, b""]
+
+    def read(self, size: int = -1) -> bytes:
+        return self._pieces.pop(0) if self._pieces else b""
+
+
 #: Where attachment ``data`` is expected: the texts, and file objects that are not
 #: binary files or that fail part way (SEMANTICS.md §18).
 ATTACHMENT_DATA: dict[str, Builder] = {
@@ -427,6 +451,9 @@ ATTACHMENT_DATA: dict[str, Builder] = {
     "read() giving ints": _StrReadingFile,
     "read() giving None": _NotReadyFile,
     "closed binary file": lambda: _closed(io.BytesIO(b"abc")),
+    "bytes whose __bytes__ raises": lambda: RaisingBytes(b"abc"),
+    "bytearray whose __bytes__ gives a str": lambda: StrBytes(b"abc"),
+    "file giving bytes whose __bytes__ raises": lambda: _PiecesFile(RaisingBytes(b"abc")),
 }
 
 

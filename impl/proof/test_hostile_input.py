@@ -540,3 +540,45 @@ def test_a_dict_whose_len_lies_is_measured_by_its_storage(engine: Any, depth: in
     assert engine.get("shallow")["v"] == _nested_dicts(499, dict)
     assert [r["id"] for r in engine.all_docs()["rows"]] == ["shallow"]
     every_shard_accepts_writes(engine)
+
+
+class _RaisingBytes(bytes):
+    def __bytes__(self) -> bytes:
+        raise RuntimeError("no bytes today")
+
+
+class _LyingBytes(bytes):
+    def __bytes__(self) -> bytes:
+        return b"not the storage"
+
+
+class _StrBytes(bytearray):
+    def __bytes__(self) -> Any:
+        return "not bytes at all"
+
+
+class _EmptyClaimingBytes(bytes):
+    def __len__(self) -> int:
+        return 0
+
+
+class _LyingBytesFile:
+    def __init__(self) -> None:
+        self.pieces = [_LyingBytes(b"ab"), _EmptyClaimingBytes(b"c"), b""]
+
+    def read(self, size: int = -1) -> bytes:
+        return self.pieces.pop(0)
+
+
+def test_attachment_bytes_are_read_from_their_storage(engine: Any) -> None:
+    """SEMANTICS §15.1: a subclass is its exact base value, bytes too. Found by
+    probing: ``bytes(data)`` called a subclass's ``__bytes__``, so one that raised
+    or answered a str escaped as a raw RuntimeError or TypeError, and one that lied
+    was stored instead of the bytes it holds (a file's pieces likewise, and one
+    claiming to be empty ended the file)."""
+    for data in (_RaisingBytes(b"abc"), _LyingBytes(b"abc"), _StrBytes(b"abc")):
+        engine.put({"_id": f"att-{type(data).__name__}", "_attachments": {"a": {"data": data}}})
+        assert engine.attachment(f"att-{type(data).__name__}", "a")["data"] == b"abc"
+    engine.put({"_id": "att-file", "_attachments": {"a": {"data": _LyingBytesFile()}}})
+    assert engine.attachment("att-file", "a")["data"] == b"abc"
+    every_shard_accepts_writes(engine)
