@@ -165,8 +165,10 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
         )
     found: list[Inline | Stub] = []
     # A dict subclass is read as its storage (SEMANTICS.md §15.1), not through
-    # overrides that may lie about it (found in review: an items() of triples).
-    for raw_name, att in dict.items(value):
+    # overrides that may lie about it (found in review: an items() of triples); and
+    # read once, up front: a file's read below runs the caller's code, which may
+    # change the dict (walking it then was a raw RuntimeError).
+    for raw_name, att in list(dict.items(value)):
         name = validate_attachment_name(raw_name)
         if not is_dict(att):
             raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")

@@ -93,6 +93,39 @@ class DrawnFile(io.BytesIO):
             file.seek(0)
 
 
+class ChangingFile(DrawnFile):
+    """A drawn file whose first read after a rewind adds an attachment to the
+    ``_attachments`` dict holding it; rewinding puts the dict back,
+    so each side is handed the same one. Walking the dict while reading it was a raw
+    RuntimeError (found probing hostile attachments)."""
+
+    def __init__(self, attachments: dict[str, Any]) -> None:
+        super().__init__(b"abc")
+        self.attachments = attachments
+        self.original: dict[str, Any] | None = None
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.original is None:
+            self.original = dict(self.attachments)
+            self.attachments["added by a read"] = {"data": "eA=="}
+        return super().read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if self.original is not None:
+            self.attachments.clear()
+            self.attachments.update(self.original)
+            self.original = None
+        return super().seek(offset, whence)
+
+
+def changing_attachments() -> dict[str, Any]:
+    """``_attachments`` whose first attachment's file changes it when read."""
+    found: dict[str, Any] = {}
+    found["a"] = {"data": ChangingFile(found)}
+    found["b"] = {"data": "eQ=="}
+    return found
+
+
 def attachments() -> st.SearchStrategy[dict[str, Any]]:
     """An ``_attachments`` member: new bytes (base64) or stubs of the previous
     revision's, some with a revpos that may not match."""
@@ -691,6 +724,8 @@ class EquivalenceMachine(RuleBasedStateMachine):
             # which needs a _rev; found in review: 2**64 failed in the writer).
             doc["_attachments"] = {"a": {"data": "eA==", "revpos": value}}
             doc["_rev"] = "1-" + "f" * 32
+        elif part == "_attachments changed by a read":
+            doc["_attachments"] = changing_attachments()
         elif part == "ignored _local_seq":
             doc["_local_seq"] = 7
         return doc
@@ -922,6 +957,7 @@ _HOSTILE_DOC_PARTS = (
     "_revisions.ids as a sequence",
     "_attachments",
     "_attachments.revpos",
+    "_attachments changed by a read",
     "ignored _local_seq",
 )
 _OPEN_OPTIONS = {

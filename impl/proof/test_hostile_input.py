@@ -582,3 +582,32 @@ def test_attachment_bytes_are_read_from_their_storage(engine: Any) -> None:
     engine.put({"_id": "att-file", "_attachments": {"a": {"data": _LyingBytesFile()}}})
     assert engine.attachment("att-file", "a")["data"] == b"abc"
     every_shard_accepts_writes(engine)
+
+
+class _AddsAnAttachment:
+    """A binary file whose first read adds an attachment to the dict holding it."""
+
+    def __init__(self, attachments: dict[str, Any]) -> None:
+        self.attachments = attachments
+        self.reads = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        if self.reads == 1:
+            self.attachments["later"] = {"data": "eA=="}
+            self.attachments.pop("b", None)
+            return b"abc"
+        return b""
+
+
+def test_attachments_changed_by_a_file_read_are_read_as_given(engine: Any) -> None:
+    """SEMANTICS §15.1: an argument is read as it was when the call read it. Found by
+    probing: an attachment file's read that added to (or removed from) the
+    ``_attachments`` dict being walked was a raw RuntimeError."""
+    attachments: dict[str, Any] = {}
+    attachments["a"] = {"data": _AddsAnAttachment(attachments)}
+    attachments["b"] = {"data": "eQ=="}
+    engine.put({"_id": "grown", "_attachments": attachments})
+    stored = engine.get("grown", attachments=True)["_attachments"]
+    assert {name: att["data"] for name, att in stored.items()} == {"a": "YWJj", "b": "eQ=="}
+    every_shard_accepts_writes(engine)
