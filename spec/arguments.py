@@ -21,6 +21,7 @@ from settee.spec.values import (
     is_dict,
     is_int,
     is_sequence,
+    plain_dict,
     plain_int,
     plain_items,
     plain_str,
@@ -136,7 +137,9 @@ def _revs_by_id(call: str, request: Any) -> dict[str, list[str]]:
     if not is_dict(request):
         raise BadRequest(f"{call} takes a dict {{id: [rev, ...]}}, not {type(request).__name__}")
     checked: dict[str, list[str]] = {}
-    for doc_id, revs in dict.items(request):  # a subclass's storage, not its overrides
+    # A subclass's storage, not its overrides, read at one instant (another thread
+    # may change the dict while it is walked: a raw RuntimeError).
+    for doc_id, revs in plain_dict(request).items():
         if not is_a(doc_id, str):
             raise BadRequest(f"{call} ids must be str, found {describe(doc_id)}")
         doc_id = _unicode(f"{call} id", plain_str(doc_id))

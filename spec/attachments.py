@@ -30,6 +30,7 @@ from settee.spec.values import (
     is_dict,
     is_sequence,
     plain_bytes,
+    plain_dict,
     plain_items,
     plain_str,
 )
@@ -168,11 +169,11 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
     # overrides that may lie about it (found in review: an items() of triples); and
     # read once, up front: a file's read below runs the caller's code, which may
     # change the dict (walking it then was a raw RuntimeError).
-    for raw_name, att in list(dict.items(value)):
+    for raw_name, att in plain_dict(value).items():
         name = validate_attachment_name(raw_name)
         if not is_dict(att):
             raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")
-        found.append(_one(name, dict(dict.items(att))))
+        found.append(_one(name, plain_dict(att)))
     return tuple(found)
 
 

@@ -54,6 +54,7 @@ from settee.spec.values import (
     is_dict,
     is_int,
     is_sequence,
+    plain_dict,
     plain_int,
     plain_items,
     plain_str,
@@ -229,9 +230,19 @@ def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
     while stack:
         source, target, depth, path = stack.pop()
         is_map = is_dict(source)
-        # The storage's length: a dict subclass's __len__ may lie (0 let values past
-        # the limit through, and msgpack's raw ValueError after them) or raise.
-        if depth > _MAX_DEPTH and (dict.__len__(source) if is_map else len(source)):
+        # One read of the container's storage, at one instant: a subclass's __len__,
+        # __iter__ or items() may lie or raise (a lying __len__ let values past the
+        # depth limit through), and another thread may change it while it is walked
+        # (a raw IndexError or RuntimeError, or None for items it dropped).
+        items: Any
+        if is_map:
+            # plain_dict, inline for the common case: every dict of a body comes here.
+            exact = type(source) is dict
+            items = (dict.copy(source) if exact else plain_dict(source)).items()
+        else:
+            items = source if type(source) is tuple else plain_items(source)
+            target.extend([None] * len(items))
+        if depth > _MAX_DEPTH and items:
             raise BadRequest(
                 f"{_where(path[:8])}... nests deeper than {_MAX_DEPTH} levels: flatten the document"
             )
@@ -241,7 +252,7 @@ def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
                 seen = None
             else:
                 seen.add(id(source))
-        for key, value in dict.items(source) if is_map else enumerate(source):
+        for key, value in items if is_map else enumerate(items):
             if is_map and (type(key) is not str or not key.isascii()):
                 key = _plain_key(key, path)
             # The exact builtins a JSON body is made of, checked inline: a Python
@@ -262,11 +273,7 @@ def _plain_body(body: dict[str, Any], max_document_size: int) -> dict[str, Any]:
                 child: Any = {}
                 stack.append((value, child, depth + 1, (*path, key)))
             elif is_sequence(value):
-                if type(value) is not list and type(value) is not tuple:
-                    # One read of a subclass's storage: its __len__ and __iter__ may
-                    # disagree, lie (a negative length) or raise.
-                    value = plain_items(value)
-                child = [None] * len(value)
+                child = []  # filled when its items are read, above
                 stack.append((value, child, depth + 1, (*path, key)))
             else:
                 child = _plain_scalar(value, path, key)
@@ -311,7 +318,7 @@ def _containers(values: list[Any]) -> list[Any]:
 def _values_of(container: Any) -> list[Any]:
     """A dict's values or a list's or tuple's items, read from its storage."""
     if is_dict(container):
-        return list(dict.values(container))
+        return list(plain_dict(container).values())
     return plain_items(container)
 
 
@@ -344,7 +351,7 @@ def _revisions_path(value: Any) -> tuple[str, ...]:
     if not is_dict(value):
         raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
     # One walk of the storage: a subclass's __iter__ and items() may disagree.
-    fields = {_key_text(k): v for k, v in dict.items(value)}
+    fields = {_key_text(k): v for k, v in plain_dict(value).items()}
     if set(fields) != {"start", "ids"}:
         raise BadRequest('_revisions must be {"start": N, "ids": [hash, ...]} with nothing else')
     start, ids = fields["start"], fields["ids"]
@@ -394,7 +401,9 @@ def _split_fields(doc: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     non-str key or an unknown ``_``-field."""
     special: dict[str, Any] = {}
     body: dict[str, Any] = {}
-    for key, value in dict.items(doc):  # a subclass's storage, not its overrides
+    # A subclass's storage, not its overrides, read at one instant (another thread
+    # may change the dict while it is walked: a raw RuntimeError).
+    for key, value in plain_dict(doc).items():
         if type(key) is not str:
             if not is_a(key, str):
                 raise BadRequest(

@@ -23,6 +23,7 @@ __all__ = [
     "is_int",
     "is_sequence",
     "plain_bytes",
+    "plain_dict",
     "plain_int",
     "plain_items",
     "plain_str",
@@ -125,6 +126,36 @@ def plain_items(value: list[Any] | tuple[Any, ...]) -> list[Any]:
     if issubclass(type(value), list):
         return list(list.__iter__(value))  # type: ignore[arg-type]
     return list(tuple.__iter__(value))  # type: ignore[arg-type]
+
+
+#: How many times a dict that changes while it is read is read again.
+_READ_ATTEMPTS = 100
+
+
+def plain_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    """A new exact dict of the items a dict (or a subclass of one) holds, read from its
+    storage at one instant.
+
+    A subclass's ``items()``, ``keys()`` or ``__iter__`` may lie, and walking the
+    caller's dict runs other code between steps (a file's ``read``, another thread),
+    which may change it under the walk (a raw RuntimeError). ``dict.copy`` copies the
+    storage in one C step that runs no Python code, so no other thread gets in; but it
+    asks ``keys()`` of a subclass that overrides ``__iter__``, whose items are then
+    copied pair by pair (each pair a new tuple, which may start a garbage collection
+    whose callbacks let other threads in: a dict that changed size meanwhile is read
+    again, and one that never stays still is BadRequest).
+    """
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            if type(value).__iter__ is dict.__iter__:
+                return dict.copy(value)
+            return dict(list(dict.items(value)))
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    raise BadRequest(
+        f"a dict of {describe(dict.__len__(value))} items kept changing while it was read: "
+        "pass one that no other thread is changing"
+    )
 
 
 def is_a(value: object, kind: type[_T]) -> TypeGuard[_T]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -610,4 +612,44 @@ def test_attachments_changed_by_a_file_read_are_read_as_given(engine: Any) -> No
     engine.put({"_id": "grown", "_attachments": attachments})
     stored = engine.get("grown", attachments=True)["_attachments"]
     assert {name: att["data"] for name, att in stored.items()} == {"a": "YWJj", "b": "eQ=="}
+    every_shard_accepts_writes(engine)
+
+
+def test_a_body_another_thread_changes_is_read_at_one_instant(engine: Any) -> None:
+    """SEMANTICS §15.1: each list and dict of a body is read once, at one instant.
+    Found by probing: a list another thread appended to while ``put`` copied it was a
+    raw IndexError (the copy was sized before the walk), a dict a raw RuntimeError,
+    and a list it shrank was stored with ``None`` for the items it dropped."""
+    grows = list(range(5_000))
+    table = {str(n): n for n in range(5_000)}
+    shrinks = list(range(50_000))
+    stop = threading.Event()
+
+    def change() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            grows.append(n)
+            table[f"k{n}"] = n
+            if shrinks:
+                shrinks.pop()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    changer = threading.Thread(target=change)
+    changer.start()
+    try:
+        for n in range(2):
+            engine.put({"_id": f"moving-{n}", "grows": grows, "table": table})
+            engine.put({"_id": f"shrinking-{n}", "shrinks": shrinks})
+    finally:
+        stop.set()
+        changer.join()
+        sys.setswitchinterval(interval)
+    for n in range(2):
+        doc = engine.get(f"moving-{n}")
+        assert doc["grows"] == grows[: len(doc["grows"])]
+        assert all(doc["table"][k] == table[k] for k in doc["table"])
+        kept = engine.get(f"shrinking-{n}")["shrinks"]
+        assert kept == list(range(len(kept)))
     every_shard_accepts_writes(engine)
