@@ -576,6 +576,10 @@ class ReferenceDB:
                 since = self._seq
             elif since == "0":
                 since = 0
+            if isinstance(since, int) and since > self._seq and self._config["readonly"]:
+                # A snapshot of the log at open, so behind its writer once that writes:
+                # a position past its own is read as its own (SEMANTICS.md §9).
+                since = self._seq
             if not isinstance(since, int) or not 0 <= since <= self._seq:
                 raise BadRequest(
                     f"since={describe(since)} is not a sequence this database returned: "

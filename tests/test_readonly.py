@@ -726,3 +726,27 @@ def test_no_reader_of_the_writer_sees_a_commit_before_heads_names_it(tmp_path: P
         db.put({"_id": "a"})
         db.put({"_id": "b"})
     assert seen_early == [[], ["a"]]
+
+
+@pytest.mark.parametrize("engine", ["settee", "reference"])
+def test_a_readonly_handle_behind_its_writer_takes_the_writers_tokens(
+    tmp_path: Path, engine: str
+) -> None:
+    """SEMANTICS.md §9: a readonly handle, which may be behind its writer, reads a
+    position past its own as its own. Found probing readonly handles: the
+    reference's (a snapshot of its log at open, so always behind once the writer
+    writes) refused the writer's update_seq as another database's token, where the
+    engine's answered."""
+    opener = settee.open if engine == "settee" else settee.reference.open
+    path = str(tmp_path / "db")
+    with opener(path) as db:
+        db.put({"_id": "a"})
+        with opener(path, readonly=True) as reader:
+            db.put({"_id": "b"})
+            token = db.info()["update_seq"]
+            answer = reader.changes(since=token)
+            assert [r["id"] for r in answer["results"]] in ([], ["b"])
+            resume = answer["last_seq"]
+        db.put({"_id": "c"})
+        # Resuming on the writer from the reader's position skips nothing.
+        assert "c" in [r["id"] for r in db.changes(since=resume)["results"]]
