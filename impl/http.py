@@ -94,6 +94,7 @@ from settee.spec.arguments import (
     check_purge,
     check_revs_diff,
     check_since,
+    make_directories,
     validate_docid,
 )
 from settee.spec.attachments import check_atts_since, chunked, validate_attachment_name
@@ -202,7 +203,7 @@ class Database:
         a directory holding the database (and its removal lets ``open`` delete it)."""
         marker = {"server": self.server.url, "database": self.name}
         try:
-            os.makedirs(self.path, exist_ok=True)
+            make_directories(self.path)  # os.makedirs recurses per missing parent
             with builtins.open(os.path.join(self.path, MARKER), "w", encoding="utf-8") as f:
                 json.dump(marker, f)
         except OSError as exc:

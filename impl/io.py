@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+from settee.spec.arguments import make_directories
+
 __all__ = [
     "OPS",
     "CountingFileSystem",
@@ -256,7 +258,7 @@ class OsFileSystem(FileSystem):
         return os.path.lexists(path)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        make_directories(path)  # os.makedirs recurses per missing parent
 
 
 # -- in memory ----------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from settee.spec.arguments import (
     check_purge,
     check_revs_diff,
     check_since,
+    make_directories,
 )
 from settee.spec.attachments import (
     Inline,
@@ -184,7 +185,7 @@ class ReferenceDB:
         if (readonly or not create) and not exists:
             raise SetteeError(f"{path} holds no settee database (no {LOG_NAME}); check the path")
         if not readonly:
-            os.makedirs(path, exist_ok=True)
+            make_directories(path)  # os.makedirs recurses per missing parent
         self._log_path = os.path.join(path, LOG_NAME)
         self._replay(readonly=readonly)
         if not readonly:

@@ -39,6 +39,7 @@ __all__ = [
     "check_purge",
     "check_revs_diff",
     "check_since",
+    "make_directories",
     "validate_docid",
 ]
 
@@ -170,6 +171,27 @@ def check_path(path: Any, *, optional: bool) -> str | None:
         if usable:
             return path
     raise BadRequest(f"path must be a non-empty str naming a directory, not {describe(path)}")
+
+
+def make_directories(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)`` without its recursion: it calls itself once
+    per missing parent, so a path of 1,000 short directories, which the OS takes, was
+    a raw RecursionError (found probing ``open``). OSError as ``os.makedirs`` raises it
+    (a file in the way: FileExistsError)."""
+    missing = []
+    head = path
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:  # the root, or a path with no directory part
+            break
+        head = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:  # made meanwhile, or named twice ("a/b/" and "a/b")
+            if not os.path.isdir(directory):
+                raise
 
 
 def check_since(since: Any) -> int | str:

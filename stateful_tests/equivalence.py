@@ -890,17 +890,26 @@ class EquivalenceMachine(RuleBasedStateMachine):
     def _hostile_open(self, data: Any) -> None:
         """Options are arguments too: both refuse the same ones, and what either opens
         it closes again (the engine's directory must not stay locked)."""
-        name = data.draw(st.sampled_from(sorted(_OPEN_OPTIONS)), label="option")
-        table = _OPEN_OPTIONS[name]
-        options = {name: hostile.build(table, data.draw(hostile.labels(table), label=name))}
+        name = data.draw(st.sampled_from([*sorted(_OPEN_OPTIONS), "path"]), label="option")
+        # The path, when drawn: 3,000 nested directories, which os.makedirs recursed
+        # into (a raw RecursionError, found probing open). A thousand already did, but
+        # Hypothesis raises the recursion limit by 2,000 while it runs a test; the OS
+        # refuses a path this long, so both answer SetteeError now.
+        deep = "/" + "/".join(["d"] * _DEEP_PATH_LEVELS) if name == "path" else ""
+        options = {}
+        if name != "path":
+            table = _OPEN_OPTIONS[name]
+            options = {name: hostile.build(table, data.draw(hostile.labels(table), label=name))}
         STATS["open"] += 1
         answers = []
         for side, spec in (("engine", self.engine_spec), ("reference", self.reference_spec)):
-            path = f"{self.tmp}/open-{side}-{STATS['open']}"
+            path = f"{self.tmp}/open-{side}-{STATS['open']}{deep}"
             answer = outcome(lambda spec=spec, path=path: load_factory(spec)(path, **options))
             if answer[0] == "ok":
                 answer[1].close()
                 answer = ("ok", None)
+            if deep:  # shutil.rmtree at teardown recurses per level too
+                _remove_nested(path, levels=_DEEP_PATH_LEVELS)
             assert not (answer[0] == "error" and answer[1].startswith("!")), (
                 f"{side} open{_call_text((), options)} raised a raw error: {answer}"
             )
@@ -1002,6 +1011,18 @@ def _probe_ids(shards: int, prefix: str = "probe") -> list[str]:
         found.setdefault(shard_of(doc_id, shards), doc_id)
         n += 1
     return [found[i] for i in range(shards)]
+
+
+_DEEP_PATH_LEVELS = 3000
+
+
+def _remove_nested(path: str, levels: int) -> None:
+    """Remove the directory ``path`` (its files) and the ``levels`` directories above
+    it, without the recursion of ``shutil.rmtree``."""
+    for _ in range(levels + 1):
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)  # one level deep: the database's files
+        path = os.path.dirname(path)
 
 
 def _hashable(value: Any) -> bool:

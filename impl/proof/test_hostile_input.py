@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import os
+import shutil
 import sys
 import threading
 from typing import Any
@@ -653,3 +654,33 @@ def test_a_body_another_thread_changes_is_read_at_one_instant(engine: Any) -> No
         kept = engine.get(f"shrinking-{n}")["shrinks"]
         assert kept == list(range(len(kept)))
     every_shard_accepts_writes(engine)
+
+
+@pytest.fixture
+def thousand_directories(tmp_path: Any) -> Any:
+    """A path of 1,000 nested directories under ``tmp_path``, removed afterwards level
+    by level (``shutil.rmtree``, and pytest's own clean-up with it, recurses per level
+    and would fail on it). Set up before ``opener``, so torn down after it."""
+    path = str(tmp_path / "/".join(["d"] * 1000))
+    yield path
+    while path != str(tmp_path):
+        if os.path.isdir(path):
+            shutil.rmtree(path)  # one level: the database's files
+        path = os.path.dirname(path)
+
+
+def test_a_path_of_a_thousand_directories_is_created(
+    thousand_directories: str, opener: Any
+) -> None:
+    """A path is an argument too: its parents are created as ``os.makedirs`` would,
+    however many there are. Found by probing: ``os.makedirs`` recurses once per
+    missing parent, so a path of 1,000 short directories (2,000 characters, which
+    the OS takes) was a raw RecursionError in both implementations."""
+    opener.open()
+    if not os.path.exists(opener.path):
+        pytest.skip("this implementation keeps no files at its path (a server's database)")
+    db = opener.open(thousand_directories)
+    db.put({"_id": "deep"})
+    assert [row["id"] for row in db.all_docs()["rows"]] == ["deep"]
+    db.close()
+    assert opener.open(thousand_directories).get("deep")["_id"] == "deep"
