@@ -164,7 +164,7 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
         raise BadRequest(
             f"_attachments must be a dict of name -> attachment, not {describe(value)}"
         )
-    found: list[Inline | Stub] = []
+    found: dict[str, Inline | Stub] = {}
     # A dict subclass is read as its storage (SEMANTICS.md §15.1), not through
     # overrides that may lie about it (found in review: an items() of triples); and
     # read once, up front: a file's read below runs the caller's code, which may
@@ -173,8 +173,10 @@ def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
         name = validate_attachment_name(raw_name)
         if not is_dict(att):
             raise BadRequest(f"attachment {name!r} must be a dict, not {describe(att)}")
-        found.append(_one(name, plain_dict(att)))
-    return tuple(found)
+        # Two keys may read as one name (a str subclass hashes as it likes): the later
+        # wins, in the earlier's place, as for any key of a document.
+        found[name] = _one(name, plain_dict(att))
+    return tuple(found.values())
 
 
 def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:

@@ -684,3 +684,20 @@ def test_a_path_of_a_thousand_directories_is_created(
     assert [row["id"] for row in db.all_docs()["rows"]] == ["deep"]
     db.close()
     assert opener.open(thousand_directories).get("deep")["_id"] == "deep"
+
+
+def test_attachment_names_that_read_the_same_name_one_attachment(engine: Any) -> None:
+    """SEMANTICS §15.1: a str subclass is its exact value, so ``"a"`` and a lying
+    subclass of ``"a"`` (another hash: another key of the dict) are one name, the
+    later value winning as for any dict key of a document. Found by probing: both
+    were stored, so ``get`` showed the second attachment and ``attachment`` read
+    the first."""
+    engine.put(
+        {"_id": "twice", "_attachments": {"a": {"data": "eA=="}, Lying("a"): {"data": "eQ=="}}}
+    )
+    doc = engine.get("twice", attachments=True)
+    assert doc["_attachments"]["a"]["data"] == "eQ=="
+    assert engine.attachment("twice", "a")["data"] == b"y"
+    expected = engine.put({"_id": "once", "_attachments": {"a": {"data": "eQ=="}}})["rev"]
+    assert doc["_rev"] == expected  # the revision digests one attachment
+    every_shard_accepts_writes(engine)
