@@ -753,6 +753,8 @@ class EquivalenceMachine(RuleBasedStateMachine):
             rev=self._maybe(data, "rev", self.draw_rev(data, doc_id), hostile.REVS),
             revs=self._maybe(data, "revs", False, hostile.FLAGS),
             conflicts=self._maybe(data, "conflicts", True, hostile.FLAGS),
+            attachments=self._maybe(data, "attachments", False, hostile.FLAGS),
+            atts_since=self._maybe(data, "atts_since", None, hostile.TEXTS),
         )
 
     def _hostile_delete(self, data: Any) -> None:
@@ -978,6 +980,8 @@ _OPEN_OPTIONS = {
     "fsync": hostile.FLAGS,
     "strict": hostile.FLAGS,
     "read_mode": hostile.TEXTS,
+    "cache_bytes": hostile.COUNTS,
+    "create": hostile.FLAGS,
 }
 
 
