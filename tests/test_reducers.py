@@ -74,6 +74,22 @@ def test_sum_adds_objects_key_by_key_and_keeps_keys_of_one() -> None:
     assert sum_of(values) == {"a": 4, "b": [1, 2], "n": {"x": 3, "y": 5}}
 
 
+def test_sum_of_objects_keeps_the_keys_only_the_running_total_has() -> None:
+    """sum_objects merges both sorted property lists: a key the later object lacks
+    keeps its total, at any depth."""
+    values = [{"a": 1, "b": 2, "n": {"x": 1, "y": 2}}, {"a": 3, "n": {"x": 1}}]
+    assert sum_of(values) == {"a": 4, "b": 2, "n": {"x": 2, "y": 2}}
+
+
+def test_numbers_adding_up_to_a_float_zero_do_not_let_an_object_start_the_sum() -> None:
+    """Only builtin_sum_rows' initial accumulator, the integer 0 (Erlang's ``case Acc
+    of 0``, which 0.0 does not match), lets an object start a sum: numbers that add
+    up to 0.0 before an object are a mix of numbers and objects."""
+    error = {"error": "builtin_reduce_error", "reason": SUM_ERROR, "caused_by": {"a": 1}}
+    assert sum_of([0.5, -0.5, {"a": 1}]) == error
+    assert sum_of([1, -1, {"a": 1}]) == {"a": 1}  # the integer 0 is the empty total
+
+
 def test_sum_adds_a_number_to_an_array_as_its_first_member() -> None:
     assert sum_of([[1, 2], 10]) == [11, 2]
     assert sum_of([10, [1, 2]]) == [11, 2]
@@ -85,6 +101,7 @@ def test_sum_adds_a_number_to_an_array_as_its_first_member() -> None:
         (["a"], "a"),
         ([1, None], None),
         ([[1, "x"], [2, 3]], ["x"]),  # sum_arrays names the running total's rest
+        ([[2, 3], [1, "x"]], [3]),  # also when the member it cannot add is the value's
         ([{"a": 1}, [1]], [1]),
         ([{"a": "s"}, {"a": 1}], 1),  # nested: sum_values(1, "s") names the 1
         ([True], True),
@@ -103,6 +120,11 @@ def test_an_error_object_among_the_values_is_the_sum() -> None:
     failed = sum_of(["x"])
     assert sum_of([1, failed, 2]) == failed
     assert sum_of([{"a": 1}, failed]) == failed
+
+
+def test_stats_of_no_values_is_all_zeros() -> None:
+    """builtin_stats(_, []) is {0, 0, 0, 0, 0}."""
+    assert stats_of([]) == {"sum": 0, "count": 0, "min": 0, "max": 0, "sumsqr": 0}
 
 
 def test_stats_of_arrays_are_per_position() -> None:
@@ -127,7 +149,16 @@ def test_what_stats_cannot_combine_is_a_400(values: list[Any]) -> None:
     assert raised.value.status == 400 and raised.value.error == "builtin_reduce_error"
 
 
-@pytest.mark.parametrize("values", [[1e308, 1e308], [[1e308], [1e308]], [10**400, 1.5]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1e308, 1e308],
+        [[1e308], [1e308]],
+        [10**400, 1.5],
+        [{"a": 1e308}, {"a": 1e308}],
+        [{"n": {"a": [1e308]}}, {"n": {"a": [1e308]}}],
+    ],
+)
 def test_a_sum_past_the_largest_float_is_a_400(values: list[Any]) -> None:
     with pytest.raises(HTTPError) as raised:
         sum_of(values)
