@@ -243,6 +243,10 @@ def test_slashes_in_ids_design_docs_and_trailing_slash(client: Client, db: str) 
     assert (moved.status, moved.raw) == (301, b"")
     assert moved.headers["Location"] == f"http://h:5984{db}/_design/app?revs=true"
     assert client("HEAD", f"{db}/_design%2Fapp/att").status == 301
+    # It splits the raw path at every _design%2F and joins what follows the first
+    # with nothing between: a later one is dropped, not decoded.
+    twice = client("GET", f"{db}/_design%2Fa%2F_design%2Fb", headers={"Host": "h:5984"})
+    assert twice.headers["Location"] == f"http://h:5984{db}/_design/a%2Fb"
     assert client("GET", f"{db}/_design/app").json["_id"] == "_design/app"
     again = client("PUT", f"{db}/_design%2Fapp", {"views": {}, "_rev": ddoc.json["rev"]})
     assert again.status == 201 and again.json["id"] == "_design/app"

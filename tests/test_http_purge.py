@@ -3,7 +3,10 @@ cases), and the view and Mango indexes that a purge must not leave stale."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -358,7 +361,12 @@ def test_purged_infos_limit_must_be_a_positive_integer(client: Client, db: str, 
 
 @pytest.mark.parametrize(
     ("endpoint", "method", "allowed"),
-    [("_purged_infos", "POST", "GET"), ("_purged_infos_limit", "DELETE", "GET,PUT")],
+    [
+        ("_purged_infos", "POST", "GET"),
+        ("_purged_infos", "PUT", "GET"),
+        ("_purged_infos", "DELETE", "GET"),
+        ("_purged_infos_limit", "DELETE", "GET,PUT"),
+    ],
 )
 def test_purged_infos_methods(
     client: Client, db: str, endpoint: str, method: str, allowed: str
@@ -379,12 +387,102 @@ def test_purge_records_go_with_their_database(client: Client, db: str) -> None:
     assert client("GET", db).json["purge_seq"] == 0
 
 
+def test_concurrent_purges_are_each_recorded(client: Client, db: str) -> None:
+    """Purge requests running at once (worker threads) each leave their record:
+    none is lost to another's read-modify-write of the records, and purge_seq
+    counts them all."""
+    ids = [f"d{i}" for i in range(24)]
+    barrier = threading.Barrier(8)
+
+    def purge(doc_id: str) -> int:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=5)
+        return client("POST", f"{db}/_purge", {doc_id: ["1-" + _HASH]}).status
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(purge, ids)) == [201] * len(ids)
+    assert client("GET", db).json["purge_seq"] == len(ids)
+    infos = client("GET", f"{db}/_purged_infos").json["purged_infos"]
+    assert sorted(info["id"] for info in infos) == sorted(ids)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names fds through /proc")
+def test_purge_records_are_written_durably(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fsync on, the records reach the disk before they replace the old ones: the
+    temporary file is fsynced, then the folder after the rename, as every side file
+    is written (local.write_json_durably)."""
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    handle = start_server(str(tmp_path), "127.0.0.1", 0)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        assert c("POST", "/p/_purge", {"a": ["1-" + _HASH]}).status == 201
+    finally:
+        handle.stop()
+    [records] = tmp_path.rglob("_purged_infos.json")
+    records = Path(os.path.realpath(records))
+    assert str(records) + ".tmp" in synced and str(records.parent) in synced, synced
+
+
+def test_damaged_settings_refuse_a_purge_before_it_purges(tmp_path: Path) -> None:
+    """The purge reads the database's _purged_infos_limit before purging: damaged
+    settings are the 410 naming the file, and nothing is purged."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        kept = put(c, "/p", "b", {})
+        assert c("PUT", "/p/_purged_infos_limit", 5).status == 200
+        [settings] = [p for p in tmp_path.rglob("*.json") if p.parent.name == "_settings"]
+        settings.write_text('{"purged_infos_limit": 0}')
+        r = c("POST", "/p/_purge", {"b": [kept]})
+        assert (r.status, r.json["error"]) == (410, "corruption"), r.raw
+        assert "_settings" in r.json["reason"]
+        assert c("GET", "/p/b").json["_rev"] == kept
+    finally:
+        handle.stop()
+
+
+def test_settings_an_interrupted_delete_left_do_not_reach_a_new_database(
+    tmp_path: Path,
+) -> None:
+    """A DELETE removes the database's settings file with it; one that a crash left
+    behind (removed last) is not inherited by a database created anew under the
+    name, which starts at CouchDB's defaults."""
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        assert c("PUT", "/p/_purged_infos_limit", 5).status == 200
+        assert c("PUT", "/p/_revs_limit", 3).status == 200
+        [settings] = [p for p in tmp_path.rglob("*.json") if p.parent.name == "_settings"]
+        left = settings.read_bytes()
+        assert c("DELETE", "/p").status == 200
+        assert not settings.exists()
+        settings.write_bytes(left)  # as a crash before its removal leaves it
+        assert c("PUT", "/p").status == 201
+        assert c("GET", "/p/_purged_infos_limit").json == 1000
+        assert c("GET", "/p/_revs_limit").json == 1000
+    finally:
+        handle.stop()
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         '{"purge_seq": 1, "infos": [{"id": "a", "revs": [1]}]}',
         '{"purge_seq": 0, "infos": [{"id": "a", "revs": []}]}',  # fewer in all than kept
         '{"purge_seq": 1}',
+        '{"purge_seq": true, "infos": []}',
+        '{"purge_seq": 1, "infos": [{"id": 1, "revs": []}]}',
+        '{"purge_seq": 1, "infos": [{"id": "a", "revs": [], "at": 1}]}',
         "[]",
         "{",
     ],
