@@ -7,6 +7,7 @@ with Hypothesis, the contracts CrossHair cannot reach (msgpack, md5, str order).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 import zlib
@@ -157,6 +158,16 @@ def test_shard_of_picks_the_range_holding_the_hash(docid: str, n: int) -> None:
 @given(st.lists(st.text()), st.integers(1, 1024))
 def test_shards_of_is_shard_of_of_each_id(docids: list[str], n: int) -> None:
     assert routing.shards_of(docids, n) == [routing.shard_of(d, n) for d in docids]
+
+
+def test_shards_of_agrees_with_shard_of_at_range_boundaries() -> None:
+    """shards_of inlines shard_of's division for speed: over enough ids that some
+    hash lands within a few thousand of a range's edge for any shard count (a width
+    off by one moves ``i`` hashes at the i-th edge), both pick the same shard."""
+    ids = [f"doc-{i}" for i in range(100_000)]
+    for n in (3, 7, 1000, 1024):
+        expected = [routing.shard_of(d, n) for d in ids]
+        assert routing.shards_of(ids, n) == expected, n
 
 
 def test_shard_of_known_values() -> None:
@@ -471,6 +482,77 @@ def test_validate_options_merges_key_by_key() -> None:
 def test_validate_options_rejects(options: dict, name: str) -> None:
     with pytest.raises(BadRequest, match=name):
         config.validate_options(**options)
+
+
+def test_option_defaults_are_the_documented_ones() -> None:
+    """SEMANTICS.md §1's signature of settee.open."""
+    assert config.DEFAULTS == {
+        "shards": 4,
+        "fsync": True,
+        "read_mode": "parallel",
+        "revs_limit": 1000,
+        "max_document_size": 64 * 1024 * 1024,
+        "strict": False,
+        "node_size": 4096,
+        "cache_bytes": 192 * 1024 * 1024,
+        "body_cache_bytes": 128 * 1024 * 1024,
+        "readonly": False,
+        "create": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"shards": 1024},
+        {"shards": 1},
+        {"node_size": 128},
+        {"node_size": 4096},
+        {"cache_bytes": 0},
+        {"cache_bytes": 2**40},
+        {"body_cache_bytes": 0},
+        {"revs_limit": 1},
+        {"max_document_size": 1},
+    ],
+)
+def test_validate_options_accepts_the_bounds_of_each_range(options: dict) -> None:
+    """SEMANTICS.md §1's ranges are inclusive."""
+    assert config.validate_options(**options) == {**config.DEFAULTS, **options}
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"shards": 1025}, "shards"),
+        ({"node_size": 127}, "node_size"),
+        ({"node_size": 4097}, "node_size"),
+        ({"cache_bytes": -1}, "cache_bytes"),
+        ({"cache_bytes": 2**40 + 1}, "cache_bytes"),
+        ({"body_cache_bytes": -1}, "body_cache_bytes"),
+        ({"strict": 1}, "strict"),
+        ({"readonly": 0}, "readonly"),
+        ({"create": "yes"}, "create"),
+    ],
+)
+def test_validate_options_refuses_past_the_bounds(options: dict, name: str) -> None:
+    with pytest.raises(BadRequest, match=name):
+        config.validate_options(**options)
+
+
+def test_accepted_values_are_stored_plain() -> None:
+    """SEMANTICS.md §1: an IntEnum member is stored as its int, a str subclass as its
+    str, and a bool stays a bool."""
+
+    class Count(enum.IntEnum):
+        TWO = 2
+
+    class Mode(str):
+        pass
+
+    merged = config.validate_options(shards=Count.TWO, read_mode=Mode("serialized"), fsync=False)
+    assert type(merged["shards"]) is int and merged["shards"] == 2
+    assert type(merged["read_mode"]) is str and merged["read_mode"] == "serialized"
+    assert merged["fsync"] is False
 
 
 def test_replicator_and_access_fields_are_body_members() -> None:
