@@ -523,6 +523,8 @@ def test_a_shard_file_of_another_shard_or_database_is_refused(
         warnings.simplefilter("ignore")
         settee.open(str(db_path), readonly=readonly)
     assert _listing(db_path) == before, "open() must not change a damaged directory"
+    problems = list(check_database(str(db_path)))
+    assert any(f"{first}:" in p and "header names" in p for p in problems), problems
 
 
 def test_a_header_naming_another_shard_count_is_refused(tmp_path: Path) -> None:

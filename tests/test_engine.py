@@ -559,6 +559,90 @@ def test_strict_mode_fails_the_commit_that_breaks_an_invariant(
     db.close()
 
 
+def _planted(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """A writer bug strict mode must catch, planted in the group writer (the checker
+    itself left honest): ``stale`` keeps the by_seq rows a commit should drop (an
+    updated or purged document's old seq), ``kept`` keeps a document purged whole in
+    by_id, ``row`` writes by_seq rows naming another winner, ``ahead`` and ``behind``
+    move the commit's header seq off its newest document seq."""
+    original = settee.shard._Group.write_trees
+    honest_row = settee.docinfo.DocInfo.by_seq_row
+
+    def write_trees(self: Any, batch: Any) -> Any:
+        removed, stale = self.removed, self.stale_seqs
+        if fault == "stale":
+            self.stale_seqs = []
+        if fault == "kept":
+            self.removed = set()
+        if fault == "row":
+            settee.docinfo.DocInfo.by_seq_row = lambda info: (  # type: ignore[method-assign]
+                info.id,
+                "9-" + "f" * 32,
+                info.deleted,
+            )
+        try:
+            return original(self, batch)
+        finally:
+            settee.docinfo.DocInfo.by_seq_row = honest_row  # type: ignore[method-assign]
+            self.removed, self.stale_seqs = removed, stale
+            self.seq += {"ahead": 1, "behind": -1}.get(fault, 0)
+
+    monkeypatch.setattr(settee.shard._Group, "write_trees", write_trees)
+
+
+@pytest.mark.parametrize(
+    ("fault", "step", "reported"),
+    [
+        ("stale", "update", "still holds 'a''s previous seq"),
+        ("stale", "purge", "still holds purged 'a'"),
+        ("kept", "purge", "purged document 'a' is still in by_id"),
+        ("row", "update", "by_seq["),
+        ("ahead", "update", "is not the newest document seq"),
+        ("behind", "purge", "a purge commit keeps header seq"),
+    ],
+)
+def test_strict_mode_fails_a_commit_that_breaks_an_agreement(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fault: str, step: str, reported: str
+) -> None:
+    """Each agreement strict mode checks per commit (one by_seq row per document, at
+    its seq, naming its winner, none for a document purged whole; the header seq is
+    the newest document's, and a purge moves it on) fails the write that breaks it."""
+    db = _open(tmp_path / "db", shards=1, strict=True)
+    try:
+        rev = db.put({"_id": "a"})["rev"]
+        db.put({"_id": "b"})
+        _planted(monkeypatch, fault)
+        with pytest.raises(settee.SetteeError, match="strict mode") as failed:
+            if step == "update":
+                db.put({"_id": "a", "_rev": rev, "x": 1})
+            else:
+                db.purge({"a": [rev]})
+        assert reported in str(failed.value)
+    finally:
+        monkeypatch.undo()
+        db.close()
+
+
+def test_strict_mode_fails_a_commit_whose_active_size_is_miscounted(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The by_id reduction's third count is the active size of the leaves' bodies
+    (FORMAT.md "Reductions"); strict mode recounts what a commit changed: a reduce
+    that miscounts it fails the write, however consistent its own tree looks."""
+    from settee import snapshot
+
+    honest = snapshot._reduce_by_id
+    monkeypatch.setattr(
+        snapshot, "_reduce_by_id", lambda kvs: (*honest(kvs)[:2], honest(kvs)[2] + bool(kvs))
+    )
+    db = _open(tmp_path / "db", shards=1, strict=True)
+    try:
+        with pytest.raises(settee.SetteeError, match="active"):
+            db.put({"_id": "a"})
+    finally:
+        db.close()
+
+
 def _lying_summary(field: str) -> Any:
     """A ``DocInfo.to_value`` that stores a wrong derived field (the winner, the
     active size or the winner's body entry), as a broken writer would: readers
@@ -811,6 +895,77 @@ def test_a_write_that_fails_after_appending_early_fails_alone(tmp_path: Any) -> 
         assert db.attachment("after", "f")["data"] == data
         assert sorted(r["id"] for r in db.all_docs()["rows"]) == ["after", "before"]
     assert not list(check_database(str(tmp_path / "db")))
+
+
+def test_check_recounts_the_deleted_documents_the_reduction_claims(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settee check`` recounts live and deleted documents from by_id's values
+    instead of trusting the reduction (FORMAT.md "Reductions"): a reduce function
+    that drops the deleted count writes reductions a tree walk with that same
+    function finds consistent, and only the recount sees them wrong."""
+    from settee import snapshot
+
+    honest = snapshot._reduce_by_id
+    monkeypatch.setattr(
+        snapshot, "_reduce_by_id", lambda kvs: (*honest(kvs)[:1], 0, honest(kvs)[2])
+    )
+    path = str(tmp_path / "db")
+    with _open(path, shards=1) as db:
+        db.delete("gone", db.put({"_id": "gone"})["rev"])
+        db.put({"_id": "kept"})
+    problems = list(check_database(path))
+    assert any("stored counts [1, 0] != recount [1, 1]" in p for p in problems), problems
+
+
+def test_check_recomputes_the_by_seq_reductions(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settee check`` walks by_seq as it walks by_id (FORMAT.md "Reductions":
+    by_seq's is its row count): reductions a broken writer miscounted are reported."""
+    from settee import snapshot
+
+    honest = snapshot._reduce_by_seq
+    path = str(tmp_path / "db")
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot, "_reduce_by_seq", lambda kvs: honest(kvs) + 1)
+        with _open(path, shards=1) as db:
+            db.put({"_id": "a"})
+    problems = list(check_database(path))
+    assert any("reduction" in p for p in problems), problems
+
+
+def test_check_reports_a_document_past_the_header_seq(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header names its shard's newest seq (FORMAT.md "Shard header payload"): a
+    writer whose header lags the document it commits is reported by ``settee check``."""
+    honest = settee.shard.shard_header
+    monkeypatch.setattr(
+        settee.shard,
+        "shard_header",
+        lambda ident, by_id, by_seq, seq: honest(ident, by_id, by_seq, max(seq - 1, 0)),
+    )
+    path = str(tmp_path / "db")
+    with _open(path, shards=1) as db:
+        db.put({"_id": "late"})
+    monkeypatch.setattr(settee.shard, "shard_header", honest)
+    problems = list(check_database(path))
+    assert any("'late' has seq 1" in p for p in problems), problems
+
+
+def test_check_reports_an_attachment_stored_with_another_digest(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settee check`` reads every attachment back and compares its digest with the
+    one its record claims: a writer that records a wrong digest is reported."""
+    monkeypatch.setattr(settee.docinfo, "digest_of", lambda data: digest_of(b"other bytes"))
+    path = str(tmp_path / "db")
+    with _open(path, shards=1) as db:
+        db.put({"_id": "a", "_attachments": {"f": {"content_type": "text/plain", "data": "aGk="}}})
+    monkeypatch.undo()
+    problems = list(check_database(path))
+    assert any("'f' of 'a'" in p and "another digest" in p for p in problems), problems
 
 
 def _write_forged(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
