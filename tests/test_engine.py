@@ -28,6 +28,7 @@ from settee.io import FileSystemWrapper, OsFileSystem
 from settee.spec.attachments import digest_of
 from settee.spec.docs import validate_doc
 from settee.spec.spool import Spooled, SpoolWriter
+from settee.strict import StrictModeError
 
 
 class RecordingFileSystem(FileSystemWrapper):
@@ -515,6 +516,44 @@ def test_strict_mode_refuses_a_compaction_that_would_change_the_shard(
     assert list(check_database(str(path))) == []
 
 
+@pytest.mark.parametrize("fault", ["seq", "order"])
+def test_strict_mode_refuses_a_compaction_whose_copy_answers_otherwise(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A compacted shard must answer as the shard it replaces: the same update seq
+    and the same changes feed in the same order. A copy sound on its own (its trees
+    agree) but at another seq, or with two documents' seqs swapped, fails the
+    compaction, and the shard keeps its file."""
+    from settee import compaction
+
+    if fault == "seq":
+        catch_up = compaction._Copier.catch_up
+
+        def ahead(self: Any) -> None:
+            catch_up(self)
+            self.seq += 1
+
+        monkeypatch.setattr(compaction._Copier, "catch_up", ahead)
+    else:
+        copy_doc = compaction._Copier._copy_doc
+
+        def swapped(self: Any, snap: Any, info: Any, batch: Any) -> Any:
+            c = copy_doc(self, snap, info, batch)
+            seq = {1: 2, 2: 1}.get(c.seq, c.seq)
+            return settee.docinfo.DocInfo(c.id, seq, c.deleted, c.tree, c.bodies, c.active)
+
+        monkeypatch.setattr(compaction._Copier, "_copy_doc", swapped)
+    path = tmp_path / "db"
+    with _open(path, shards=1, strict=True) as db:
+        db.put({"_id": "a"})
+        db.put({"_id": "b"})
+        with pytest.raises(StrictModeError, match="the copy"):
+            db.compact()
+        assert [r["id"] for r in db.changes()["results"]] == ["a", "b"]
+    monkeypatch.undo()
+    assert list(check_database(str(path))) == []
+
+
 def test_leftover_compaction_file_is_kept_by_open_and_replaced_by_compaction(
     tmp_path: Any,
 ) -> None:
@@ -933,6 +972,20 @@ def test_check_recomputes_the_by_seq_reductions(
             db.put({"_id": "a"})
     problems = list(check_database(path))
     assert any("reduction" in p for p in problems), problems
+
+
+def test_check_reports_a_by_seq_row_naming_another_winner(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A by_seq row names its document's winner and deleted flag (FORMAT.md
+    "by_seq"): a row a writer filled in wrong is reported, not only a missing one."""
+    path = str(tmp_path / "db")
+    with _open(path, shards=1) as db:
+        _planted(monkeypatch, "row")
+        db.put({"_id": "a"})
+    monkeypatch.undo()
+    problems = list(check_database(path))
+    assert any("by_seq[1] is" in p and "by_id says" in p for p in problems), problems
 
 
 def test_check_reports_a_document_past_the_header_seq(
