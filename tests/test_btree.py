@@ -683,6 +683,9 @@ def kv(*keys: int) -> list:
     [
         ("unsorted leaf", "not above previous key"),
         ("unsorted across leaves", "not above previous key"),
+        ("duplicate key in a leaf", "not above previous key"),
+        ("duplicate key across leaves", "not above previous key"),
+        ("oversized two-entry leaf", "bytes >"),
         ("kp key not child max", "!= child max key"),
         ("stored reduction wrong", "stored reduction"),
         ("root reduction wrong", "root reduction"),
@@ -703,6 +706,15 @@ def test_check_tree_reports(shape: str, expected: str) -> None:
         a, b = write_nodes(store, kv(1, 5), kv(3, 6))
         (root,) = write_nodes(store, [KP_NODE, [[5, a, red], [6, b, red]]])
         red = [4, 4]
+    elif shape == "duplicate key in a leaf":
+        (root,) = write_nodes(store, kv(1, 1))
+    elif shape == "duplicate key across leaves":
+        a, b = write_nodes(store, kv(1, 2), kv(2, 3))
+        (root,) = write_nodes(store, [KP_NODE, [[2, a, red], [3, b, red]]])
+        red = [4, 4]
+    elif shape == "oversized two-entry leaf":
+        # Only a leaf of one entry may exceed the node size (it cannot be split).
+        (root,) = write_nodes(store, [KV_NODE, [[1, (1, "x" * 60)], [2, (1, "x" * 60)]]])
     elif shape == "kp key not child max":
         a, b = write_nodes(store, kv(1, 2), kv(3, 4))
         (root,) = write_nodes(store, [KP_NODE, [[9, a, red], [4, b, red]]])
@@ -733,6 +745,53 @@ def test_check_tree_reports(shape: str, expected: str) -> None:
         (root,) = write_nodes(store, [KV_NODE, [[1, (1, "")], ["a", (1, "")]]])
     found = problems_of(store, [root, red], node_bytes=64)
     assert any(expected in p and p.startswith("<memory>:") for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ("new root", "kp key 9 !="),
+        ("new leaf at the boundary", "not above previous key"),
+        ("older children out of order", "older child starts at"),
+        ("older leaf above the leaves", "an older leaf hangs at depth 2"),
+    ],
+)
+def test_check_tree_since_checks_what_one_commit_wrote(shape: str, expected: str) -> None:
+    """check_tree(since=start), strict mode's per-commit walk: every node at or after
+    ``start`` (the commit's first byte) is checked whole, and each older child it
+    points to is checked for its place (key order, level)."""
+    store = MemoryStore()
+    red = [2, 2]
+    a, b = write_nodes(store, kv(1, 2), kv(3, 4))  # an earlier commit's leaves
+    if shape == "new root":
+        (root,) = write_nodes(store, [KP_NODE, [[9, a, red], [4, b, red]]])
+        since = root
+    elif shape == "new leaf at the boundary":
+        # The commit's first node is an unsorted leaf: it is checked, not trusted.
+        since, root = write_nodes(store, kv(6, 5), [KP_NODE, [[2, a, red], [4, b, red]]])
+        root_entries = [[2, a, red], [4, b, red], [5, since, red]]
+        (root,) = write_nodes(store, [KP_NODE, root_entries])
+    elif shape == "older children out of order":
+        (root,) = write_nodes(store, [KP_NODE, [[4, b, red], [2, a, red]]])
+        since = root
+    else:
+        since, inner = write_nodes(store, kv(5, 6), [KP_NODE, [[6, b + 1, red]]])
+        (root,) = write_nodes(store, [KP_NODE, [[2, a, red], [6, inner, red]]])
+    found = list(check_tree(new_tree(store, [root, [6, 6]]), since=since))
+    assert any(expected in p for p in found), found
+
+
+def test_check_tree_accepts_a_node_of_exactly_the_node_size() -> None:
+    """The node size is a bound a node may reach: a two-entry leaf whose encoding is
+    exactly ``node_bytes`` long is sound."""
+    store = MemoryStore()
+    node = next(
+        n
+        for n in ([KV_NODE, [[1, (1, "x" * k)], [2, (1, "")]]] for k in range(64))
+        if len(msgpack.packb(n)) == 64
+    )
+    (root,) = write_nodes(store, node)
+    assert problems_of(store, [root, (2, 2)], node_bytes=64) == []
 
 
 def test_check_tree_accepts_empty_and_sound_trees() -> None:
