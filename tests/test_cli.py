@@ -168,6 +168,36 @@ def test_load_rejects_garbage_and_writes_nothing(tmp_path: Any) -> None:
         assert db.info()["doc_count"] == 0
 
 
+def test_load_skips_blank_lines(tmp_path: Any) -> None:
+    """JSON lines may be separated by blank lines (an edited dump, a trailing newline)."""
+    with settee.open(str(tmp_path / "db")) as db:
+        lines = '\n{"_id": "a", "_rev": "1-a"}\n\n  \n{"_id": "b", "_rev": "1-b"}\n\n'
+        assert load(db, io.StringIO(lines)) == 2
+        assert [row["id"] for row in db.all_docs()["rows"]] == ["a", "b"]
+
+
+def test_load_refuses_a_document_the_database_refuses(tmp_path: Any) -> None:
+    """A line bulk_docs answers with an error row (here a stub of an attachment no
+    stored revision has) is not dropped silently: load says which and fails."""
+    with settee.open(str(tmp_path / "db")) as db:
+        line = {"_id": "s", "_rev": "1-a", "_attachments": {"f": {"stub": True}}}
+        with pytest.raises(settee.BadRequest, match="missing_stub"):
+            load(db, io.StringIO(json.dumps(line) + "\n"))
+
+
+def test_load_counts_every_document_across_batches(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load stores LOAD_BATCH lines per bulk_docs call and returns how many it stored
+    in all, each once."""
+    monkeypatch.setattr(settee.transfer, "LOAD_BATCH", 2)
+    with settee.open(str(tmp_path / "db")) as db:
+        lines = "".join(json.dumps({"_id": f"d{i}", "_rev": "1-a"}) + "\n" for i in range(5))
+        assert load(db, io.StringIO(lines)) == 5
+        assert db.info()["doc_count"] == 5
+        assert len(db.changes()["results"]) == 5
+
+
 def test_dump_then_load_keeps_attachments(tmp_path: Any) -> None:
     import base64
 
