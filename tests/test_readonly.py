@@ -153,6 +153,32 @@ def test_a_read_over_shards_shows_heads_at_one_instant(tmp_path: Path, compact: 
         assert _state(ro) == _state(db) != before
 
 
+def test_a_cut_whose_commit_was_swapped_away_starts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a shard can no longer load the commit its HEADS slot named (a compaction
+    swapped its file after HEADS was read), the cut starts over from a new read of
+    HEADS: a read over the shards never leaves that shard out."""
+    from settee.follower import FollowerShard
+
+    with _writer(tmp_path / "db") as db, settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        for i in ("b", "a"):  # shards 0 and 1
+            db.put({"_id": i})
+        current_at = FollowerShard.current_at
+        swapped = [ro.shards[1]]
+
+        def once_gone(self: Any, slot: Any) -> Any:
+            if self in swapped:
+                swapped.remove(self)
+                return None
+            return current_at(self, slot)
+
+        monkeypatch.setattr(FollowerShard, "current_at", once_gone)
+        assert [row["id"] for row in ro.all_docs()["rows"]] == ["a", "b"]
+        assert not swapped
+        assert ro.info()["doc_count"] == 2
+
+
 def test_a_slot_naming_another_commits_header_is_not_followed(tmp_path: Path) -> None:
     """A header at the offset a slot names counts only with the slot's seq: a
     compacted copy may hold another commit's header where the old file had one."""
