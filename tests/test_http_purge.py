@@ -14,8 +14,9 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
-from settee.serve import start_server
-from settee.serve.registry import PURGE_MARKER
+from settee.serve import merge_options, start_server
+from settee.serve.protocol import HTTPError
+from settee.serve.registry import PURGE_MARKER, Registry
 from tests import test_http
 from tests.test_http import Client, put
 
@@ -472,6 +473,35 @@ def test_settings_an_interrupted_delete_left_do_not_reach_a_new_database(
         assert c("GET", "/p/_revs_limit").json == 1000
     finally:
         handle.stop()
+
+
+@pytest.mark.parametrize("setting", ["purged_infos_limit", "revs_limit"])
+def test_a_setting_for_a_database_deleted_while_the_request_ran_is_404(
+    tmp_path: Path, setting: str
+) -> None:
+    """A PUT /{db}/_purged_infos_limit (or _revs_limit) whose database was deleted,
+    and created anew, while it ran answers 404, as if it had come after the DELETE,
+    and sets nothing on the new database."""
+    registry = Registry(str(tmp_path), merge_options(fsync=False))
+    try:
+        registry.create("p")
+        old = registry.acquire("p")  # the request's lease
+        registry.delete("p")
+        registry.create("p")
+        store = getattr(registry, f"set_{setting}")
+        with pytest.raises(HTTPError) as raised:
+            store(old, 5)
+        assert raised.value.status == 404
+        registry.release(old)
+        new = registry.acquire("p")
+        try:
+            assert registry.purged_infos_limit(new) == 1000
+            assert new.db.config["revs_limit"] == 1000
+        finally:
+            registry.release(new)
+    finally:
+        registry.close()
+    assert not [p for p in tmp_path.rglob("*.json") if p.parent.name == "_settings"]
 
 
 @pytest.mark.parametrize(
