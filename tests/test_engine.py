@@ -317,6 +317,34 @@ def test_close_while_writing_never_hangs_and_keeps_acknowledged(tmp_path: Any) -
         )
 
 
+@pytest.mark.parametrize("writes", [1, 40])
+def test_a_read_over_shards_that_commits_land_inside_is_one_instant(
+    tmp_path: Any, writes: int
+) -> None:
+    """A read over several shards pins every shard's snapshot as of one instant
+    (settee.cut.WriterCut): commits landing between two shards' snapshots (the cut's
+    step_hook, where the interleaving scheduler parks a reader) make it take them
+    again, so it shows both of a client's writes or neither; under a stream of them
+    it still ends (after RETRIES it holds publications off for one pass)."""
+    with _open(tmp_path / "db", shards=2) as db:
+        revs = {i: db.put({"_id": i, "v": 0})["rev"] for i in ("b", "a")}  # shards 0, 1
+        steps: list[str] = []
+
+        def write_inside(step: str) -> None:
+            steps.append(step)
+            if len(steps) <= writes:
+                for doc_id in ("b", "a"):
+                    revs[doc_id] = db.put({"_id": doc_id, "_rev": revs[doc_id], "v": len(steps)})[
+                        "rev"
+                    ]
+
+        db.cut.step_hook = write_inside
+        rows = db.all_docs(include_docs=True)["rows"]
+        db.cut.step_hook = None
+        assert steps and set(steps) == {"pin"}
+        assert rows[0]["doc"]["v"] == rows[1]["doc"]["v"], rows
+
+
 # -- lifecycle and configuration --------------------------------------------------------------
 
 
