@@ -631,7 +631,8 @@ def _planted(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     itself left honest): ``stale`` keeps the by_seq rows a commit should drop (an
     updated or purged document's old seq), ``kept`` keeps a document purged whole in
     by_id, ``row`` writes by_seq rows naming another winner, ``ahead`` and ``behind``
-    move the commit's header seq off its newest document seq."""
+    move the commit's header seq off its newest document seq, ``reused`` gives an
+    edit a seq the shard had already handed out."""
     original = settee.shard._Group.write_trees
     honest_row = settee.docinfo.DocInfo.by_seq_row
 
@@ -641,6 +642,13 @@ def _planted(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
             self.stale_seqs = []
         if fault == "kept":
             self.removed = set()
+        if fault == "reused":
+            self.pending = {
+                doc_id: settee.docinfo.DocInfo(
+                    i.id, i.seq - 1, i.deleted, i.tree, i.bodies, i.active, i.winner
+                )
+                for doc_id, i in self.pending.items()
+            }
         if fault == "row":
             settee.docinfo.DocInfo.by_seq_row = lambda info: (  # type: ignore[method-assign]
                 info.id,
@@ -652,7 +660,7 @@ def _planted(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
         finally:
             settee.docinfo.DocInfo.by_seq_row = honest_row  # type: ignore[method-assign]
             self.removed, self.stale_seqs = removed, stale
-            self.seq += {"ahead": 1, "behind": -1}.get(fault, 0)
+            self.seq += {"ahead": 1, "behind": -1, "reused": -1}.get(fault, 0)
 
     monkeypatch.setattr(settee.shard._Group, "write_trees", write_trees)
 
@@ -666,14 +674,16 @@ def _planted(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
         ("row", "update", "by_seq["),
         ("ahead", "update", "is not the newest document seq"),
         ("behind", "purge", "a purge commit keeps header seq"),
+        ("reused", "update", "'a' has seq 2, not in (2, 2]"),
     ],
 )
 def test_strict_mode_fails_a_commit_that_breaks_an_agreement(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fault: str, step: str, reported: str
 ) -> None:
     """Each agreement strict mode checks per commit (one by_seq row per document, at
-    its seq, naming its winner, none for a document purged whole; the header seq is
-    the newest document's, and a purge moves it on) fails the write that breaks it."""
+    its seq, naming its winner, none for a document purged whole; each edit a seq
+    past the previous commit's; the header seq is the newest document's, and a purge
+    moves it on) fails the write that breaks it."""
     db = _open(tmp_path / "db", shards=1, strict=True)
     try:
         rev = db.put({"_id": "a"})["rev"]
