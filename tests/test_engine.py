@@ -700,6 +700,35 @@ def test_strict_mode_fails_a_commit_that_breaks_an_agreement(
         db.close()
 
 
+def test_strict_mode_fails_a_commit_that_writes_an_oversized_node(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strict mode walks the by_id nodes a commit wrote (``check_tree(since=...)``):
+    a writer that let a leaf of several documents grow past ``node_size`` fails the
+    write."""
+    original = settee.shard._Group.write_trees
+
+    def unsplit(self: Any, batch: Any) -> Any:
+        honest = self.base.by_id.node_bytes
+        self.base.by_id.node_bytes = 1 << 20
+        try:
+            by_id, by_seq = original(self, batch)
+        finally:
+            self.base.by_id.node_bytes = honest
+        by_id.node_bytes = honest
+        return by_id, by_seq
+
+    db = _open(tmp_path / "db", shards=1, strict=True, node_size=128)
+    try:
+        db.put({"_id": "first"})
+        monkeypatch.setattr(settee.shard._Group, "write_trees", unsplit)
+        with pytest.raises(settee.SetteeError, match="bytes > 128"):
+            db.bulk_docs([{"_id": f"{i:02d}" + "x" * 60} for i in range(6)])
+    finally:
+        monkeypatch.undo()
+        db.close()
+
+
 def test_strict_mode_fails_a_commit_whose_active_size_is_miscounted(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
