@@ -729,6 +729,31 @@ def test_strict_mode_fails_a_commit_that_writes_an_oversized_node(
         db.close()
 
 
+def test_strict_mode_reads_back_every_body_a_commit_wrote(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strict mode reads each leaf body the commit appended, the first one (at the
+    commit's first byte) included: a writer that stored something that is no
+    document body fails the write."""
+    from settee.spec.format import encode_payload
+
+    original = settee.shard._Group.write_trees
+
+    def garbled(self: Any, batch: Any) -> Any:
+        self.bodies[min(self.bodies)] = encode_payload(["not", "a", "map"])
+        return original(self, batch)
+
+    db = _open(tmp_path / "db", shards=1, strict=True)
+    try:
+        db.put({"_id": "first"})
+        monkeypatch.setattr(settee.shard._Group, "write_trees", garbled)
+        with pytest.raises(settee.SetteeError, match="not a map"):
+            db.put({"_id": "a", "x": 1})
+    finally:
+        monkeypatch.undo()
+        db.close()
+
+
 def test_strict_mode_fails_a_commit_whose_active_size_is_miscounted(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
