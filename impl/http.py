@@ -169,7 +169,7 @@ class Database:
 
     def _attach(self, explicit: set[str]) -> None:
         """Create (or find) the server database, then apply this session's options."""
-        if self.config["create"]:
+        if self.config["create"] and not self.config["readonly"]:
             self._mark_path()
             q = f"?q={self.config['shards']}" if "shards" in explicit else ""
             status, body = self._client.request("PUT", self._base + q)
@@ -185,7 +185,7 @@ class Database:
                     "check the path (create=False)"
                 )
             self._check(status, body, "GET", self._base)
-        if "revs_limit" in explicit:
+        if "revs_limit" in explicit and not self.config["readonly"]:
             self._set_revs_limit(httpwire.count(self.config["revs_limit"]))
         _SCRATCH.opened(self.name)
 
@@ -238,6 +238,16 @@ class Database:
         if self._closed:
             raise SetteeError("database is closed; open it again with settee.http.open(path)")
 
+    def _check_writable(self) -> None:
+        """SEMANTICS.md §1: a ``readonly=True`` handle refuses every write before
+        looking at its arguments (it created nothing on open either)."""
+        self._check_open()
+        if self.config["readonly"]:
+            raise SetteeError(
+                f"{self.path}: the database was opened with readonly=True; open it "
+                "without readonly to write"
+            )
+
     # -- requests -----------------------------------------------------------------------------
 
     def _call(self, method: str, tail: str, body: Any = None) -> Any:
@@ -256,7 +266,7 @@ class Database:
 
     def put(self, doc: Any) -> dict[str, Any]:
         """``PUT /db/{id}``; raises Conflict, BadRequest."""
-        self._check_open()
+        self._check_writable()
         valid = self._validate(doc, new_edits=True)
         body = httpwire.wire_doc(valid, new_edits=True, with_id=False)
         answer = self._call("PUT", httpwire.doc_path(valid.id), body)
@@ -264,7 +274,7 @@ class Database:
 
     def delete(self, docid: Any, rev: Any) -> dict[str, Any]:
         """``DELETE /db/{id}?rev=``; raises NotFound, Conflict, BadRequest."""
-        self._check_open()
+        self._check_writable()
         docid = validate_docid(docid)
         rev = check_optional_rev(rev)
         query = "" if rev is None else "?rev=" + quote(rev, safe="")
@@ -272,7 +282,7 @@ class Database:
 
     def bulk_docs(self, docs: Any, new_edits: Any = True) -> list[dict[str, Any]]:
         """``POST /db/_bulk_docs``; one result per doc (only errors with new_edits=False)."""
-        self._check_open()
+        self._check_writable()
         # Judged and read as the engine does (``is_sequence``, ``plain_items``): an
         # object claiming list through __class__, or a list whose __iter__ raises,
         # was a raw TypeError or RuntimeError here (found by settee verify).
@@ -406,7 +416,7 @@ class Database:
 
     def purge(self, revs: Any) -> dict[str, Any]:
         """``POST /db/_purge``."""
-        self._check_open()
+        self._check_writable()
         answer = self._call("POST", "/_purge", check_purge(revs))
         purged = httpwire.field(answer, "purged", "_purge")
         if not isinstance(purged, dict):
@@ -426,7 +436,7 @@ class Database:
 
     def compact(self) -> None:
         """``POST /db/_compact``, then wait until the server says it is done."""
-        self._check_open()
+        self._check_writable()
         self._call("POST", "/_compact", {})
         deadline = time.monotonic() + COMPACT_TIMEOUT
         pause = 0.002

@@ -982,6 +982,7 @@ _OPEN_OPTIONS = {
     "read_mode": hostile.TEXTS,
     "cache_bytes": hostile.COUNTS,
     "create": hostile.FLAGS,
+    "readonly": hostile.FLAGS,
 }
 
 

@@ -447,3 +447,34 @@ def test_a_database_created_with_202_is_the_adapters_to_delete(
             assert b"DELETE /" + name + b" HTTP/1.1" in _Accepting.seen, _Accepting.seen
         finally:
             accepting.shutdown()
+
+
+def test_readonly_creates_nothing_and_refuses_every_write(server: Any, tmp_path: Path) -> None:
+    """SEMANTICS.md §1 over HTTP: readonly=True on a path with no database is a
+    SetteeError and creates none (the adapter created one and took writes, found
+    probing open's options); on one that exists, reads answer and put, delete,
+    bulk_docs, purge and compact raise SetteeError naming readonly, changing nothing."""
+    before = server_databases(server)
+    with pytest.raises(SetteeError):
+        settee.http.open(str(tmp_path / "missing"), readonly=True)
+    assert server_databases(server) == before
+    assert not (tmp_path / "missing").exists()
+    path = str(tmp_path / "kept")
+    with settee.http.open(path) as writer:
+        rev = writer.put({"_id": "a", "n": 1})["rev"]
+    reader = settee.http.open(path, readonly=True, revs_limit=3)
+    try:
+        assert reader.get("a")["n"] == 1
+        writes = [
+            lambda: reader.put({"_id": "b"}),
+            lambda: reader.delete("a", rev),
+            lambda: reader.bulk_docs([{"_id": "c"}]),
+            lambda: reader.purge({"a": [rev]}),
+            reader.compact,
+        ]
+        for write in writes:
+            with pytest.raises(SetteeError, match="readonly"):
+                write()
+        assert [row["id"] for row in reader.all_docs()["rows"]] == ["a"]
+    finally:
+        reader.destroy()
