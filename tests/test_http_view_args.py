@@ -417,3 +417,15 @@ def test_stats_of_arrays_and_of_pre_aggregated_objects(client: Client, db: str) 
     ]
     mixed = ok(client("GET", f"{db}/_design/stats2/_view/mixed"))["rows"][0]["value"]
     assert mixed == {"sum": 10, "count": 5, "min": 0, "max": 4, "sumsqr": 30}
+
+
+def test_builtin_reduces_are_matched_by_prefix(client: Client, db: str) -> None:
+    """couch_query_servers:builtin_reduce takes ``_sum_x`` as _sum and ``_count2`` as
+    _count (couch_mrview:validate accepts them so when the design document is saved);
+    the query answered 400 unknown builtin."""
+    emit = "function(doc) { emit(null, doc.k); }"
+    views = {"s": {"map": emit, "reduce": "_sum_x"}, "c": {"map": emit, "reduce": "_count2"}}
+    assert client("PUT", f"{db}/_design/prefixed", {"views": views}).status == 201
+    summed = ok(client("GET", f"{db}/_design/prefixed/_view/s"))["rows"]
+    counted = ok(client("GET", f"{db}/_design/prefixed/_view/c"))["rows"]
+    assert (summed, counted) == ([{"key": None, "value": 10}], [{"key": None, "value": 5}])
