@@ -623,8 +623,11 @@ def couch_stores_ddoc(doc: dict[str, Any]) -> bool:
             return False
         if ("map" in view or name != "lib") and not isinstance(view.get("map"), str):
             return False
-        builtin = ("_sum", "_count", "_stats", "_approx_count_distinct")
+        builtin = ("_sum", "_count", "_stats", "_approx_count_distinct", "_first", "_last")
         reduce = view.get("reduce", "")
+        if name != "lib" and reduce.startswith(("_top_", "_bottom_")):
+            rank = reduce.split("_", 2)[2]  # check_rank: binary_to_integer, 1..100
+            return re.fullmatch(r"[+-]?[0-9]+", rank) is not None and 1 <= int(rank) <= 100
         return name == "lib" or not reduce.startswith("_") or reduce.startswith(builtin)
 
     flags = ("include_design", "local_seq", "partitioned")
@@ -658,7 +661,13 @@ _JSON_STORED = st.recursive(
 _VIEW = st.dictionaries(
     st.sampled_from(["map", "reduce"]),
     st.one_of(
-        st.sampled_from(["function(doc) { emit(1, 1); }", "_count", "_sum_x", "_bogus", "_"]),
+        st.sampled_from(
+            [
+                *("function(doc) { emit(1, 1); }", "_count", "_sum_x", "_bogus", "_"),
+                *("_first", "_last2", "_top_3", "_top_0", "_bottom_+100", "_bottom_101"),
+                *("_top_x", "_top_", "_topx", "_bottom_²"),
+            ]
+        ),
         _JSON_STORED,
     ),
 )

@@ -429,3 +429,27 @@ def test_builtin_reduces_are_matched_by_prefix(client: Client, db: str) -> None:
     summed = ok(client("GET", f"{db}/_design/prefixed/_view/s"))["rows"]
     counted = ok(client("GET", f"{db}/_design/prefixed/_view/c"))["rows"]
     assert (summed, counted) == ([{"key": None, "value": 10}], [{"key": None, "value": 5}])
+
+
+def test_couchdb_3_5_builtins_first_last_top_and_bottom(client: Client, db: str) -> None:
+    """ddocs.rst (new in 3.5): for ``[a,1]: x, [a,2]: y`` with group_level=1, _first is
+    x and _last y, a descending query too; _top_N and _bottom_N the N largest and
+    smallest values; an N outside 1..100 is refused when the design document is
+    saved, as couch_mrview:validate refuses it."""
+    emit = "function(doc) { emit(['a', doc.k], 'v' + doc.k); }"
+    views = {
+        name: {"map": emit, "reduce": name} for name in ("_first", "_last", "_top_2", "_bottom_2")
+    }
+    assert client("PUT", f"{db}/_design/ranks", {"views": views}).status == 201
+    expected = {"_first": "v0", "_last": "v4", "_top_2": ["v4", "v3"], "_bottom_2": ["v0", "v1"]}
+    for name, value in expected.items():
+        for query in ("?group_level=1", "?group_level=1&descending=true"):
+            rows = ok(client("GET", f"{db}/_design/ranks/_view/{name}{query}"))["rows"]
+            assert rows == [{"key": ["a"], "value": value}], (name, query)
+    for bad, reason in (
+        ("_top_0", "rank value must be between 1 and 100"),
+        ("_bottom_x", "invalid rank reducer"),
+    ):
+        ddoc = {"views": {"v": {"map": emit, "reduce": bad}}}
+        r = client("PUT", f"{db}/_design/bad", ddoc)
+        assert (r.status, r.json) == (400, {"error": "invalid_design_doc", "reason": reason})

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
 from settee.serve.protocol import HTTPError
-from settee.serve.reducers import SUM_ERROR, stats_of, sum_of
+from settee.serve.reducers import SUM_ERROR, first_of, last_of, rank_of, ranked, stats_of, sum_of
 
 _INTS = st.integers(-(10**6), 10**6)
 _ARRAYS = st.lists(_INTS, max_size=4)
@@ -163,3 +163,43 @@ def test_a_sum_past_the_largest_float_is_a_400(values: list[Any]) -> None:
     with pytest.raises(HTTPError) as raised:
         sum_of(values)
     assert raised.value.status == 400
+
+
+def test_top_and_bottom_are_the_n_extreme_distinct_values_in_collation_order() -> None:
+    """couch_query_servers:builtin_rank_n (CouchDB 3.5): lists:umerge keeps one of
+    the values that collate equal (the first met), largest (or smallest) first, in
+    CouchDB's collation (null < booleans < numbers < strings < arrays < objects)."""
+    values = [3, "b", None, 1.0, 3.0, [1], "a", {"k": 1}, 1, False]
+    assert ranked("_top_4", values) == [{"k": 1}, [1], "b", "a"]
+    assert ranked("_bottom_4", values) == [None, False, 1.0, 3]
+    assert ranked("_top_100", [2, 2, 1]) == [2, 1]
+    assert ranked("_bottom_1", []) == []
+
+
+def test_first_and_last_are_the_values_of_the_extreme_key_then_doc_id() -> None:
+    """builtin_first_last compares (key, doc id) with less_json_ids, whatever order
+    the rows come in (a descending query reads them backwards)."""
+    rows = [(["a", 2], "d1", "y"), (["a", 1], "d9", "x"), (["a", 1], "d2", "w"), ("z", "d0", "v")]
+    assert (first_of(rows), last_of(rows)) == ("v", "y")  # a string key sorts before arrays
+    assert first_of(rows[:3]) == "w"  # equal keys: d2 before d9
+
+
+@pytest.mark.parametrize(
+    ("builtin", "refusal"),
+    [
+        ("_top_1", None),
+        ("_bottom_100", None),
+        ("_top_+5", None),  # binary_to_integer reads a sign
+        ("_top_007", None),
+        ("_top_0", "rank value must be between 1 and 100"),
+        ("_bottom_101", "rank value must be between 1 and 100"),
+        ("_top_-1", "rank value must be between 1 and 100"),
+        ("_top_x", "invalid rank reducer"),
+        ("_top_", "invalid rank reducer"),
+        ("_bottom_1.5", "invalid rank reducer"),
+        ("_top_²", "invalid rank reducer"),  # a unicode digit int() would take
+        ("_top_1_0", "invalid rank reducer"),  # an underscore int() would take
+    ],
+)
+def test_rank_of_is_couch_mrviews_check(builtin: str, refusal: str | None) -> None:
+    assert rank_of(builtin) == refusal

@@ -1,4 +1,5 @@
-"""CouchDB's ``_sum`` and ``_stats`` builtin reduce functions (couch_query_servers).
+"""CouchDB's builtin reduce functions ``_sum``, ``_stats`` and CouchDB 3.5's
+``_first``, ``_last``, ``_top_N`` and ``_bottom_N`` (couch_query_servers).
 
 ``_sum`` adds numbers, arrays of numbers position by position (the longer
 array's extra members kept; a number meets an array as a one-member array) and
@@ -16,16 +17,31 @@ cannot combine is a 400 ``builtin_reduce_error`` here, where CouchDB's
 
 Both are folds a rereduce agrees with: reducing every value at once equals
 reducing the reductions of any split of them (tests/test_reducers.py).
+
+``_first`` and ``_last`` (ddocs.rst, new in 3.5) answer the value of the group's
+row with the smallest and the largest key, ties to the doc id, whatever order
+the query reads the rows in; ``_top_N`` and ``_bottom_N`` the N largest or
+smallest distinct values (in CouchDB's collation; of values that collate equal
+the first met stays), largest or smallest first, N from 1 to ``MAX_RANK``
+(couch_query_servers:builtin_rank_n merges with lists:umerge).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import Any
 
 from settee.serve.protocol import HTTPError
+from settee.spec.collation import collate_json
 
-__all__ = ["stats_of", "sum_of"]
+__all__ = ["MAX_RANK", "first_of", "last_of", "rank_of", "ranked", "stats_of", "sum_of"]
+
+#: couch_mrview's ?MAX_RANK: the largest N of ``_top_N`` and ``_bottom_N``.
+MAX_RANK = 100
+#: What Erlang's binary_to_integer reads: an optional sign, then ASCII digits.
+_ERLANG_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 #: couch_query_servers' ?SUMERROR, the reason of a ``_sum`` error object.
 SUM_ERROR = (
@@ -191,3 +207,49 @@ def _overflowed(builtin: str) -> HTTPError:
     return HTTPError(
         400, "builtin_reduce_error", f"The {builtin} function overflowed: the sum is not finite"
     )
+
+
+def rank_of(builtin: str) -> str | None:
+    """couch_mrview:validate's refusal of a ``_top_``/``_bottom_`` builtin whose N is
+    not an integer from 1 to ``MAX_RANK`` (its reason), or None when it is one."""
+    prefix = "_top_" if builtin.startswith("_top_") else "_bottom_"
+    text = builtin[len(prefix) :]
+    if not _ERLANG_INTEGER.fullmatch(text):
+        return "invalid rank reducer"
+    if not 1 <= int(text) <= MAX_RANK:
+        return f"rank value must be between 1 and {MAX_RANK}"
+    return None
+
+
+def ranked(builtin: str, values: list[Any]) -> list[Any]:
+    """``_top_N`` or ``_bottom_N`` of ``values`` (``rank_of`` passed ``builtin``)."""
+    top = builtin.startswith("_top_")
+    count = int(builtin[len("_top_" if top else "_bottom_") :])
+    # Stable: among values that collate equal, the first met comes first and stays.
+    ordered = sorted(values, key=functools.cmp_to_key(collate_json), reverse=top)
+    distinct: list[Any] = []
+    for value in ordered:
+        if not distinct or collate_json(distinct[-1], value) != 0:
+            distinct.append(value)
+            if len(distinct) == count:
+                break
+    return distinct
+
+
+def _by_key_then_id(a: tuple[Any, str, Any], b: tuple[Any, str, Any]) -> int:
+    """couch_ejson_compare:less_json_ids: keys in collation order, then doc ids as
+    raw strings (code point order, which is UTF-8 byte order)."""
+    order = collate_json(a[0], b[0])
+    if order:
+        return order
+    return (a[1] > b[1]) - (a[1] < b[1])
+
+
+def first_of(rows: list[tuple[Any, str, Any]]) -> Any:
+    """``_first``: the value of the smallest ``(key, doc id, value)`` row."""
+    return min(rows, key=functools.cmp_to_key(_by_key_then_id))[2]
+
+
+def last_of(rows: list[tuple[Any, str, Any]]) -> Any:
+    """``_last``: the value of the largest ``(key, doc id, value)`` row."""
+    return max(rows, key=functools.cmp_to_key(_by_key_then_id))[2]

@@ -11,6 +11,7 @@ from typing import Any
 import settee
 from settee.serve.design import user_ctx
 from settee.serve.protocol import HTTPError
+from settee.serve.reducers import rank_of
 from settee.serve.registry import DbEntry
 from settee.spec.attachments import digest_of, length_of
 from settee.spec.spool import Spooled
@@ -106,8 +107,9 @@ def _ddoc_fields(map_type: str) -> list[list[tuple[str, tuple[str, ...]]]]:
 
 
 _JSON_TYPES: dict[str, type] = {"object": dict, "string": str, "array": list, "boolean": bool}
-#: The builtin reduces couch_mrview:validate takes, each by prefix as it matches them.
-_BUILTIN_REDUCES = ("_sum", "_count", "_stats", "_approx_count_distinct")
+#: The builtin reduces couch_mrview:validate takes, each by prefix as it matches them
+#: (``_top_N`` and ``_bottom_N`` with their N checked: ``reducers.rank_of``).
+_BUILTIN_REDUCES = ("_sum", "_count", "_stats", "_approx_count_distinct", "_first", "_last")
 
 
 def design_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
@@ -132,7 +134,11 @@ def design_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
         return None  # an unknown language is stored unchecked, as CouchDB stores it
     for name, view in views.items():
         reduce = view.get("reduce", "") if name != "lib" else ""
-        if reduce.startswith("_") and not reduce.startswith(_BUILTIN_REDUCES):
+        if reduce.startswith(("_top_", "_bottom_")):
+            refused = rank_of(reduce)
+            if refused is not None:
+                return HTTPError(400, "invalid_design_doc", refused)
+        elif reduce.startswith("_") and not reduce.startswith(_BUILTIN_REDUCES):
             reason = f"`{reduce}` is not a supported reduce function."
             return HTTPError(400, "invalid_design_doc", reason)
     return None

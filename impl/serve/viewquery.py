@@ -10,7 +10,8 @@ apply in order (``key=1&endkey=3`` is 1..3); a POST's JSON body may hold any of
 them, the query string overriding it; CouchDB's validate_args and check_range
 refusals are its 400 query_parse_error answers. A view with a reduce answers reduced
 rows unless ``reduce=false``: the builtins ``_count``, ``_sum``, ``_stats``,
-``_approx_count_distinct`` or a JavaScript ``reduce(keys, values, rereduce)``,
+``_approx_count_distinct``, ``_first``, ``_last``, ``_top_N``, ``_bottom_N``
+(``reducers.py``) or a JavaScript ``reduce(keys, values, rereduce)``,
 over everything (one row) or per key (``group=true``) or per key prefix
 (``group_level=N``). Reduction reads every row of the range: settee stores no
 intermediate reductions yet.
@@ -42,7 +43,7 @@ from settee.serve.protocol import (
     require_json_content,
     respond,
 )
-from settee.serve.reducers import stats_of, sum_of
+from settee.serve.reducers import first_of, last_of, ranked, stats_of, sum_of
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.viewindex import Mapper, ViewIndex, signature
@@ -514,6 +515,11 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
         return sum_of(values)
     if builtin.startswith("_stats"):
         return stats_of(values)
+    if builtin.startswith(("_top_", "_bottom_")):
+        return ranked(builtin, values)
+    if builtin.startswith(("_first", "_last")):
+        triples = [(row["k"], row["d"], row["v"]) for row in rows]
+        return first_of(triples) if builtin.startswith("_first") else last_of(triples)
     if builtin.startswith("_approx_count_distinct"):
         distinct: list[Any] = []
         for row in rows:
