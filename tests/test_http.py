@@ -526,6 +526,11 @@ def test_local_docs_are_separate_and_versioned(client: Client, db: str) -> None:
     assert client("GET", db).json["doc_count"] == 0
     assert client("DELETE", f"{db}/_local/cp?rev=0-2").json["ok"] is True
     assert client("GET", f"{db}/_local/cp").status == 404
+    # couch_db_updater numbers the next revision N+1 for any integer N: past 64 bits too.
+    big = client("PUT", f"{db}/_local/big", {"_rev": "0-18446744073709551616"})
+    assert big.json["rev"] == "0-18446744073709551617"
+    assert client("GET", f"{db}/_local/big").json["_rev"] == "0-18446744073709551617"
+    assert client("PUT", f"{db}/_local/big", {"_rev": "0-" + "9" * 5000}).status == 400
 
 
 def test_compact_and_ensure_full_commit(client: Client, db: str) -> None:

@@ -72,14 +72,20 @@ def _is_hex(text: str) -> bool:
     return text.isascii() and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
+#: The most digits a local revision's number may have: CouchDB's integers are
+#: unbounded, but a stored number must read back (``int()`` and ``json`` refuse
+#: past 4,300 digits: a 5,000-digit one was a 500), and N+1 must fit too.
+_LOCAL_REV_DIGITS = 4000
+
+
 def local_rev(value: Any) -> int:
-    """The number N of a local revision ``0-N`` (ASCII digits, at most 19 of them:
-    ``int()`` of 5,000 was a 500, and ``isdigit()`` took other scripts' digits);
-    anything else is "Invalid rev format", as couch_db_updater answers a rev
-    whose position is not 0 or whose hash is not an integer."""
+    """The number N of a local revision ``0-N`` (ASCII digits: ``isdigit()`` took
+    other scripts' digits); anything else is "Invalid rev format", as
+    couch_db_updater answers a rev whose position is not 0 or whose hash is not
+    an integer. Past 19 digits too, as CouchDB takes them (a 20-digit rev was 400)."""
     couch_rev(value)
     digits = value[2:] if value.startswith("0-") else ""
-    if digits.isascii() and digits.isdigit() and len(digits) <= 19:
+    if digits.isascii() and digits.isdigit() and len(digits) <= _LOCAL_REV_DIGITS:
         return int(digits)
     raise _invalid_rev()
 
