@@ -453,3 +453,27 @@ def test_couchdb_3_5_builtins_first_last_top_and_bottom(client: Client, db: str)
         ddoc = {"views": {"v": {"map": emit, "reduce": bad}}}
         r = client("PUT", f"{db}/_design/bad", ddoc)
         assert (r.status, r.json) == (400, {"error": "invalid_design_doc", "reason": reason})
+
+
+@pytest.mark.parametrize(
+    ("view", "kind"),
+    [
+        ({"map": "function(doc) }{"}, "map"),
+        ({"map": "function(doc) { emit(null); }", "reduce": "function(k, v, r) }{}"}, "reduce"),
+        ({"map": "42"}, "map"),  # not a function
+    ],
+)
+def test_uncompilable_view_is_refused_on_save(
+    client: Client, db: str, view: dict[str, str], kind: str
+) -> None:
+    """couch_mrview_ddoc_validation_tests: couch_mrview:validate compiles each view's
+    map and JavaScript reduce when the design document is saved, and refuses it with
+    400 compilation_error (it was stored, and every query of the view failed)."""
+    r = client("PUT", f"{db}/_design/broken", {"views": {"foo": view}})
+    assert (r.status, r.json["error"]) == (400, "compilation_error"), r.raw
+    assert r.json["reason"].startswith(f"Compilation of the {kind} function in the 'foo' view")
+    assert client("GET", f"{db}/_design/broken").status == 404
+    bulk = client(
+        "POST", f"{db}/_bulk_docs", {"docs": [{"_id": "_design/b2", "views": {"foo": view}}]}
+    )
+    assert bulk.json[0]["error"] == "compilation_error"

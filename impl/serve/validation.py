@@ -10,6 +10,7 @@ from typing import Any
 
 import settee
 from settee.serve.design import user_ctx
+from settee.serve.js import js_available, runtime
 from settee.serve.protocol import HTTPError
 from settee.serve.reducers import rank_of
 from settee.serve.registry import DbEntry
@@ -141,6 +142,32 @@ def design_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
         elif reduce.startswith("_") and not reduce.startswith(_BUILTIN_REDUCES):
             reason = f"`{reduce}` is not a supported reduce function."
             return HTTPError(400, "invalid_design_doc", reason)
+    if doc.get("language", "javascript") == "javascript":
+        return _compile_refusal(views)
+    return None
+
+
+def _compile_refusal(views: dict[str, Any]) -> HTTPError | None:
+    """couch_query_servers:try_compile of each view's map and JavaScript reduce, as
+    couch_mrview:validate compiles them when a design document is saved: 400
+    ``compilation_error`` for one that does not compile (it was stored, and every
+    query of the view failed). Without the JavaScript engine nothing can be
+    compiled: the design document is stored, and its views answer 400 when queried."""
+    if js_available() is not None:
+        return None
+    for name, view in views.items():
+        if name == "lib":
+            continue
+        functions = [("map", view["map"])]
+        reduce = view.get("reduce", "")
+        if reduce and not reduce.startswith("_"):
+            functions.append(("reduce", reduce))
+        for kind, source in functions:
+            try:
+                runtime().compile(source, f"{kind} of view {name}")
+            except HTTPError as exc:
+                reason = f"Compilation of the {kind} function in the '{name}' view failed: "
+                return HTTPError(400, "compilation_error", reason + exc.reason)
     return None
 
 
