@@ -650,6 +650,33 @@ def couch_stores_ddoc(doc: dict[str, Any]) -> bool:
     return all(check(doc[member]) for member, check in checks.items() if member in doc)
 
 
+def couch_refusal(doc: dict[str, Any]) -> str | None:
+    """The error CouchDB refuses ``doc`` with, or None when it stores it: the checks
+    of ``couch_stores_ddoc``, then each JavaScript view's map and reduce compiled
+    (couch_query_servers:try_compile, as couchjs's add_fun evaluates the source as
+    a function expression), here in an isolate of this test's own."""
+    if not couch_stores_ddoc(doc):
+        return "invalid_design_doc"
+    if doc.get("language", "javascript") != "javascript":
+        return None
+    for name, view in doc.get("views", {}).items():
+        if name == "lib":
+            continue
+        sources = [view["map"], view.get("reduce", "")]
+        if not all(_compiles(src) for src in sources if src and not src.startswith("_")):
+            return "compilation_error"
+    return None
+
+
+def _compiles(source: str) -> bool:
+    from py_mini_racer import JSEvalException, MiniRacer
+
+    try:
+        return bool(MiniRacer().eval(f"typeof ({source}) === 'function'", timeout=2000))
+    except JSEvalException:
+        return False
+
+
 #: Any JSON the engine stores (its integers fit in 64 bits), for design documents.
 _JSON_STORED = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=8)),
@@ -694,6 +721,8 @@ _DDOC = st.dictionaries(
 @example(ddoc={"validate_doc_update": 7}, how="PUT")  # found probing: every write refused
 @example(ddoc={"views": {"v": {"map": "function(doc) {}", "reduce": 5}}}, how="_bulk_docs")
 @example(ddoc={"options": {"partitioned": True}}, how="new_edits=false")
+@example(ddoc={"views": {"v": {"map": "function(doc) }{"}}}, how="new_edits=false")
+@example(ddoc={"views": {"v": {"map": "abc"}}}, how="PUT")  # stored, every query failed
 def test_a_design_document_couchdb_refuses_is_refused_and_not_stored(
     served: tuple[_Client, Path], ddoc: dict[str, Any], how: str
 ) -> None:
@@ -715,12 +744,13 @@ def test_a_design_document_couchdb_refuses_is_refused_and_not_stored(
         assert status == 201, raw
         refusal = next((row.get("error") for row in json.loads(raw)), None)
     stored = client("GET", "/ddocs/_design/h")
-    if couch_stores_ddoc(ddoc):
+    expected = couch_refusal(ddoc)
+    if expected is None:
         assert refusal is None and stored[0] == 200, (ddoc, raw)
         purge = {"_design/h": [json.loads(stored[1])["_rev"]]}  # gone, for the next example
         assert client("POST", "/ddocs/_purge", json.dumps(purge).encode())[0] == 201
     else:
-        assert refusal == "invalid_design_doc" and stored[0] == 404, (ddoc, raw)
+        assert refusal == expected and stored[0] == 404, (ddoc, raw)
     status, raw = client("GET", "/ddocs/plain")
     rev = json.loads(raw)["_rev"]
     assert client("PUT", "/ddocs/plain", json.dumps({"_rev": rev}).encode())[0] == 201
