@@ -672,7 +672,11 @@ def _compiles(source: str) -> bool:
     from py_mini_racer import JSEvalException, MiniRacer
 
     try:
-        return bool(MiniRacer().eval(f"typeof ({source}) === 'function'", timeout=2000))
+        # couchjs evaluates the source as a script ending in the function: a trailing
+        # ";" or line comment is fine (rewrite_fun.js).
+        expression = re.sub(r"[\s;]+$", "", source)
+        check = f"typeof ({expression}\n) === 'function'"
+        return bool(MiniRacer().eval(check, timeout=2000))
     except JSEvalException:
         return False
 

@@ -477,3 +477,17 @@ def test_uncompilable_view_is_refused_on_save(
         "POST", f"{db}/_bulk_docs", {"docs": [{"_id": "_design/b2", "views": {"foo": view}}]}
     )
     assert bulk.json[0]["error"] == "compilation_error"
+
+
+def test_a_map_ending_in_a_semicolon_or_comment_compiles(client: Client, db: str) -> None:
+    """couchjs runs a function's source as a script whose last statement is the
+    function (rewrite_fun.js), so ``function (doc) {...};`` is a map function: PouchDB's
+    own suite saves one (test.changes.js, "accepts _design as filter property")."""
+    views = {
+        "semi": {"map": "function (doc) { emit(doc._id, null) };"},
+        "comment": {"map": "function (doc) { emit(doc._id, null) } // the ids\n"},
+    }
+    assert client("PUT", f"{db}/_design/lenient", {"views": views}).status == 201
+    for name in views:
+        rows = ok(client("GET", f"{db}/_design/lenient/_view/{name}"))["rows"]
+        assert [row["key"] for row in rows] == [f"d{k}" for k in range(5)], name

@@ -46,7 +46,10 @@ function sum(values) {
   return s;
 }
 function __settee_compile(source) {
-  var fn = eval("(" + source + ")");
+  // couchjs runs a function's source as a script whose last statement is the function
+  // (rewrite_fun.js turns it into an expression): a trailing ";" or line comment is
+  // fine there, not inside "( ... )", so they are kept out of the parentheses.
+  var fn = eval("(" + source.replace(/[\s;]+$/, "") + "\n)");
   if (typeof fn !== "function") throw new Error("expression does not evaluate to a function");
   var id = String(__settee.next++);
   __settee.fns[id] = fn;
