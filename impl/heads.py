@@ -213,9 +213,10 @@ def _open_for_publishing(path: str) -> int:
     so a HEADS linked to a shard file had its slots written over that shard's
     first bytes, and a dangling link made a file wherever it pointed (found by
     probing damaged directories). The link is left as it is: SetteeError, and
-    the writer goes on without publishing (readers scan the shard files)."""
+    the writer goes on without publishing (readers scan the shard files). A HEADS
+    with another name (a hard link, to a shard file say) is left alone the same way."""
     try:
-        return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
     except OSError as exc:
         if os.path.islink(path):
             raise SetteeError(
@@ -223,6 +224,18 @@ def _open_for_publishing(path: str) -> int:
                 "remove it to let readonly readers follow the writer"
             ) from exc
         raise SetteeError(f"{path}: cannot open for writing: {exc}") from exc
+    try:
+        links = os.fstat(fd).st_nlink
+    except OSError as exc:
+        os.close(fd)
+        raise SetteeError(f"{path}: cannot open for writing: {exc}") from exc
+    if links > 1:
+        os.close(fd)
+        raise SetteeError(
+            f"{path} has {links} names (a hard link), so its slots would be written into "
+            "another file too; remove it to let readonly readers follow the writer"
+        )
+    return fd
 
 
 def _slot(raw: bytes, at: int) -> Slot | None:

@@ -671,19 +671,23 @@ def test_a_metadata_temp_file_of_this_database_is_replaced_when_it_is_rebuilt(
         assert again.info()["doc_count"] == 5
 
 
-@pytest.mark.parametrize("target", ["another shard", "dangling"])
+@pytest.mark.parametrize("target", ["another shard", "dangling", "a hard link to another shard"])
 def test_a_heads_symlink_is_not_written_through(tmp_path: Path, target: str) -> None:
     """HEADS is a hint the writer rewrites in place: through a symlink to another
     shard it wrote its slots over that shard's first bytes (its first header, or
     a compacted file's documents), and a dangling one made a file wherever it
-    pointed. A symlink there is left as it is, and readers scan the shard files."""
+    pointed. A symlink there is left as it is, and readers scan the shard files;
+    so is a HEADS that is another name of a shard file (a hard link)."""
     db_path = tmp_path / "db"
     _make(db_path, shards=2, docs=20)
     heads = db_path / "HEADS"
     heads.unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    heads.symlink_to("shard-001.settee" if target == "another shard" else elsewhere / "HEADS")
+    if target == "a hard link to another shard":
+        os.link(db_path / "shard-001.settee", heads)
+    else:
+        heads.symlink_to("shard-001.settee" if target == "another shard" else elsewhere / "HEADS")
     before = _state(db_path)
     with pytest.warns(UserWarning, match="HEADS"), settee.open(str(db_path)) as db:
         for n in range(8):  # ids of both shards
@@ -691,7 +695,8 @@ def test_a_heads_symlink_is_not_written_through(tmp_path: Path, target: str) -> 
         with settee.open(str(db_path), readonly=True) as reader:
             assert reader.info()["doc_count"] == 28
     after = _state(db_path)
-    assert after["HEADS"] == before["HEADS"]
+    shared = target == "a hard link to another shard"  # HEADS is shard-001 itself
+    assert after["HEADS"] == (after["shard-001.settee"] if shared else before["HEADS"])
     for name in ("shard-000.settee", "shard-001.settee"):
         found, kept = before[name], after[name]
         assert isinstance(found, bytes) and isinstance(kept, bytes)
