@@ -366,11 +366,10 @@ def _bad_revs(doc_id: str, what: str) -> CorruptionError:
 
 @dataclass(frozen=True, slots=True)
 class Edit:
-    """An accepted edit: the revision to store a body for (None when the
-    edit only merged revisions the shard already had), the tree after it and
-    the new revision's attachments (stubs resolved, SEMANTICS.md §18)."""
+    """An accepted interactive edit: the revision to store a body for, the tree
+    after it and the new revision's attachments (stubs resolved, SEMANTICS.md §18)."""
 
-    rev: str | None
+    rev: str
     tree: dict[str, list[Any]]
     attachments: list[Stored | Inline] = field(default_factory=list)
 
@@ -379,13 +378,13 @@ def apply_edit(
     info: DocInfo | None,
     doc: ValidDoc,
     *,
-    new_edits: bool,
     revs_limit: int,
     before: DocInfo | None,
     encoded: bytes,
     deleting: bool = False,
 ) -> Edit:
-    """Decide one edit as CouchDB does; raise ``Conflict`` when it must be refused.
+    """Decide one interactive edit (``new_edits=True``) as CouchDB does; raise
+    ``Conflict`` when it must be refused. A replicated edit is ``apply_replicated``'s.
 
     ``info`` is the document's state now, ``before`` its state when the call
     carrying the edit began (they differ when an earlier entry of the same
@@ -399,33 +398,19 @@ def apply_edit(
     tree = dict(info.tree) if info is not None else {}
     if deleting:
         _check_exists(info)
-    if new_edits:
-        _check_against_call_start(before, doc)
-        parent = _parent_for_merge(info, doc)
-        position = 1 if parent is None else rev_pos(parent) + 1
-        atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
-        rev = new_rev_encoded(parent, doc.deleted, encoded, rev_digests(atts))
-        if rev in tree:
-            # The id the edit digests to is one the tree holds already (a revision
-            # replicated in with that id): merged as a path, as the reference does,
-            # not overwritten (which turned a live replicated root into this edit's
-            # tombstone; found by mutation testing's equivalence runs).
-            tree, _ = revtree.merge_path(
-                tree, [rev] if parent is None else [rev, parent], doc.deleted
-            )
-        else:
-            tree[rev] = [parent, doc.deleted]
-    elif doc.revisions[0] in tree:
-        # couch_db:prep_and_validate_replicated_updates: a revision the tree
-        # already holds is ignored but counts as a success; its body and the
-        # tree stay as they are (the sender's ancestors are not merged either).
-        return Edit(None, tree)
+    _check_against_call_start(before, doc)
+    parent = _parent_for_merge(info, doc)
+    position = 1 if parent is None else rev_pos(parent) + 1
+    atts = resolve(doc.id, doc.attachments, _named_atts(info, doc), position, new_edits=True)
+    rev = new_rev_encoded(parent, doc.deleted, encoded, rev_digests(atts))
+    if rev in tree:
+        # The id the edit digests to is one the tree holds already (a revision
+        # replicated in with that id): merged as a path, as the reference does,
+        # not overwritten (which turned a live replicated root into this edit's
+        # tombstone; found by mutation testing's equivalence runs).
+        tree, _ = revtree.merge_path(tree, [rev] if parent is None else [rev, parent], doc.deleted)
     else:
-        position = rev_pos(doc.revisions[0])
-        previous = _ancestor_atts(info, doc)
-        atts = resolve(doc.id, doc.attachments, previous, position, new_edits=False)
-        tree, added = revtree.merge_path(tree, list(doc.revisions), doc.deleted)
-        rev = doc.revisions[0] if added else None
+        tree[rev] = [parent, doc.deleted]
     if revs_limit and len(tree) > revs_limit:
         # A tree of at most revs_limit revisions is its own stem (spec.revtree.stem's
         # contract): nearly every edit, whose tree a stem call would only copy.
@@ -470,10 +455,13 @@ def apply_replicated(
     its attachments. Refusals (a missing stub) raise before anything changes."""
     leaf = doc.revisions[0]
     if leaf in work.tree:
+        # couch_db:prep_and_validate_replicated_updates: a revision the tree
+        # already holds is ignored but counts as a success; its body and the
+        # tree stay as they are (the sender's ancestors are not merged either).
         return None, []
     path = list(doc.revisions)
     atts = resolve(
-        doc.id, doc.attachments, _ancestor_atts_in(work.bodies, doc), rev_pos(leaf), new_edits=False
+        doc.id, doc.attachments, _ancestor_atts(work.bodies, doc), rev_pos(leaf), new_edits=False
     )
     known = [i for i, rev in enumerate(path) if rev in work.tree]
     # A known root given a parent joins two parts of the tree: measured again. Else
@@ -509,13 +497,9 @@ def _named_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
     return attachments_of(info.bodies[doc.rev])
 
 
-def _ancestor_atts(info: DocInfo | None, doc: ValidDoc) -> list[Stored] | None:
+def _ancestor_atts(bodies: dict[str, list[Any]], doc: ValidDoc) -> list[Stored] | None:
     """Where a replicated edit's stubs come from: the newest ancestor on the sent
     path whose body is kept (``couch_db:make_first_doc_on_disk``)."""
-    return None if info is None else _ancestor_atts_in(info.bodies, doc)
-
-
-def _ancestor_atts_in(bodies: dict[str, list[Any]], doc: ValidDoc) -> list[Stored] | None:
     for rev in doc.revisions[1:]:
         if rev in bodies:
             return attachments_of(bodies[rev])

@@ -623,10 +623,7 @@ class _Group:
         if not new_edits:
             return self._replicate(docs, encoded)
         before: dict[str, DocInfo | None] = {}
-        return [
-            self._apply_one(d, e, new_edits, before, deleting)
-            for d, e in zip(docs, encoded, strict=True)
-        ]
+        return [self._apply_one(d, e, before, deleting) for d, e in zip(docs, encoded, strict=True)]
 
     def _current(self, doc_id: str) -> DocInfo | None:
         if doc_id in self.pending:
@@ -666,17 +663,16 @@ class _Group:
         self,
         doc: ValidDoc,
         encoded: bytes,
-        new_edits: bool,
         before: dict[str, DocInfo | None],
         deleting: bool,
     ) -> Any:
+        """One interactive edit of a call (a replicated call is ``_replicate``'s)."""
         try:
             info = self._current(doc.id)
             first = before.setdefault(doc.id, info)
             edit = apply_edit(
                 info,
                 doc,
-                new_edits=new_edits,
                 revs_limit=self.revs_limit,
                 before=first,
                 deleting=deleting,
@@ -684,8 +680,6 @@ class _Group:
             )
         except (Conflict, NotFound, CorruptionError, MissingStub) as exc:
             return exc
-        if edit.rev is None:
-            return None
         if info is not None and doc.id not in self.pending:
             self.stale_seqs.append(info.seq)  # by_seq keeps one row per doc: its latest
         self.removed.discard(doc.id)  # purged whole earlier in this group, written anew

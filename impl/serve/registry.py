@@ -255,11 +255,9 @@ class Registry:
         open database is in use. Pair each call with ``release``."""
         if not is_db_name(name):
             raise db_missing()
-        entry = self._open.lease(name)
-        if entry is not None and not entry.failed:
-            return entry
+        entry = self.try_acquire(name)
         if entry is not None:
-            self._open.release(name, entry)
+            return entry
         with self._lock:
             self._check_running()
             entry = self._open.lease(name)  # another request may have opened it meanwhile
