@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+import settee
+
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
 from settee.serve import merge_options, start_server
@@ -539,5 +541,168 @@ def test_damaged_purge_records_are_corruption(tmp_path: Path, damage: str) -> No
             assert "_purged_infos.json" in r.json["reason"]
         assert found.read_text() == damage
         assert c("GET", "/p/b").json["_rev"] == kept  # refused before purging
+    finally:
+        handle.stop()
+
+
+def _restarted(tmp_path: Path) -> Any:
+    """A server on ``tmp_path`` again, as after a crash and a restart."""
+    return start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+
+
+def test_a_purge_whose_record_a_crash_lost_is_recorded_when_its_database_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge commits, then the process dies before writing its record (here the
+    record's write fails and the server stops): the next open of the database
+    records it, once, as CouchDB's single commit would have (couch_db:purge_docs)."""
+    from settee.serve.local import LocalDocs
+
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        rev = put(c, "/p", "b", {})
+
+        def crash(self: LocalDocs, requests: Any, limit: int) -> None:
+            raise OSError("the process died before the record was written")
+
+        monkeypatch.setattr(LocalDocs, "record_purges", crash)
+        assert c("POST", "/p/_purge", {"b": [rev]}).status >= 500
+        monkeypatch.undo()
+    finally:
+        handle.stop()
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("GET", "/p/b").status == 404
+        infos = c("GET", "/p/_purged_infos").json["purged_infos"]
+        assert infos == [{"id": "b", "revs": [rev]}]
+        assert c("GET", "/p").json["purge_seq"] == 1
+        assert not list(tmp_path.rglob("_purge_pending.json"))
+    finally:
+        handle.stop()
+
+
+def test_a_purge_a_crash_stopped_before_it_committed_runs_before_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request is written down, then the process dies before the purge commits:
+    the next open runs it before serving any request, so a write that would have
+    made the purged leaf an inner revision (which a purge leaves alone) finds it
+    gone, as it would had the purge committed before the crash."""
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        rev = put(c, "/p", "b", {"n": 1})
+
+        def crash(self: Any, request: Any) -> None:
+            raise OSError("the process died before the purge committed")
+
+        monkeypatch.setattr(settee.Database, "purge", crash)
+        assert c("POST", "/p/_purge", {"b": [rev]}).status >= 500
+        monkeypatch.undo()
+    finally:
+        handle.stop()
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        r = c("PUT", "/p/b", {"_rev": rev, "n": 2})
+        assert r.status == 409, r.raw  # b is gone: its revision names nothing
+        assert c("GET", "/p/b").status == 404
+        assert c("GET", "/p/_purged_infos").json["purged_infos"] == [{"id": "b", "revs": [rev]}]
+    finally:
+        handle.stop()
+
+
+def test_a_purge_recorded_just_before_a_crash_is_not_recorded_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is written, then the process dies before the pending purge is
+    removed (here the pending file is put back as it was): reopening runs the purge
+    again, which finds nothing, and leaves purge_seq and the records as they were."""
+    from settee.serve.local import LocalDocs
+
+    pending: list[bytes] = []
+    begin = LocalDocs.begin_purge
+
+    def keep_a_copy(self: LocalDocs, requests: Any) -> None:
+        begin(self, requests)
+        [path] = tmp_path.rglob("_purge_pending.json")
+        pending.append(path.read_bytes())
+
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        rev = put(c, "/p", "b", {})
+        monkeypatch.setattr(LocalDocs, "begin_purge", keep_a_copy)
+        assert c("POST", "/p/_purge", {"b": [rev]}).status == 201
+        monkeypatch.undo()
+    finally:
+        handle.stop()
+    [records] = tmp_path.rglob("_purged_infos.json")
+    (records.parent / "_purge_pending.json").write_bytes(pending[0])
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("GET", "/p").json["purge_seq"] == 1
+        assert c("GET", "/p/_purged_infos").json["purged_infos"] == [{"id": "b", "revs": [rev]}]
+        assert not list(tmp_path.rglob("_purge_pending.json"))
+    finally:
+        handle.stop()
+
+
+def test_a_purge_a_failure_left_unrecorded_is_recorded_by_the_next_purge(
+    client: Client, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a restart, the next purge of the database first finishes the one a
+    failure left (a full disk at its record, say), then runs its own."""
+    from settee.serve.local import LocalDocs
+
+    rev_a = put(client, db, "a", {})
+    rev_b = put(client, db, "b", {})
+    real = LocalDocs.record_purges
+
+    def fails_once(self: LocalDocs, requests: Any, limit: int) -> None:
+        monkeypatch.setattr(LocalDocs, "record_purges", real)
+        raise OSError("no space left for the record")
+
+    monkeypatch.setattr(LocalDocs, "record_purges", fails_once)
+    assert client("POST", f"{db}/_purge", {"a": [rev_a]}).status >= 500
+    assert client("POST", f"{db}/_purge", {"b": [rev_b]}).status == 201
+    infos = client("GET", f"{db}/_purged_infos").json["purged_infos"]
+    assert infos == [{"id": "a", "revs": [rev_a]}, {"id": "b", "revs": [rev_b]}]
+    assert client("GET", db).json["purge_seq"] == 2
+
+
+@pytest.mark.parametrize("damage", ["not json", '{"purge_seq": 1}', "[]"])
+def test_a_damaged_pending_purge_is_corruption_and_nothing_is_removed(
+    tmp_path: Path, damage: str
+) -> None:
+    """A pending purge that is not what the server writes is CouchDB's 410 naming the
+    file, for every request to the database (it cannot be served before the purge
+    is finished), and the file and the documents are left as they were."""
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        assert c("PUT", "/p").status == 201
+        rev = put(c, "/p", "b", {})
+        assert c("POST", "/p/_purge", {"x": ["1-" + _HASH]}).status == 201
+    finally:
+        handle.stop()
+    [records] = tmp_path.rglob("_purged_infos.json")
+    pending = records.parent / "_purge_pending.json"
+    pending.write_text(damage)
+    handle = _restarted(tmp_path)
+    try:
+        c = Client(handle.port)
+        r = c("GET", "/p/b")
+        assert (r.status, r.json["error"]) == (410, "corruption"), r.raw
+        assert "_purge_pending.json" in r.json["reason"]
+        assert pending.read_text() == damage
+        pending.unlink()
+        assert c("GET", "/p/b").json["_rev"] == rev
     finally:
         handle.stop()

@@ -269,7 +269,7 @@ class LocalDocs:
             docs = []
             for name in names:
                 if len(name) != 45 or not name.endswith(".json"):
-                    continue  # _security.json, _purged_infos.json, temporary files
+                    continue  # _security.json, the purge records, temporary files
                 path = os.path.join(self.path, name)
                 try:
                     # A file that does not parse is damage, as a get of it says: never
@@ -316,14 +316,54 @@ class LocalDocs:
         with self._lock:
             return self._purged_infos()
 
+    def begin_purge(self, requests: dict[str, list[str]]) -> None:
+        """Write down, durably, the purge about to run, before it runs: a crash (or a
+        failure) before ``record_purges`` leaves it for ``pending_purge``, and the
+        purge is run again and recorded (purging is idempotent), so a purge and its
+        record are never one without the other, as in CouchDB's single commit."""
+        with self._lock:
+            self._check_not_destroyed()
+            target = self._purged_infos()["purge_seq"] + len(requests)
+            pending = {"purge_seq": target, "requests": requests}
+            write_json_durably(self._pending_purge_file(), pending, fsync=self._fsync)
+
+    def pending_purge(self) -> dict[str, list[str]] | None:
+        """The requests of a purge ``begin_purge`` wrote down and ``record_purges``
+        has not recorded yet (a crash or a failure between them), or None."""
+        with self._lock:
+            pending = self._pending_purge()
+        return None if pending is None else pending["requests"]
+
     def record_purges(self, requests: dict[str, list[str]], limit: int) -> None:
         """Record a purge's requests, one per document as couch_db:purge_docs keeps
-        them (the revisions asked for, purged or not), keeping the newest ``limit``."""
+        them (the revisions asked for, purged or not), keeping the newest ``limit``;
+        then forget the pending purge. Recorded once: a crash after the record and
+        before the pending purge is removed leaves ``purge_seq`` at its target."""
         with self._lock:
             stored = self._purged_infos()
-            infos = stored["infos"] + [{"id": i, "revs": revs} for i, revs in requests.items()]
-            value = {"purge_seq": stored["purge_seq"] + len(requests), "infos": infos[-limit:]}
-            write_json_durably(self._purged_infos_file(), value, fsync=self._fsync)
+            pending = self._pending_purge()
+            if pending is None or stored["purge_seq"] < pending["purge_seq"]:
+                infos = stored["infos"] + [{"id": i, "revs": r} for i, r in requests.items()]
+                seq = stored["purge_seq"] + len(requests)
+                value = {"purge_seq": seq, "infos": infos[-limit:]}
+                write_json_durably(self._purged_infos_file(), value, fsync=self._fsync)
+            if pending is not None:
+                os.remove(self._pending_purge_file())
+                if self._fsync:
+                    _fsync_dir(self.path)
+
+    def _pending_purge(self) -> dict[str, Any] | None:
+        path = self._pending_purge_file()
+        try:
+            pending = self.read_json(path)
+        except FileNotFoundError:
+            return None
+        if not _is_pending_purge(pending):
+            raise CorruptionError(path, 0, "not a pending purge: restore or remove it")
+        return pending
+
+    def _pending_purge_file(self) -> str:
+        return os.path.join(self.path, "_purge_pending.json")
 
     def _purged_infos(self) -> dict[str, Any]:
         path = self._purged_infos_file()
@@ -381,6 +421,22 @@ def _is_purged_infos(value: Any) -> bool:
             and isinstance(info["revs"], list)
             and all(isinstance(rev, str) for rev in info["revs"])
             for info in infos
+        )
+    )
+
+
+def _is_pending_purge(value: Any) -> bool:
+    """Whether ``value`` is what ``begin_purge`` stores."""
+    if not (isinstance(value, dict) and set(value) == {"purge_seq", "requests"}):
+        return False
+    requests = value["requests"]
+    return (
+        type(value["purge_seq"]) is int
+        and isinstance(requests, dict)
+        and value["purge_seq"] >= len(requests)
+        and all(
+            isinstance(revs, list) and all(isinstance(rev, str) for rev in revs)
+            for revs in requests.values()
         )
     )
 

@@ -15,9 +15,11 @@ Each purge request is recorded, one record per document with the revisions
 asked for (purged or not), as couch_db:purge_docs keeps them: ``GET
 /{db}/_purged_infos`` lists the newest ``_purged_infos_limit`` (``GET``/``PUT``,
 default 1000) and the database's ``purge_seq`` counts them all. CouchDB writes a
-record in the purge's own commit; here it is written right after the purge, so
-a crash in between loses the record (never the purge). ``_auto_purge`` is not
-served.
+record in the purge's own commit; here the request is written down before the
+purge and recorded after it, and one a crash (or an error) left in between is run
+again and recorded before the database's next request, or the next purge
+(``Registry.purge``): a purge and its record are never one without the other.
+``_auto_purge`` is not served.
 """
 
 from __future__ import annotations
@@ -59,16 +61,7 @@ async def handle_purge(
 def _purge(state: State, entry: DbEntry, raw: bytes) -> dict[str, Any]:
     # Checked before the marker: a refused request then leaves the indexes alone.
     request = check_purge(decode_object(raw))
-    # Damaged records or settings are found before the purge, not after it.
-    limit = state.registry.purged_infos_limit(entry)
-    entry.local.purged_infos()
-    with state.registry.purging(entry):
-        answer = entry.db.purge(request)
-        entry.local.record_purges(request, limit)
-        touched = [doc_id for doc_id, revs in answer["purged"].items() if revs]
-        if touched:
-            state.registry.forget_in_views(entry, touched)
-    return answer
+    return state.registry.purge(entry, request)
 
 
 async def handle_purged_infos(

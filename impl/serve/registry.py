@@ -150,6 +150,8 @@ class DbEntry:
     design: DesignFunctions = field(default_factory=DesignFunctions)
     #: View indexes opened so far, by signature (``viewindex``).
     views: dict[str, ViewIndex] = field(default_factory=dict)
+    #: Held through a purge: its pending record (``LocalDocs.begin_purge``) is one file.
+    purge_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def incarnation(self) -> str:
@@ -269,6 +271,11 @@ class Registry:
                 self._make_room()
                 db = _open_existing(self._path(name), self._reopen_options(name))
                 entry = DbEntry(name, db, self._local(name))
+                try:
+                    self._finish_interrupted_purge(entry)
+                except BaseException:
+                    entry.close()
+                    raise
                 self._open.add(name, entry, leased=True)
             return entry
 
@@ -362,8 +369,10 @@ class Registry:
         """How many purge requests ``entry``'s database keeps a record of
         (``_purged_infos_limit``; CouchDB's default 1000)."""
         with self._lock:
-            limit = self._settings(entry.name).get("purged_infos_limit", PURGED_INFOS_LIMIT)
-        return int(limit)
+            return self._purged_infos_limit(entry.name)
+
+    def _purged_infos_limit(self, name: str) -> int:
+        return int(self._settings(name).get("purged_infos_limit", PURGED_INFOS_LIMIT))
 
     def set_purged_infos_limit(self, entry: DbEntry, limit: int) -> None:
         """CouchDB's ``PUT /{db}/_purged_infos_limit``: stored beside the database."""
@@ -531,6 +540,47 @@ class Registry:
                     if name not in self._stale_views:
                         with contextlib.suppress(OSError):
                             os.remove(marker)
+
+    def purge(self, entry: DbEntry, request: dict[str, list[str]]) -> dict[str, Any]:
+        """Purge ``request`` (checked) from ``entry``'s database and record it: the
+        request is written down first (``LocalDocs.begin_purge``), so a purge an
+        error or a crash left unrecorded is run again and recorded, by the next
+        purge or the database's next open (``_finish_interrupted_purge``)."""
+        # Damaged records or settings are found before the purge, not after it.
+        limit = self.purged_infos_limit(entry)
+        with entry.purge_lock:
+            left = entry.local.pending_purge()
+            if left is not None:
+                self._purge_recorded(entry, left, limit)
+            entry.local.begin_purge(request)
+            return self._purge_recorded(entry, request, limit)
+
+    def _purge_recorded(
+        self, entry: DbEntry, request: dict[str, list[str]], limit: int
+    ) -> dict[str, Any]:
+        with self.purging(entry):
+            answer = entry.db.purge(request)
+            entry.local.record_purges(request, limit)
+            touched = [doc_id for doc_id, revs in answer["purged"].items() if revs]
+            if touched:
+                self.forget_in_views(entry, touched)
+        return answer
+
+    def _finish_interrupted_purge(self, entry: DbEntry) -> None:
+        """Run again and record a purge a crash interrupted (``purge``), before the
+        database just opened serves a request: a write in between could make a
+        purged leaf an inner revision, which a purge then leaves alone. Its view
+        indexes are dropped, to be built again (the marker, as ``purging`` leaves
+        it after a failure), since forgetting rows opens them (``view_index``,
+        which takes the lock the caller holds)."""
+        request = entry.local.pending_purge()
+        if request is None:
+            return
+        marker = os.path.join(self._views_dir(entry.name), PURGE_MARKER)
+        with self._marker_lock:
+            write_json_durably(marker, {}, fsync=self.options["fsync"])
+        entry.db.purge(request)
+        entry.local.record_purges(request, self._purged_infos_limit(entry.name))
 
     def forget_in_views(self, entry: DbEntry, ids: list[str]) -> None:
         """Remove from every view and Mango index of ``entry``'s database the rows of
