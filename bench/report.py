@@ -31,6 +31,7 @@ _GROUP_TITLES = [
     ("reopen", "Reopen time"),
     ("scaling", "Scaling"),
     ("bursts", "Read latency around write bursts"),
+    ("conflicts", "Replicated conflicts of one document"),
     ("processes", "Readers in other processes"),
 ]
 
@@ -360,6 +361,13 @@ def performance_section(doc: dict[str, Any]) -> str:
             f"Random gets while {p['params']['burst']}-doc bursts commit: p99.9 {a('p99.9')} ms, "
             f"max {a('max')} ms (sqlite3 {b('p99.9')} ms, max {b('max')} ms); "
             f"settee ÷ sqlite3 reads/s ×{p['ratio']:.2f}."
+        )
+    if "conflicts.reference" in pairs and "conflicts.growth" in pairs:
+        p, g = pairs["conflicts.reference"], pairs["conflicts.growth"]
+        bullets.append(
+            f"{p['params']['conflicts']:,} conflicting revisions of one document in one "
+            f"new_edits=false call: {fmt(p['a']['median'])} revisions/s, ×{p['ratio']:.1f} "
+            f"the reference; ×{g['ratio']:.2f} the rate at a tenth of the leaves (1 is linear)."
         )
     if "processes.get" in pairs:
         p = pairs["processes.get"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import settee
-from bench import bursts, disk, processes, readmode, report, scaling, seed
+from bench import bursts, conflicts, disk, processes, readmode, report, scaling, seed
 from bench.harness import Progress
 from bench.latencyfs import DEFAULT_FSYNC_MS, DEFAULT_READ_MS
 from bench.suite import MODES, Config, Run, new_workdir
@@ -40,6 +40,7 @@ GROUPS: dict[str, tuple[Callable[[Run], None], Callable[[Config], int]]] = {
     "large": (disk.run_large, disk.large_ticks),
     "scaling": (scaling.run_scaling, scaling.scaling_ticks),
     "bursts": (bursts.run_bursts, bursts.burst_ticks),
+    "conflicts": (conflicts.run_conflicts, conflicts.conflict_ticks),
     "processes": (processes.run_processes, processes.process_ticks),
 }
 

@@ -43,6 +43,7 @@ class Config:
     large_mb: tuple[float, ...]
     reopen_docs: int
     scaling: tuple[int, ...]
+    conflicts: int = 2000  # conflicting leaves of one document (bench/conflicts.py)
     write_batch: int = 1000
     write_rate: int = 4000  # docs/s the batch writer aims at in the mixed scenarios
     seed_batch: int = 100
@@ -70,6 +71,7 @@ MODES: dict[str, Config] = {
         large_mb=(0.25,),
         reopen_docs=1000,
         scaling=(500, 1000),
+        conflicts=100,
         write_batch=100,
         write_rate=2000,
         seed_batch=20,
@@ -91,6 +93,7 @@ MODES: dict[str, Config] = {
         large_mb=(1, 10),
         reopen_docs=100_000,
         scaling=(10_000, 100_000),
+        conflicts=500,
     ),
     "full": Config(
         mode="full",

@@ -63,6 +63,8 @@ EXPECTED_PREFIXES = [
     "reopen",
     "scaling.",
     "bursts.get",
+    "conflicts.reference",
+    "conflicts.growth",
     "processes.get",
 ]
 
