@@ -706,3 +706,26 @@ def test_a_damaged_pending_purge_is_corruption_and_nothing_is_removed(
         assert c("GET", "/p/b").json["_rev"] == rev
     finally:
         handle.stop()
+
+
+def test_a_purge_racing_the_delete_of_its_database_leaves_no_record_behind(
+    client: Client, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is deleted between the purge's commit and its record: the record
+    is not written into the directory the delete removed (the database created
+    next under the name read it as its own), and the purge is a 404 like any
+    write racing a DELETE."""
+    rev = put(client, db, "b", {})
+    real = settee.Database.purge
+
+    def purge_then_deleted(self: settee.Database, request: Any) -> Any:
+        answer = real(self, request)
+        assert client("DELETE", db).status == 200
+        return answer
+
+    monkeypatch.setattr(settee.Database, "purge", purge_then_deleted)
+    assert client("POST", f"{db}/_purge", {"b": [rev]}).status == 404
+    monkeypatch.undo()
+    assert client("PUT", db).status == 201
+    assert client("GET", f"{db}/_purged_infos").json == {"purged_infos": []}
+    assert client("GET", db).json["purge_seq"] == 0

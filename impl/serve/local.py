@@ -340,6 +340,7 @@ class LocalDocs:
         then forget the pending purge. Recorded once: a crash after the record and
         before the pending purge is removed leaves ``purge_seq`` at its target."""
         with self._lock:
+            self._check_not_destroyed()  # else its records reach the next one of the name
             stored = self._purged_infos()
             pending = self._pending_purge()
             if pending is None or stored["purge_seq"] < pending["purge_seq"]:
