@@ -345,6 +345,36 @@ def test_a_read_over_shards_that_commits_land_inside_is_one_instant(
         assert rows[0]["doc"]["v"] == rows[1]["doc"]["v"], rows
 
 
+def test_a_cut_that_commits_keep_spoiling_holds_publications_off_for_its_last_pass(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After RETRIES lock-free attempts that a commit spoiled, the cut takes every
+    shard's snapshot with the publication lock held, so no commit can land between
+    two of them; without the lock its last pass is as exposed as the others (the
+    mutation round's U4b: no test reached the fallback with a publisher running)."""
+    from settee.cut import RETRIES
+
+    with _open(tmp_path / "db", shards=2) as db:
+        rev = db.put({"_id": "b", "v": 0})["rev"]  # shard 0
+        locked: list[bool] = []
+        shard = db.shards[1]
+        real_current = shard.current
+
+        def current() -> Any:
+            locked.append(db.cut._lock.locked())
+            return real_current()
+
+        def spoil(step: str) -> None:
+            nonlocal rev
+            rev = db.put({"_id": "b", "_rev": rev, "v": len(locked)})["rev"]
+
+        monkeypatch.setattr(shard, "current", current)
+        db.cut.step_hook = spoil
+        db.all_docs()
+        db.cut.step_hook = None
+        assert locked == [False] * RETRIES + [True], locked
+
+
 # -- lifecycle and configuration --------------------------------------------------------------
 
 
