@@ -127,8 +127,10 @@ def read_header_at(handle: FileHandle, offset: int, size: int) -> RawHeader | No
 
 
 def header_candidates(handle: FileHandle, size: int, below: int | None = None) -> Iterator[int]:
-    """Offsets of blocks whose marker is HEADER, newest first, starting before ``below``."""
-    hi = -(-(size if below is None else below) // BLOCK_SIZE) * BLOCK_SIZE
+    """Offsets of blocks whose marker is HEADER, newest first, starting before ``below``.
+    A hole at the end of the file reads as zeros, so the scan starts where its data
+    ends (``FileHandle.data_end``)."""
+    hi = -(-handle.data_end(size if below is None else below) // BLOCK_SIZE) * BLOCK_SIZE
     blocks = 1
     while hi > 0:
         lo = max(0, hi - blocks * BLOCK_SIZE)

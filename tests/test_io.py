@@ -324,3 +324,46 @@ def test_os_close_twice_never_closes_a_reused_descriptor(tmp_path: Path) -> None
         assert other.pread(0, 100) == b"still open"
     finally:
         other.close()
+
+
+def _holes_supported(path: Path) -> bool:
+    """Whether the file system under ``path`` reports holes (SEEK_HOLE before the end)."""
+    probe = path / "probe"
+    with open(probe, "wb") as f:
+        f.write(b"x")
+        f.truncate(1 << 24)
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        return hasattr(os, "SEEK_HOLE") and os.lseek(fd, 0, os.SEEK_HOLE) < (1 << 24)
+    finally:
+        os.close(fd)
+        probe.unlink()
+
+
+def test_os_data_end_is_where_the_last_data_region_ends(tmp_path: Path) -> None:
+    """Holes read as zeros: data_end skips a hole at the end, never data after an
+    inner hole, and never answers past the size asked about."""
+    if not _holes_supported(tmp_path):
+        pytest.skip("this file system does not report holes")
+    fs = OsFileSystem()
+    path = str(tmp_path / "f")
+    handle = fs.open(path, create=True)
+    try:
+        handle.append(b"a" * 5000)
+        handle.truncate(1 << 30)  # a hole of almost 1 GiB at the end
+        assert 5000 <= handle.data_end(1 << 30) < (1 << 20)
+        handle.pwrite(1 << 29, b"b" * 100)  # data after an inner hole
+        end = handle.data_end(1 << 30)
+        assert (1 << 29) + 100 <= end < (1 << 30)
+        assert handle.data_end(4096) == 4096  # inside the first region: the size asked
+        assert handle.pread(end, 1 << 20) == bytes(min(1 << 20, (1 << 30) - end))
+    finally:
+        handle.close()
+
+
+def test_data_end_defaults_to_the_size_asked_about() -> None:
+    """A file system that cannot tell holes apart (memory, simulations) says every
+    byte may be data, so a scan reads them all, as before."""
+    handle = MemoryFileSystem().open("/f", create=True)
+    handle.append(b"\0" * 10000)
+    assert handle.data_end(10000) == 10000
