@@ -78,10 +78,15 @@ def _copy_and_swap(shard: Shard, revs_limit: int) -> None:
     # current() refuses a closed shard before the target is touched: after close()
     # another process may own this database and its own compaction target.
     snapshot = shard.current()
-    target = shard.path + COMPACT_SUFFIX
+    # A shard file that is a symbolic link (placed on another disk) is compacted
+    # beside the file it names, and that file is replaced: the link stays. Renaming
+    # over the link replaced it with a regular file on this disk, and left the old
+    # file behind it (found by the damaged-directory hunt).
+    home = shard.fs.file_behind(shard.path)
+    target = home + COMPACT_SUFFIX
     if shard.fs.exists(target):
         shard.fs.remove(target)
-    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit)
+    copier = _Copier(shard, ShardFile.open(shard.fs, target, create=True), revs_limit, home)
     try:
         copier.copy_all(snapshot)
         while shard.snapshot.seq - copier.seq >= FINAL_CATCH_UP:
@@ -101,10 +106,12 @@ def _copy_and_swap(shard: Shard, revs_limit: int) -> None:
 class _Copier:
     """Builds the compacted file; ``finish`` must run on the shard's writer."""
 
-    def __init__(self, shard: Shard, file: ShardFile, revs_limit: int) -> None:
+    def __init__(self, shard: Shard, file: ShardFile, revs_limit: int, home: str) -> None:
         self.shard = shard
         self.file = file
         self.revs_limit = revs_limit
+        #: The path ``finish`` renames the new file to (``FileSystem.file_behind``).
+        self.home = home
         cache = NodeCache(1 << 20)
         self.by_id = by_id_tree(file, None, cache, shard.node_size)
         self.by_seq = by_seq_tree(file, None, cache, shard.node_size)
@@ -194,8 +201,8 @@ class _Copier:
             copy = Snapshot(self.file, self.by_id, self.by_seq, self.seq)
             require_faithful_compaction(shard.snapshot, copy)
         try:
-            shard.fs.rename(self.file.path, shard.path)
-            shard.fs.fsync_dir(os.path.dirname(shard.path) or ".")
+            shard.fs.rename(self.file.path, self.home)
+            shard.fs.fsync_dir(os.path.dirname(self.home) or ".")
         except BaseException as exc:
             # Which file the shard's name now points to is unknown: committing more to
             # the old file could write into an unlinked inode. Refuse until reopen.

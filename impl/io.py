@@ -143,6 +143,12 @@ class FileSystem(ABC):
     def makedirs(self, path: str) -> None:
         """Create directory ``path`` and its parents; no error if it exists."""
 
+    def file_behind(self, path: str) -> str:
+        """The path of the file ``path`` names when it is a symbolic link, else
+        ``path``: a file replaced by ``rename`` is replaced there, so the link stays.
+        By default ``path`` (no links)."""
+        return path
+
 
 # -- the real thing -----------------------------------------------------------------------------
 
@@ -277,6 +283,9 @@ class OsFileSystem(FileSystem):
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
+
+    def file_behind(self, path: str) -> str:
+        return os.path.realpath(path) if os.path.islink(path) else path
 
     def remove(self, path: str) -> None:
         os.remove(path)
@@ -466,6 +475,9 @@ class FileSystemWrapper(FileSystem):
 
     def exists(self, path: str) -> bool:
         return self.intercept("exists", path, lambda: self.inner.exists(path))
+
+    def file_behind(self, path: str) -> str:
+        return self.inner.file_behind(path)
 
     def makedirs(self, path: str) -> None:
         self.intercept("makedirs", path, lambda: self.inner.makedirs(path))

@@ -847,3 +847,31 @@ def test_a_shard_file_extended_by_a_huge_hole_opens_without_reading_it(tmp_path:
         warnings.simplefilter("ignore")
         with settee.open(str(tmp_path / "db")) as again:
             assert again.get("after-the-hole")["_id"] == "after-the-hole"
+
+
+def test_compaction_of_a_symlinked_shard_file_replaces_the_file_behind_the_link(
+    tmp_path: Path,
+) -> None:
+    """A shard file moved to another disk and linked back: compaction writes its
+    copy beside the file the link names and renames it over that file, so the link
+    stays and the data stays on that disk (it replaced the link with a regular file
+    in the database's directory, and left the old file behind the link)."""
+    stored = _make(tmp_path / "db", shards=1, docs=40)
+    [shard] = [p for p in (tmp_path / "db").iterdir() if p.name.endswith(".settee")]
+    elsewhere = tmp_path / "disk2" / shard.name
+    elsewhere.parent.mkdir()
+    os.replace(shard, elsewhere)
+    shard.symlink_to(elsewhere)
+    with settee.open(str(tmp_path / "db")) as db:
+        for doc_id, rev in list(stored.items())[:20]:
+            stored[doc_id] = db.put({"_id": doc_id, "_rev": rev, "again": True})["rev"]
+        before = elsewhere.stat().st_size
+        db.compact()
+        db.put({"_id": "after"})
+    assert shard.is_symlink() and os.path.realpath(shard) == str(elsewhere)
+    assert elsewhere.stat().st_size < before  # the compacted copy, written over there
+    assert not [p for p in (tmp_path / "db").iterdir() if p.name.endswith(".compact")]
+    assert not [p for p in elsewhere.parent.iterdir() if p.name != shard.name]
+    with settee.open(str(tmp_path / "db")) as db:
+        assert {doc_id: db.get(doc_id)["_rev"] for doc_id in stored} == stored
+        assert db.get("after")["_id"] == "after"
