@@ -37,6 +37,7 @@ __all__ = [
     "AllDocsQuery",
     "Params",
     "all_docs_query",
+    "all_docs_result",
     "bounded",
     "checked",
     "decoded_query",
@@ -227,7 +228,7 @@ async def _all_docs_request(state: State, request: web.BaseRequest) -> AllDocsQu
     return checked(all_docs_query(body, decoded_query(request.query), base=base))
 
 
-def _all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
+def all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
     if isinstance(q.keys, list) and not all(isinstance(key, str) for key in q.keys):
         result = _by_any_keys(db, q)
     else:
@@ -294,7 +295,7 @@ def with_attachment_data(db: settee.Database, doc: dict[str, Any]) -> dict[str, 
 
 
 def _all_docs(db: settee.Database, q: AllDocsQuery) -> Any:
-    return reply(200, _all_docs_result(db, q))
+    return reply(200, all_docs_result(db, q))
 
 
 async def handle_all_docs(
@@ -329,7 +330,7 @@ def _design_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
         return a > b if q.descending is True else a < b
 
     if isinstance(q.keys, list):
-        result = _all_docs_result(db, q)
+        result = all_docs_result(db, q)
         result["rows"] = [row for row in result["rows"] if _is_design(row.get("key"))]
     else:
         start, end, inclusive_end = q.start, q.end, q.inclusive_end
@@ -338,7 +339,7 @@ def _design_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
         if end is None or (isinstance(end, str) and earlier(last, end)):
             end, inclusive_end = last, True
         narrowed = replace(q, start=start, end=end, inclusive_end=inclusive_end)
-        result = _all_docs_result(db, narrowed)
+        result = all_docs_result(db, narrowed)
     result["total_rows"] = len(db.all_docs(startkey=lo, endkey=hi)["rows"])
     return result
 
@@ -429,7 +430,7 @@ def _multi_all_docs(entry: DbEntry, namespace: str, query: Mapping[str, str], ra
         )
     if namespace == "_local_docs":
         return reply(200, {"results": [_local_docs_result(entry, q) for q in parsed]})
-    run = _design_docs_result if namespace == "_design_docs" else _all_docs_result
+    run = _design_docs_result if namespace == "_design_docs" else all_docs_result
     return reply(200, {"results": [run(entry.db, q) for q in parsed]})
 
 

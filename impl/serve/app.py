@@ -30,6 +30,7 @@ from settee.serve import (
     find,
     node,
     purge,
+    render,
     updates,
     viewquery,
 )
@@ -282,6 +283,10 @@ async def _route_in_db(
         return await attachments.handle_attachment(state, request, entry, ddoc, "/".join(rest[2:]))
     if head == "_design" and len(rest) > 2 and rest[2] == "_update":
         return await updates.handle_update(state, request, entry, rest[1], rest[3:])
+    if head == "_design" and len(rest) > 2 and rest[2] == "_show":
+        return await render.handle_show(state, request, entry, rest[1], rest[3:])
+    if head == "_design" and len(rest) > 2 and rest[2] == "_list":
+        return await render.handle_list(state, request, entry, rest[1], rest[3:])
     if head == "_design" and len(rest) == 3 and rest[2] == "_info":
         return await ddocinfo.handle_ddoc_info(state, request, entry, rest[1])
     if head == "_design" and len(rest) > 2:

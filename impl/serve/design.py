@@ -206,13 +206,22 @@ class DesignFunctions:
     def update_function(self, db: settee.Database, ddoc_name: str, name: str) -> JsFunction:
         """``updates.{name}`` of ``_design/{ddoc_name}``, compiled; 404 as CouchDB when
         the design document or the function is missing."""
+        return self.named_function(db, ddoc_name, "updates", name)[0]
+
+    def named_function(
+        self, db: settee.Database, ddoc_name: str, member: str, name: str
+    ) -> tuple[JsFunction, dict[str, Any]]:
+        """``{member}.{name}`` of ``_design/{ddoc_name}`` (``updates``, ``shows``,
+        ``lists``), compiled, and the design document (a render function's ``this``;
+        its ``_rev`` is in show and list ETags); 404 as CouchDB (loop.js) when the
+        design document or the function is missing."""
         ddoc_id, ddoc = self._named(db, ddoc_name)
-        functions = ddoc.doc.get("updates")
+        functions = ddoc.doc.get(member)
         if not isinstance(functions, dict) or name not in functions:
             raise HTTPError(
-                404, "not_found", f"missing updates function {name} on design doc {ddoc_id}"
+                404, "not_found", f"missing {member} function {name} on design doc {ddoc_id}"
             )
-        return self._function(ddoc, ddoc_id, ("updates", name), functions[name])
+        return self._function(ddoc, ddoc_id, (member, name), functions[name]), ddoc.doc
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,178 @@ function __settee_call(id, argsJson, collect) {
 function __settee_forget(id) { delete __settee.fns[id]; }
 """
 
+#: Show and list functions (render.py), as CouchDB's render.js and mimeparse.js
+#: run them: start/send/getRow/provides/registerType, the answer's type negotiated
+#: by ``?format=`` or ``Accept``; ``__settee_render`` runs one with ``this`` the
+#: design document.
+_RENDER_PRELUDE = r"""
+var __settee_types = {mimes: {}, key: {}};
+function registerType(key) {
+  var mimes = Array.prototype.slice.call(arguments, 1);
+  __settee_types.mimes[key] = mimes;
+  mimes.forEach(function (mime) { __settee_types.key[mime] = key; });
+}
+[["all", "*/*"], ["text", "text/plain; charset=utf-8", "txt"],
+ ["html", "text/html; charset=utf-8"], ["xhtml", "application/xhtml+xml", "xhtml"],
+ ["xml", "application/xml", "text/xml", "application/x-xml"],
+ ["js", "text/javascript", "application/javascript", "application/x-javascript"],
+ ["css", "text/css"], ["ics", "text/calendar"], ["csv", "text/csv"],
+ ["rss", "application/rss+xml"], ["atom", "application/atom+xml"],
+ ["yaml", "application/x-yaml", "text/yaml"], ["multipart_form", "multipart/form-data"],
+ ["url_encoded_form", "application/x-www-form-urlencoded"],
+ ["json", "application/json", "text/x-json"]
+].forEach(function (t) { registerType.apply(null, t); });
+var __settee_out = null;
+function __settee_reset_out(rows) {
+  // start: what start() last gave; pending: the head a flush handed on (a list's
+  // answer starts with the first flush that carries data, as couch_mrview_show
+  // sends it, so a start() before that still sets the status and headers).
+  __settee_out = {chunks: [], start: {}, newStart: false, pending: null, began: false,
+                  body: [], provided: [], type: null, rows: rows, next: 0, gotRow: false,
+                  ended: false};
+}
+function start(resp) { __settee_out.start = resp || {}; __settee_out.newStart = true; }
+function send(chunk) { __settee_out.chunks.push(chunk.toString()); }
+function provides(type, fun) { __settee_out.provided.push([type, fun]); }
+function __settee_with_type(resp) {
+  resp.headers = resp.headers || {};
+  if (__settee_out.type && !resp.headers["Content-Type"]) {
+    resp.headers["Content-Type"] = __settee_out.type;
+  }
+  return resp;
+}
+function __settee_flush(head) {
+  var out = __settee_out, data = out.chunks.join("");
+  if (head !== null && !out.began) out.pending = head;
+  if (data) { out.began = true; out.body.push(data); }
+  out.chunks = [];
+}
+function __settee_flush_rows() {
+  var out = __settee_out;
+  if (!out.gotRow) {
+    out.gotRow = true;
+    var head = __settee_with_type(out.start || {});
+    out.start = {}; out.newStart = false;
+    __settee_flush(head);
+  } else {
+    var given = out.newStart ? out.start : null;
+    out.newStart = false;
+    __settee_flush(given);
+  }
+}
+function getRow() {
+  var out = __settee_out;
+  if (out.rows === null) throw new Error("getRow() is for list functions");
+  if (out.next >= out.rows.length) {
+    if (!out.ended) { out.ended = true; __settee_flush_rows(); }
+    return null;
+  }
+  __settee_flush_rows();
+  return out.rows[out.next++];
+}
+function __settee_media(range) {
+  var parts = range.split(";"), params = {};
+  parts.slice(1).forEach(function (p) {
+    var kv = p.split("=");
+    if (kv.length == 2) params[kv[0].trim()] = kv[1].trim();
+  });
+  var full = parts[0].trim();
+  if (full == "*") full = "*/*";
+  var q = parseFloat(params.q);
+  params.q = (params.q === undefined || isNaN(q) || q > 1 || q < 0) ? "1" : params.q;
+  var t = full.split("/");
+  return [t[0], t[1], params];
+}
+function __settee_best_mime(supported, accept) {
+  var ranges = accept.split(",").map(__settee_media);
+  var weighted = supported.map(function (mime, i) {
+    var target = __settee_media(mime), fitness = -1, q = 0;
+    ranges.forEach(function (r) {
+      if ((r[0] == target[0] || r[0] == "*" || target[0] == "*") &&
+          (r[1] == target[1] || r[1] == "*" || target[1] == "*")) {
+        var f = (r[0] == target[0] ? 100 : 0) + (r[1] == target[1] ? 10 : 0);
+        for (var p in target[2]) if (p != "q" && r[2][p] && r[2][p] == target[2][p]) f += 1;
+        if (f > fitness) { fitness = f; q = r[2].q; }
+      }
+    });
+    return [[fitness, parseFloat(q)], i, mime];
+  });
+  weighted.sort();  // as mimeparse.js sorts them: by their text
+  var best = weighted[weighted.length - 1];
+  return best[0][1] ? best[2] : "";
+}
+function __settee_run_provides(req, ddoc) {
+  var out = __settee_out, key = null, accept = req.headers && req.headers["Accept"];
+  if (req.query && req.query.format) {
+    key = req.query.format;
+    out.type = __settee_types.mimes[key][0];
+  } else if (accept) {
+    var supported = [];
+    out.provided.reverse().forEach(function (p) {
+      if (__settee_types.mimes[p[0]]) supported = supported.concat(__settee_types.mimes[p[0]]);
+    });
+    out.type = __settee_best_mime(supported, accept);
+    key = __settee_types.key[out.type];
+  } else {
+    key = out.provided[0][0];
+    out.type = __settee_types.mimes[key][0];
+  }
+  for (var i = 0; i < out.provided.length; i++) {
+    if (out.provided[i][0] == key) return out.provided[i][1].call(ddoc);
+  }
+  var offered = out.provided.map(function (p) {
+    return (__settee_types.mimes[p[0]] || []).join(", ") || p[0];
+  });
+  throw ["error", "not_acceptable",
+         "Content-Type " + (accept || key) + " not supported, try one of: " + offered.join(", ")];
+}
+function __settee_wrap(resp) { return typeof resp == "string" ? {body: resp} : resp; }
+function __settee_show(fn, ddoc, args) {
+  __settee_reset_out(null);
+  var out = __settee_out;
+  var resp = __settee_wrap(fn.apply(ddoc, args) || {});
+  if (out.chunks.length) {
+    resp.headers = resp.headers || {};
+    for (var name in out.start) resp.headers[name] = out.start[name];
+    resp.body = out.chunks.join("") + (resp.body || "");
+    out.chunks = []; out.start = {};
+  }
+  if (out.provided.length) {
+    var provided = __settee_wrap(__settee_run_provides(args[1], ddoc) || {});
+    resp.body = (resp.body || "") + out.chunks.join("") + (provided.body || "");
+    resp = __settee_with_type(resp);
+  }
+  if (resp === null || (typeof resp != "object" && typeof resp != "string") || Array.isArray(resp))
+    throw ["error", "render_error", "undefined response from show function"];
+  return resp;
+}
+function __settee_list(fn, ddoc, args, rows) {
+  __settee_reset_out(rows);
+  var out = __settee_out;
+  var tail = fn.apply(ddoc, args);
+  if (out.provided.length) tail = __settee_run_provides(args[1], ddoc);
+  if (!out.gotRow) __settee_flush_rows();
+  if (tail !== undefined) out.chunks.push(tail);
+  __settee_flush(out.newStart ? out.start : null);
+  return {start: out.pending, body: out.body.join("")};
+}
+function __settee_render(id, kind, argsJson, ddocJson, rowsJson) {
+  var args = JSON.parse(argsJson), ddoc = JSON.parse(ddocJson), fn = __settee.fns[id];
+  try {
+    var result = kind == "show" ? __settee_show(fn, ddoc, args)
+                                : __settee_list(fn, ddoc, args, JSON.parse(rowsJson));
+    return JSON.stringify({ok: result});
+  } catch (e) {
+    if (kind == "show" && args[0] === null && args[1].path.length > 5)
+      return JSON.stringify({thrown: ["error", "not_found", "document not found"]});
+    if (e instanceof Error) return JSON.stringify({error: String(e)});
+    return JSON.stringify({thrown: e === undefined ? null : e});
+  } finally {
+    __settee_out = null;
+  }
+}
+"""
+
 
 class Thrown(Exception):
     """A function threw a non-``Error`` value (``validate_doc_update``'s way to refuse)."""
@@ -107,6 +279,12 @@ class JsFunction:
     def __call__(self, *args: Any) -> Any:
         return self._runtime.call(self._handle, list(args), collect=False)
 
+    def render(self, kind: str, args: list[Any], ddoc: dict[str, Any], rows: Any = None) -> Any:
+        """A show (``kind`` "show", ``args`` [doc, req]: the response object) or list
+        function (``"list"``, [head, req], the view's ``rows``: ``{start, body}``)
+        run as CouchDB's render.js runs them, with ``this`` the design document."""
+        return self._runtime.render(self._handle, kind, args, ddoc, rows)
+
     def emitted(self, *args: Any) -> list[list[Any]]:
         """A map function's ``emit``s for these arguments."""
         rows: list[list[Any]] = self._runtime.call(self._handle, list(args), collect=True)
@@ -135,6 +313,7 @@ class JsRuntime:
             ctx = MiniRacer()
             ctx.set_hard_memory_limit(MEMORY_LIMIT)
             ctx.eval(_PRELUDE)
+            ctx.eval(_RENDER_PRELUDE)
             self._ctx = ctx
         return self._ctx
 
@@ -154,6 +333,17 @@ class JsRuntime:
     def call(self, handle: str, args: list[Any], *, collect: bool) -> Any:
         payload = json.dumps(json.dumps(args, ensure_ascii=False))
         code = f"__settee_call({json.dumps(handle)}, {payload}, {'true' if collect else 'false'})"
+        return self._answer(code)
+
+    def render(
+        self, handle: str, kind: str, args: list[Any], ddoc: dict[str, Any], rows: Any
+    ) -> Any:
+        texts = [json.dumps(value, ensure_ascii=False) for value in (args, ddoc, rows)]
+        quoted = ", ".join(json.dumps(text) for text in texts)
+        return self._answer(f"__settee_render({json.dumps(handle)}, {json.dumps(kind)}, {quoted})")
+
+    def _answer(self, code: str) -> Any:
+        """Evaluate a call and unpack its ``{ok}``, ``{error}`` or ``{thrown}``."""
         with self._lock:
             self._forget_unreferenced()
             text = self._eval(code)

@@ -39,7 +39,7 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.docids import new_docid
 
-__all__ = ["handle_update"]
+__all__ = ["external_response", "handle_update", "render_error", "stored_doc", "thrown_error"]
 
 #: The response object's members (chttpd_external:parse_external_response).
 _RESPONSE_KEYS = frozenset({"code", "json", "body", "base64", "headers", "stop"})
@@ -74,24 +74,24 @@ def _update(
     state: State, entry: DbEntry, ddoc: str, name: str, doc_id: str | None, req: dict[str, Any]
 ) -> tuple[int, CIMultiDict[str], bytes]:
     function = entry.design.update_function(entry.db, ddoc, name)
-    stored = _stored(entry, doc_id)
+    stored = stored_doc(entry, doc_id)
     try:
         result = function(stored, req)
     except Thrown as thrown:
-        raise _thrown(thrown.value) from None
+        raise thrown_error(thrown.value) from None
     except HTTPError as exc:
         if exc.error != "os_process_error":  # an Error thrown, a time or memory limit
             raise
-        raise _render_error(f"function raised error: {exc.reason}") from None
+        raise render_error(f"function raised error: {exc.reason}") from None
     # render.js runUpdate: result[0] and result[1], whatever else the array holds.
     if not isinstance(result, list):
-        raise _render_error("undefined response from update function")
+        raise render_error("undefined response from update function")
     doc = result[0] if result else None
     response = result[1] if len(result) > 1 else None
     if isinstance(response, str):
         response = {"body": response}
     if not isinstance(response, dict):
-        raise _render_error("undefined response from update function")
+        raise render_error("undefined response from update function")
     added: dict[str, str] = {}
     status = 200
     if isinstance(doc, dict):  # couch_mrview_show writes an object; anything else, nothing
@@ -101,10 +101,10 @@ def _update(
         status, written = _write(state, entry, doc)
         added["X-Couch-Update-NewRev"] = written["rev"]
         added["X-Couch-Id"] = urllib.parse.quote(written["id"], safe="")
-    return _response(response, status, added)
+    return external_response(response, status, added)
 
 
-def _stored(entry: DbEntry, doc_id: str | None) -> dict[str, Any] | None:
+def stored_doc(entry: DbEntry, doc_id: str | None) -> dict[str, Any] | None:
     """The document as couch_httpd_db:couch_doc_open gives it, with its conflicts (a
     ``_local/`` one from the local documents, as CouchDB opens those too); None
     without an id, or when none is stored (missing or deleted)."""
@@ -128,7 +128,7 @@ def _write(state: State, entry: DbEntry, doc: dict[str, Any]) -> tuple[int, dict
     return write_doc(state, entry, doc)
 
 
-def _response(
+def external_response(
     response: dict[str, Any], status: int, added: dict[str, str]
 ) -> tuple[int, CIMultiDict[str], bytes]:
     """chttpd_external:send_external_response of the function's response object, with
@@ -192,24 +192,28 @@ def _body(response: dict[str, Any]) -> tuple[str, bytes]:
     return "text/html; charset=utf-8", text.encode("utf-8", "surrogatepass")
 
 
-def _thrown(value: Any) -> HTTPError:
+def thrown_error(value: Any) -> HTTPError:
     """What render.js renderError passes on: a thrown ``{error, reason}`` or
-    ``["error", error, reason]`` is that error (403 ``forbidden``, 401, 404, else
-    400); anything else a render error."""
+    ``["error", error, reason]`` is that error (403 ``forbidden``, 401, 404, 406
+    ``not_acceptable`` as chttpd:error_info answers them, else 400); anything
+    else a render error."""
     error = reason = None
     if isinstance(value, dict) and value.get("error") and value.get("reason"):
         error, reason = value["error"], value["reason"]
     elif isinstance(value, list) and len(value) >= 3 and value[0] in ("error", "fatal"):
         error, reason = value[1], value[2]
     if error is None:
-        return _render_error(f"function raised error: {json.dumps(value)}")
+        return render_error(f"function raised error: {json.dumps(value)}")
     error = error if isinstance(error, str) else json.dumps(error)
     reason = reason if isinstance(reason, str) else json.dumps(reason)
-    status = {"forbidden": 403, "unauthorized": 401, "not_found": 404}.get(error, 400)
-    return HTTPError(status, error, reason)
+    return HTTPError(_THROWN_STATUS.get(error, 400), error, reason)
 
 
-def _render_error(reason: str) -> HTTPError:
+#: The statuses chttpd:error_info gives the errors functions throw.
+_THROWN_STATUS = {"forbidden": 403, "unauthorized": 401, "not_found": 404, "not_acceptable": 406}
+
+
+def render_error(reason: str) -> HTTPError:
     return HTTPError(400, "render_error", reason)
 
 
