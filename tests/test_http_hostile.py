@@ -91,6 +91,9 @@ _QUERY_ENDPOINTS = [
         ["key", "keys", "startkey", "endkey", "limit", "skip", "group_level", "reduce", "stale"],
     ),
     ("GET", "/{db}/_design/v/_view/m?{k}={v}", ["group", "include_docs", "startkey_docid"]),
+    ("GET", "/{db}/_design/v/_list/l/v?{k}={v}", ["keys", "startkey", "limit", "group_level"]),
+    ("GET", "/{db}/_design/v/_show/s/doc?{k}={v}", ["format", "rev"]),
+    ("GET", "/{db}/_design/v/_show/p/{v}?{k}=html", ["format"]),
 ]
 _BAD_JSON_VALUES = st.sampled_from(
     [
@@ -138,7 +141,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Client, 
         "v": {"map": "function(doc) { emit([doc.v, doc._id], doc.v); }", "reduce": "_stats"},
         "m": {"map": "function(doc) { emit(doc._id, {_id: 'doc'}); }"},
     }
-    assert client("PUT", "/target/_design/v", json.dumps({"views": views}).encode())[0] == 201
+    design = {
+        "views": views,
+        "lists": {"l": "function(h, req) { var r; while (r = getRow()) send(toJSON(r)); }"},
+        "shows": {
+            "s": "function(doc, req) { return {json: [doc, req.query]}; }",
+            "p": "function(doc, req) { provides('html', function() { return toJSON(doc); }); }",
+        },
+    }
+    assert client("PUT", "/target/_design/v", json.dumps(design).encode())[0] == 201
     yield client, root
     handle.stop()
 
