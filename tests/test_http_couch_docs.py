@@ -445,3 +445,22 @@ def test_a_plus_in_the_path_is_a_space_and_percent_2b_is_a_plus(client: Client, 
     assert client("PUT", "/plus%2Bdb").status == 201
     assert "plus+db" in client("GET", "/_all_dbs").json
     assert client("DELETE", "/plus%2Bdb").status == 200
+
+
+def test_a_post_with_a_method_override_is_the_method_it_names(client: Client, db: str) -> None:
+    """method_override_test.exs: X-HTTP-Method-Override on a POST makes it a PUT, a
+    DELETE, a HEAD served as a GET; on any other method, or naming no method
+    chttpd knows, it is ignored."""
+    override = {"X-HTTP-Method-Override": "PUT"}
+    r = client("POST", f"{db}/fnord", {"bob": "connie"}, headers=override)
+    assert r.status == 201, r.raw
+    assert client("GET", f"{db}/fnord").json["bob"] == "connie"
+    r = client("POST", f"{db}/fnord", headers={"X-HTTP-Method-Override": "HEAD"})
+    assert (r.status, r.json["bob"]) == (200, "connie"), r.raw
+    rev = r.json["_rev"]
+    r = client("POST", f"{db}/fnord?rev={rev}", headers={"X-HTTP-Method-Override": "DELETE"})
+    assert r.status == 200, r.raw
+    assert client("GET", f"{db}/fnord").status == 404
+    assert client("GET", f"{db}/fnord2", {"bob": "c"}, headers=override).status == 404
+    r = client("POST", f"{db}/fnord3", {"a": 1}, headers={"X-HTTP-Method-Override": "put"})
+    assert r.status == 405, r.raw  # names no method chttpd knows: a POST to a document
