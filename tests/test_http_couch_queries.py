@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
 from tests import test_http
-from tests.test_http import Client, Resp
+from tests.test_http import Client, Resp, put
 
 # tests/test_http.py's fixtures: one server for this module, a fresh database per test.
 server, client, db = test_http.server, test_http.client, test_http.db
@@ -609,3 +609,33 @@ def test_design_docs_offset_counts_every_document_before_the_start(client: Clien
         answer = ok(client("GET", f"{db}/_design_docs?{query}"))
         assert answer["total_rows"] == 2, query
         assert (answer["offset"], [r["id"] for r in answer["rows"]]) == (offset, ids), query
+
+
+def test_design_options_include_design_and_local_seq(client: Client, db: str) -> None:
+    """design_options_test.exs: a design document's ``options.include_design`` maps
+    design documents too (not by default, nor with false), ``local_seq`` gives
+    every mapped document its ``_local_seq``; each is another index."""
+
+    def ddoc(doc_id: str, options: dict[str, Any]) -> None:
+        views = {
+            "data": {"map": "function(doc) { emit(null, doc._id); }"},
+            "with_seq": {"map": "function(doc) { emit(doc._local_seq, null); }"},
+        }
+        put(client, db, doc_id, {"options": options, "views": views})
+
+    ddoc("_design/fu", {"include_design": True})
+    ddoc("_design/bingo", {"include_design": False})
+    ddoc("_design/bango", {})
+    rows = client("GET", f"{db}/_design/fu/_view/data").json["rows"]
+    assert [row["value"] for row in rows] == ["_design/bango", "_design/bingo", "_design/fu"]
+    assert client("GET", f"{db}/_design/bingo/_view/data").json["rows"] == []
+    assert client("GET", f"{db}/_design/bango/_view/data").json["rows"] == []
+    ddoc("_design/seq", {"include_design": True, "local_seq": True})
+    put(client, db, "plain", {})
+    rows = client("GET", f"{db}/_design/seq/_view/with_seq").json["rows"]
+    seqs = {row["id"]: row["key"] for row in rows}
+    assert len(seqs) == 5 and all(isinstance(seq, int) and seq > 0 for seq in seqs.values())
+    assert seqs["plain"] == client("GET", f"{db}/plain?local_seq=true").json["_local_seq"]
+    # Without local_seq nothing has one: every key is null.
+    rows = client("GET", f"{db}/_design/fu/_view/with_seq").json["rows"]
+    assert {row["key"] for row in rows} == {None}

@@ -21,6 +21,7 @@ from aiohttp import web
 import settee
 from settee.serve.js import JsFunction, Thrown, runtime
 from settee.serve.protocol import HTTPError
+from settee.serve.viewindex import MapOptions, ViewMapper
 
 __all__ = ["DesignFunctions", "ViewFunctions", "request_object", "user_ctx"]
 
@@ -171,7 +172,8 @@ class DesignFunctions:
         if not isinstance(view, dict):
             raise settee.NotFound("missing_named_view")
         source = view.get("map")
-        mapper = self._function(ddoc, ddoc_id, ("views", view_name, "map"), source)
+        function = self._function(ddoc, ddoc_id, ("views", view_name, "map"), source)
+        mapper = ViewMapper(function, MapOptions.of(ddoc.doc))
         reduce = view.get("reduce")
         reducer = None
         if isinstance(reduce, str) and not reduce.startswith("_"):
@@ -226,7 +228,7 @@ class DesignFunctions:
 
 @dataclass(frozen=True)
 class ViewFunctions:
-    mapper: JsFunction
+    mapper: ViewMapper
     map_source: str
     reduce: Any  # None, a builtin name ("_count", ...) or JavaScript source
     reducer: JsFunction | None  # the compiled JavaScript reduce

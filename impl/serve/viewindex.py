@@ -30,10 +30,12 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import settee
+from settee.serve import revs
 from settee.serve.protocol import HTTPError
 from settee.spec.collation import code_point_key, sort_key
 from settee.spec.config import DEFAULTS
@@ -64,9 +66,42 @@ class Mapper(Protocol):
     def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]: ...
 
 
-def signature(map_source: str, language: str) -> str:
-    raw = json.dumps([INDEX_LAYOUT, language, map_source]).encode()
-    return hashlib.sha256(raw).hexdigest()[:32]
+@dataclass(frozen=True)
+class MapOptions:
+    """A design document's ``options`` that change what its views index, as
+    couch_mrview reads them (design_options_test.exs): ``include_design`` maps
+    design documents too, ``local_seq`` gives each document its ``_local_seq``."""
+
+    include_design: bool = False
+    local_seq: bool = False
+
+    @classmethod
+    def of(cls, ddoc: Mapping[str, Any]) -> MapOptions:
+        options = ddoc.get("options")
+        if not isinstance(options, dict):
+            return cls()
+        return cls(options.get("include_design") is True, options.get("local_seq") is True)
+
+
+@dataclass(frozen=True)
+class ViewMapper:
+    """A view's map function with its design document's ``MapOptions``."""
+
+    function: Mapper
+    options: MapOptions = MapOptions()
+
+    def emitted(self, doc: dict[str, Any]) -> list[tuple[Any, Any]]:
+        return self.function.emitted(doc)
+
+
+def signature(map_source: str, language: str, options: MapOptions = MapOptions()) -> str:
+    """The index of a map function: another source, language or set of options is
+    another index (couch_mrview's signature counts the design options too). A view
+    without options keeps the signature it had before they counted."""
+    signed: list[Any] = [INDEX_LAYOUT, language, map_source]
+    if options != MapOptions():
+        signed.append([options.include_design, options.local_seq])
+    return hashlib.sha256(json.dumps(signed).encode()).hexdigest()[:32]
 
 
 def row_id(key: Any, doc_id: str, n: int) -> str:
@@ -195,11 +230,11 @@ class ViewIndex:
     def _emitted(
         self, source: settee.Database, mapper: Mapper, doc_id: str
     ) -> dict[str, dict[str, Any]]:
-        if doc_id.startswith("_design/"):
+        options = mapper.options if isinstance(mapper, ViewMapper) else MapOptions()
+        if doc_id.startswith("_design/") and not options.include_design:
             return {}
-        try:
-            doc = source.get(doc_id, conflicts=True)
-        except settee.NotFound:
+        doc = _mapped_doc(source, doc_id, options)
+        if doc is None:
             return {}  # deleted (or gone meanwhile): no rows
         try:
             pairs = mapper.emitted(doc)
@@ -293,3 +328,20 @@ def _bound(bound: tuple[Any, str | None], *, upper: bool) -> str:
     if doc_id is not None:
         text += code_point_key(doc_id)
     return text + _LAST if upper else text
+
+
+def _mapped_doc(source: settee.Database, doc_id: str, options: MapOptions) -> Any:
+    """The document a map function sees: its winner with ``_conflicts``, and with
+    ``local_seq`` its ``_local_seq`` (read until the two name one revision, as a
+    GET with ``local_seq=true`` reads them); None when it is deleted."""
+    for _ in range(3):
+        try:
+            doc = source.get(doc_id, conflicts=True)
+        except settee.NotFound:
+            return None
+        if not options.local_seq:
+            return doc
+        info = revs.doc_info(source, doc_id)
+        if info is not None and info.winner == doc["_rev"]:
+            return {**doc, "_local_seq": info.seq}
+    return doc  # written again and again meanwhile: the next update maps it anew

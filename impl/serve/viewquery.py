@@ -46,7 +46,7 @@ from settee.serve.protocol import (
 from settee.serve.reducers import first_of, last_of, ranked, stats_of, sum_of
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewindex import Mapper, ViewIndex, signature
+from settee.serve.viewindex import MapOptions, Mapper, ViewIndex, signature
 from settee.spec.collation import collate_json
 from settee.tokens import encode_token
 
@@ -337,7 +337,8 @@ def open_view(
 ) -> tuple[ViewFunctions, ViewIndex]:
     """A view's functions and its index (opened, not updated)."""
     functions = entry.design.view(entry.db, ddoc, view)
-    index: ViewIndex = index_for(entry, signature(functions.map_source, functions.language))
+    signed = signature(functions.map_source, functions.language, functions.mapper.options)
+    index: ViewIndex = index_for(entry, signed)
     return functions, index
 
 
@@ -629,8 +630,9 @@ def view_signatures(ddoc: Mapping[str, Any]) -> set[str]:
     ``open_view`` signs its map function (``design.DesignFunctions.view``)."""
     views = ddoc.get("views")
     language = str(ddoc.get("language", "javascript"))
+    options = MapOptions.of(ddoc)
     return {
-        signature(view["map"], language)
+        signature(view["map"], language, options)
         for view in (views.values() if isinstance(views, dict) else [])
         if isinstance(view, dict) and isinstance(view.get("map"), str)
     }
