@@ -464,3 +464,19 @@ def test_a_post_with_a_method_override_is_the_method_it_names(client: Client, db
     assert client("GET", f"{db}/fnord2", {"bob": "c"}, headers=override).status == 404
     r = client("POST", f"{db}/fnord3", {"a": 1}, headers={"X-HTTP-Method-Override": "put"})
     assert r.status == 405, r.raw  # names no method chttpd knows: a POST to a document
+
+
+def test_location_follows_the_host_and_scheme_a_proxy_forwards(client: Client, db: str) -> None:
+    """http_test.exs: a Location is on X-Forwarded-Host when a proxy sends one, and
+    https when X-Forwarded-Ssl is on or X-Forwarded-Proto https (chttpd:absolute_uri);
+    a forwarded host that names no host drops the header, the write stands."""
+    r = client("PUT", f"{db}/test2", {}, headers={"X-Forwarded-Host": "mysite.com"})
+    assert r.headers["Location"] == f"http://mysite.com{db}/test2"
+    headers = {"X-Forwarded-Host": "mysite.com:8443", "X-Forwarded-Proto": "https"}
+    r = client("PUT", f"{db}/test3", {}, headers=headers)
+    assert r.headers["Location"] == f"https://mysite.com:8443{db}/test3"
+    r = client("PUT", f"{db}/test4", {}, headers={"X-Forwarded-Ssl": "on"})
+    assert r.headers["Location"].startswith("https://127.0.0.1:")
+    r = client("PUT", f"{db}/test5", {}, headers={"X-Forwarded-Host": "a/b?c"})
+    assert r.status == 201 and "Location" not in r.headers
+    assert client("GET", f"{db}/test5").status == 200

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from settee.spec.errors import BadRequest, Conflict, CorruptionError, NotFound, SetteeError
 
@@ -286,9 +287,28 @@ def request_url(request: web.BaseRequest, raw_path: str | None = None) -> str | 
     stored write into a 500 a client would retry (found in review)."""
     try:
         url = request.url if raw_path is None else request.url.with_path(raw_path, encoded=True)
-        return str(url.with_query(None))
+        return _forwarded(request, url.with_query(None))
     except ValueError:
         return None
+
+
+def _forwarded(request: web.BaseRequest, url: URL) -> str:
+    """``url`` on the host and scheme a proxy says the client used, as
+    chttpd:absolute_uri builds it: ``X-Forwarded-Host`` before ``Host``, https when
+    ``X-Forwarded-Ssl`` is ``on`` or ``X-Forwarded-Proto`` is ``https``
+    (http_test.exs "location header should include X-Forwarded-Host")."""
+    host = request.headers.get("X-Forwarded-Host")
+    https = (
+        request.headers.get("X-Forwarded-Ssl") == "on"
+        or request.headers.get("X-Forwarded-Proto") == "https"
+    )
+    scheme = "https" if https else url.scheme
+    if host is None:
+        return str(url.with_scheme(scheme))
+    origin = URL(f"{scheme}://{host}")  # ValueError for a host that names no URL
+    if not origin.host or origin.raw_path not in ("", "/") or origin.query_string:
+        raise ValueError(f"X-Forwarded-Host {host!r} is not a host")
+    return str(origin.with_path(url.raw_path, encoded=True))
 
 
 def doc_url(request: web.BaseRequest, doc_id: str) -> str | None:
