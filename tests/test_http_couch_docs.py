@@ -108,10 +108,11 @@ def test_copy_refuses_a_missing_or_absolute_destination(client: Client, db: str)
 
 
 def test_a_document_path_offers_copy_in_its_405(client: Client, db: str) -> None:
+    """chttpd_db:db_doc_req's last clause: POST (a form upload) and COPY too."""
     answer = client("PATCH", f"{db}/doc", {})
     assert answer.status == 405
-    assert answer.json["reason"] == "Only DELETE,GET,HEAD,PUT,COPY allowed"
-    assert answer.headers["Allow"] == "DELETE,GET,HEAD,PUT,COPY"
+    assert answer.json["reason"] == "Only DELETE,GET,HEAD,POST,PUT,COPY allowed"
+    assert answer.headers["Allow"] == "DELETE,GET,HEAD,POST,PUT,COPY"
 
 
 # -- batch=ok ------------------------------------------------------------------------------------
@@ -463,7 +464,7 @@ def test_a_post_with_a_method_override_is_the_method_it_names(client: Client, db
     assert client("GET", f"{db}/fnord").status == 404
     assert client("GET", f"{db}/fnord2", {"bob": "c"}, headers=override).status == 404
     r = client("POST", f"{db}/fnord3", {"a": 1}, headers={"X-HTTP-Method-Override": "put"})
-    assert r.status == 405, r.raw  # names no method chttpd knows: a POST to a document
+    assert r.status == 400, r.raw  # no method chttpd knows: a form POST, refused unsent
 
 
 def test_location_follows_the_host_and_scheme_a_proxy_forwards(client: Client, db: str) -> None:
@@ -480,3 +481,64 @@ def test_location_follows_the_host_and_scheme_a_proxy_forwards(client: Client, d
     r = client("PUT", f"{db}/test5", {}, headers={"X-Forwarded-Host": "a/b?c"})
     assert r.status == 201 and "Location" not in r.headers
     assert client("GET", f"{db}/test5").status == 200
+
+
+def _form(fields: list[tuple[str, str | None, str, bytes]]) -> tuple[bytes, str]:
+    """A multipart/form-data body of (name, filename or None, content type, data)."""
+    boundary = "settee-form-boundary"
+    parts = []
+    for name, filename, content_type, data in fields:
+        disposition = f'form-data; name="{name}"' + (
+            f'; filename="{filename}"' if filename is not None else ""
+        )
+        head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
+        head += f"Content-Type: {content_type}\r\n\r\n"
+        parts.append(head.encode() + data + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def test_a_form_post_uploads_attachments_to_a_document(client: Client, db: str) -> None:
+    """chttpd_db's POST to a document: a browser's form, from a page of this server
+    (Referer), adds each file of its _attachments field under the file's name to
+    the revision its _rev names, keeping the others; form_submit_test.exs: any
+    other content type is 415 bad_content_type."""
+    referer = {"Referer": f"http://127.0.0.1:{client.port}/_utils"}
+    rev = put(
+        client,
+        db,
+        "doc",
+        {"a": 1, "_attachments": {"old.txt": {"content_type": "text/plain", "data": "b2xk"}}},
+    )
+    body, content_type = _form(
+        [
+            ("_rev", None, "text/plain", rev.encode()),
+            ("_attachments", "new.bin", "application/octet-stream", b"\x00\x01\xff"),
+        ]
+    )
+    r = client("POST", f"{db}/doc", raw=body, headers={**referer, "Content-Type": content_type})
+    assert r.status == 201 and r.json["ok"] and r.json["rev"].startswith("2-"), r.raw
+    assert r.headers["ETag"] == f'"{r.json["rev"]}"'
+    doc = client("GET", f"{db}/doc").json
+    assert doc["a"] == 1 and sorted(doc["_attachments"]) == ["new.bin", "old.txt"]
+    assert client("GET", f"{db}/doc/new.bin").raw == b"\x00\x01\xff"
+    assert client("GET", f"{db}/doc/old.txt").raw == b"old"
+    body, content_type = _form([("_doc", None, "application/json", b'{"b": 2}')])
+    r = client("POST", f"{db}/fresh", raw=body, headers={**referer, "Content-Type": content_type})
+    assert r.status == 201, r.raw
+    assert client("GET", f"{db}/fresh").json["b"] == 2
+    form = {**referer, "Content-Type": "application/x-www-form-urlencoded"}
+    r = client("POST", f"{db}/baz", raw=b"a=b", headers=form)
+    assert (r.status, r.json) == (
+        415,
+        {"error": "bad_content_type", "reason": "Content-Type must be multipart/form-data"},
+    )
+    r = client("POST", f"{db}/doc", raw=body, headers={"Content-Type": content_type})
+    assert (r.status, r.json["reason"]) == (400, "Referer header required."), r.raw
+    elsewhere = {"Referer": "http://evil.example/", "Content-Type": content_type}
+    r = client("POST", f"{db}/doc", raw=body, headers=elsewhere)
+    assert (r.status, r.json["reason"]) == (400, "Referer header must match host."), r.raw
+    body, content_type = _form([("_rev", None, "text/plain", b"1-" + b"0" * 32)])
+    r = client("POST", f"{db}/doc", raw=body, headers={**referer, "Content-Type": content_type})
+    assert r.status == 404, r.raw  # no such revision to start from
+    assert client("GET", f"{db}/doc").json["_rev"].startswith("2-")

@@ -29,6 +29,7 @@ from settee.serve.docchecks import (
     revisions_win,
 )
 from settee.serve.doccopy import handle_copy
+from settee.serve.formupload import handle_form_post
 from settee.serve.local import couch_rev, local_etag
 from settee.serve.protocol import (
     HTTPError,
@@ -55,9 +56,8 @@ __all__ = ["attachment_options", "handle_doc", "handle_local", "handle_post_doc"
 
 log = logging.getLogger("settee.serve")
 
-#: What chttpd_db:db_doc_req answers a document path: POST (a form upload) is
-#: CouchDB's too, but settee does not take it, so its 405 does not offer it.
-_DOC_METHODS = "DELETE,GET,HEAD,PUT,COPY"
+#: What chttpd_db:db_doc_req answers a document path (POST: a form upload).
+_DOC_METHODS = "DELETE,GET,HEAD,POST,PUT,COPY"
 
 #: The multipart types a client may name to get a multipart answer.
 _MULTIPART = ("multipart/mixed", "multipart/related")
@@ -380,6 +380,8 @@ async def handle_doc(
         return written(status, result)
     if method == "COPY":
         return await handle_copy(state, request, entry, doc_id)
+    if method == "POST":
+        return await handle_form_post(state, request, entry, doc_id, write_doc)
     raise method_not_allowed(_DOC_METHODS)
 
 
@@ -463,6 +465,8 @@ async def handle_local(
         return written(200, {"ok": True, "id": doc_id, "rev": new})
     if method == "COPY":
         return await handle_copy(state, request, entry, doc_id)
+    if method == "POST":
+        return await handle_form_post(state, request, entry, doc_id, write_doc)
     raise method_not_allowed(_DOC_METHODS)
 
 
