@@ -79,7 +79,8 @@ def _parse_form(content_type: str, raw: bytes) -> tuple[dict[str, str], list[_Fi
     files: list[_File] = []
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
-        data = part.get_payload(decode=True) or b""
+        payload = part.get_payload(decode=True)
+        data = payload if isinstance(payload, bytes) else b""
         filename = part.get_filename()
         if not isinstance(name, str):
             continue
