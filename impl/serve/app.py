@@ -31,6 +31,7 @@ from settee.serve import (
     node,
     purge,
     render,
+    replicate,
     updates,
     viewquery,
 )
@@ -53,13 +54,13 @@ _SERVER_ROUTES = {
     "_active_tasks": dbs.handle_active_tasks,
     "_membership": cluster.handle_membership,
     "_db_updates": dbupdates.handle_db_updates,
+    "_replicate": replicate.handle_replicate,
 }
 
 #: CouchDB's server endpoints settee serve does not have (README, "Not served yet"),
 #: and what to say: their names taken as databases answered "Database does not exist."
 _SERVER_NOT_SERVED = {
-    "_replicate": "yet (replicate with a client: PouchDB, or CouchDB pulling from it)",
-    "_scheduler": "yet (no server-side replication)",
+    "_scheduler": "yet (POST /_replicate runs replications; /_active_tasks lists them)",
     "_reshard": "(a database's shard count is fixed when it is created)",
     "_utils": "(no Fauxton)",
     "_config": "(CouchDB 3 serves it at /_node/_local/_config, as settee serve does)",

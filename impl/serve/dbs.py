@@ -33,6 +33,7 @@ from settee.serve.protocol import (
     respond,
 )
 from settee.serve.registry import DbEntry
+from settee.serve.replicate import active_tasks
 from settee.serve.state import State
 from settee.spec.format import FORMAT_VERSION
 
@@ -327,10 +328,10 @@ async def handle_session(state: State, request: web.BaseRequest) -> web.StreamRe
 
 
 async def handle_active_tasks(state: State, request: web.BaseRequest) -> web.StreamResponse:
-    """No replications or indexers run inside settee serve; compactions are quick
-    and reported by ``compact_running`` in the database's info."""
+    """The replications ``POST /_replicate`` runs; no indexers run in the background,
+    and compactions are quick and reported by ``compact_running`` in the database's info."""
     require_method(request, "GET")
-    return respond(reply(200, []))
+    return respond(reply(200, active_tasks(state)))
 
 
 # -- maintenance --------------------------------------------------------------------------------

@@ -1,0 +1,536 @@
+"""One replication, run over HTTP as CouchDB's replicator runs it.
+
+Every step is a request any CouchDB-compatible server answers (protocol.rst):
+the source's ``_changes`` (``style=all_docs``, from the checkpoint or
+``since_seq``), ``_revs_diff`` on the target, the missing revisions read with
+``_bulk_get`` (documents without attachments) or ``open_revs`` (``revs``,
+``latest``, ``attachments`` with ``atts_since`` the target's possible ancestors),
+written with ``_bulk_docs`` ``new_edits: false``, and a checkpoint in
+``_local/<replication id>`` on both sides holding CouchDB's ``history``.
+
+Counters follow couch_replicator_worker: ``missing_checked`` counts the
+revisions the changes listed, ``missing_found`` those the target lacked,
+``docs_read`` the revisions fetched, ``docs_written``/``doc_write_failures`` what
+the target took or refused (a validate_doc_update refusal is a failure of that
+document, not of the replication). They start from the newest history entry of
+a checkpoint both sides agree on, so they add up across runs.
+
+A ``Replication`` runs on its caller's thread (never the server's worker pool:
+its requests may be to this same server). Each request has a timeout; a
+failure is an ``HTTPError`` with CouchDB's error name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from settee.httpclient import Client
+from settee.serve.protocol import HTTPError
+from settee.serve.repspec import REP_ID_VERSION, Endpoint, Spec, quote_id
+from settee.spec.errors import SetteeError
+
+__all__ = ["Replication", "Stats"]
+
+log = logging.getLogger("settee.serve.replicate")
+
+#: Bytes of JSON gathered before a ``_bulk_docs`` is sent (the worker's DOC_BUFFER_BYTE_SIZE).
+_BATCH_BYTES = 512 * 1024
+#: How many history entries a checkpoint keeps (couch_replicator_scheduler_job).
+_HISTORY_LIMIT = 50
+#: Statuses of a ``_bulk_docs`` refused for what it holds: split it, down to one document.
+_SPLIT_STATUSES = frozenset({400, 413, 415})
+
+
+@dataclass(slots=True)
+class Stats:
+    """couch_replicator_stats, as the history and ``_active_tasks`` name them."""
+
+    missing_checked: int = 0
+    missing_found: int = 0
+    docs_read: int = 0
+    docs_written: int = 0
+    doc_write_failures: int = 0
+    bulk_get_docs: int = 0
+    bulk_get_attempts: int = 0
+
+    @classmethod
+    def from_history(cls, entry: Any) -> Stats:
+        """The counters of a history entry, so a run goes on counting from them."""
+        fields = entry if isinstance(entry, dict) else {}
+        values = {name: fields.get(name, 0) for name in asdict(cls())}
+        return cls(**{k: v if isinstance(v, int) else 0 for k, v in values.items()})
+
+
+class Replication:
+    """The state of one replication job; ``run`` does the work."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        rep_id: tuple[str, str],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        assert spec.source is not None and spec.target is not None  # not a cancel by id
+        self.spec = spec
+        self.base, self.ext = rep_id
+        self.should_stop = should_stop
+        self.source_ep: Endpoint = spec.source
+        self.target_ep: Endpoint = spec.target
+        self.source = Client(spec.source.server, timeout=spec.timeout)
+        self.target = Client(spec.target.server, timeout=spec.timeout)
+        self.session_id = uuid.uuid4().hex
+        self.stats = Stats()
+        self.lock = threading.Lock()  # the counters and seqs, read by _active_tasks
+        self.started_on = int(time.time())
+        self.updated_on = self.started_on
+        self.start_seq: Any = 0
+        self.through_seq: Any = 0
+        self.committed_seq: Any = 0
+        self.source_seq: Any = 0
+        self.seen_changes = False
+        self.history: list[Any] = []
+        self.checkpoint_body: dict[str, Any] | None = None
+        self.start_time = formatdate(usegmt=True)
+        self._logs: dict[str, dict[str, Any]] = {}
+        self._last_checkpoint = time.monotonic()
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Replicate until the source has no more changes (one-shot) or until
+        ``should_stop`` (continuous); CouchDB's result body, ``ok`` first."""
+        try:
+            self._open()
+            for rows in self._change_batches():
+                if self.should_stop():
+                    break  # read before a cancel: left for the next run, as CouchDB's
+                if rows:
+                    self._replicate_batch(rows)
+                self._maybe_checkpoint()
+            return self._finish()
+        finally:
+            self.source.close()
+            self.target.close()
+
+    def _open(self) -> None:
+        info = _open_db(self.source, self.source_ep, create=False, params=())
+        create = self.spec.create_target
+        _open_db(self.target, self.target_ep, create=create, params=self.spec.create_target_params)
+        self.source_seq = info.get("update_seq", 0)
+        source_log = self._read_log(self.source, "source")
+        target_log = self._read_log(self.target, "target")
+        start, self.history = _compare_logs(source_log, target_log)
+        self.stats = Stats.from_history(self.history[0] if self.history else None)
+        self.start_seq = start if self.spec.since_seq is None else self.spec.since_seq
+        self.through_seq = self.committed_seq = self.start_seq
+
+    def _finish(self) -> dict[str, Any]:
+        if not self.seen_changes:
+            # Nothing read: CouchDB answers the checkpoint as it found it.
+            found = {k: v for k, v in self._logs["source"].items() if k not in ("_id", "_rev")}
+            return {"ok": True, "no_changes": True, **found}
+        self._checkpoint()
+        if not self.spec.use_checkpoints:
+            return {"ok": True, "use_checkpoints": False}
+        assert self.checkpoint_body is not None  # _checkpoint wrote one: changes were seen
+        return {"ok": True, **self.checkpoint_body}
+
+    # -- reading changes -------------------------------------------------------------------------
+
+    def _change_batches(self) -> Iterator[list[dict[str, Any]]]:
+        """The source's changes since the start, a batch at a time. One-shot: until a
+        batch comes back short. Continuous: longpoll (an empty batch when it times
+        out, so checkpoints stay due), until told to stop."""
+        since = self.start_seq
+        while not self.should_stop():
+            body = self._read_changes(since)
+            yield [r for r in body.get("results", []) if _replicable(r)]
+            if "last_seq" in body:
+                since = body["last_seq"]
+            if not self.spec.continuous and len(body.get("results", [])) < self.spec.batch_size:
+                return
+
+    def _read_changes(self, since: Any) -> dict[str, Any]:
+        query: list[tuple[str, str]] = [
+            ("feed", "longpoll" if self.spec.continuous else "normal"),
+            ("style", "main_only" if self.spec.winning_revs_only else "all_docs"),
+            ("since", _seq_text(since)),
+            ("limit", str(self.spec.batch_size)),
+        ]
+        if self.spec.continuous:
+            # Short enough to notice a cancel soon, well inside the request timeout.
+            query.append(("timeout", str(int(min(5.0, self.spec.timeout / 3) * 1000))))
+        method, body = "GET", None
+        if self.spec.doc_ids is not None:
+            method, body = "POST", {"doc_ids": list(self.spec.doc_ids)}
+            query.append(("filter", "_doc_ids"))
+        elif self.spec.selector is not None:
+            method, body = "POST", {"selector": self.spec.selector}
+            query.append(("filter", "_selector"))
+        elif self.spec.filter is not None:
+            query.append(("filter", self.spec.filter))
+            taken = {name for name, _ in query}
+            query += [(k, v) for k, v in self.spec.query_params if k not in taken]
+        status, reply = self._request(self.source, method, "/_changes?" + urlencode(query), body)
+        if status != 200 or not isinstance(reply, dict):
+            raise _failed("changes_req_failed", self.source_ep, status, reply)
+        return reply
+
+    # -- one batch -------------------------------------------------------------------------------
+
+    def _replicate_batch(self, rows: list[dict[str, Any]]) -> None:
+        revs = {row["id"]: [c["rev"] for c in row["changes"]] for row in rows}
+        missing = self._revs_diff(revs)
+        with self.lock:
+            self.stats.missing_checked += sum(len(r) for r in revs.values())
+            self.stats.missing_found += sum(len(m) for m, _ in missing.values())
+        docs = self._fetch(missing)
+        self._write(docs, missing)
+        with self.lock:
+            self.seen_changes = True
+            self.through_seq = rows[-1]["seq"]
+            self.updated_on = int(time.time())
+
+    def _revs_diff(self, revs: dict[str, list[str]]) -> dict[str, tuple[list[str], list[str]]]:
+        """For each document, the revisions the target lacks and its possible ancestors."""
+        status, reply = self._request(self.target, "POST", "/_revs_diff", revs)
+        if status != 200 or not isinstance(reply, dict):
+            raise _failed("revs_diff_failed", self.target_ep, status, reply)
+        missing = {}
+        for doc_id, found in reply.items():
+            if isinstance(found, dict) and found.get("missing"):
+                ancestors = found.get("possible_ancestors", [])
+                missing[doc_id] = (list(found["missing"]), list(ancestors))
+        return missing
+
+    def _fetch(self, missing: dict[str, tuple[list[str], list[str]]]) -> list[dict[str, Any]]:
+        """The missing revisions from the source, as ``_bulk_docs`` takes them."""
+        plain = [i for i in missing if not i.startswith("_design/")]
+        docs = self._bulk_get(plain, missing) if self.spec.use_bulk_get and plain else []
+        got = {(d["_id"], d["_rev"]) for d in docs}
+        for doc_id, (revs, ancestors) in missing.items():
+            wanted = [rev for rev in revs if (doc_id, rev) not in got]
+            if wanted:
+                docs += self._open_revs(doc_id, wanted, ancestors)
+        with self.lock:
+            self.stats.docs_read += len(docs)
+        return docs
+
+    def _bulk_get(
+        self, ids: list[str], missing: dict[str, tuple[list[str], list[str]]]
+    ) -> list[dict[str, Any]]:
+        """What ``_bulk_get`` gives of the plain documents (those with attachments are
+        read again with theirs, as the worker does); none if the source has no
+        ``_bulk_get``: every revision is then read with ``open_revs``."""
+        asked = [{"id": i, "rev": rev} for i in ids for rev in missing[i][0]]
+        path = "/_bulk_get?revs=true&latest=true&attachments=false"
+        status, reply = self._request(self.source, "POST", path, {"docs": asked})
+        docs = []
+        if status == 200 and isinstance(reply, dict):
+            for result in reply.get("results", []):
+                for item in result.get("docs", []):
+                    doc = item.get("ok") if isinstance(item, dict) else None
+                    if isinstance(doc, dict) and not doc.get("_attachments"):
+                        docs.append(doc)
+        with self.lock:
+            self.stats.bulk_get_attempts += len(asked)
+            self.stats.bulk_get_docs += len(docs)
+        return docs
+
+    def _open_revs(
+        self, doc_id: str, revs: list[str], ancestors: list[str]
+    ) -> list[dict[str, Any]]:
+        query = f"open_revs={_json_param(revs)}&revs=true&latest=true&attachments=true"
+        if ancestors:
+            query += f"&atts_since={_json_param(ancestors)}"
+        status, reply = self._request(self.source, "GET", f"/{quote_id(doc_id)}?{query}")
+        if status == 404:
+            return []  # gone since the changes named it (deleted database, purge): nothing to copy
+        if status != 200 or not isinstance(reply, list):
+            raise _failed("open_revs_failed", self.source_ep, status, reply)
+        return [item["ok"] for item in reply if isinstance(item, dict) and "ok" in item]
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _write(self, docs: list[dict[str, Any]], missing: dict[str, Any]) -> None:
+        """Plain documents in batches of about 512 KiB; a document with attachments
+        alone, so one whose stubs the target cannot satisfy is read again whole."""
+        batch: list[dict[str, Any]] = []
+        size = 0
+        for doc in docs:
+            if doc.get("_attachments"):
+                self._write_with_attachments(doc, bool(missing.get(doc["_id"], ((), ()))[1]))
+                continue
+            batch.append(doc)
+            size += len(json.dumps(doc))
+            if size > _BATCH_BYTES:
+                self._bulk_docs(batch)
+                batch, size = [], 0
+        if batch:
+            self._bulk_docs(batch)
+
+    def _write_with_attachments(self, doc: dict[str, Any], had_ancestors: bool) -> None:
+        errors = self._bulk_docs([doc], count=False)
+        if errors and errors[0].get("error") == "missing_stub" and had_ancestors:
+            # The target lost the attachment a stub names (compaction, purge): send them all.
+            fresh = self._open_revs(doc["_id"], [doc["_rev"]], [])
+            errors = self._bulk_docs(fresh, count=False) if fresh else errors
+        with self.lock:
+            self.stats.docs_written += 1 - len(errors[:1])
+            self.stats.doc_write_failures += len(errors[:1])
+        for error in errors:
+            _log_refusal(self.target_ep, error)
+
+    def _bulk_docs(self, docs: list[dict[str, Any]], count: bool = True) -> list[dict[str, Any]]:
+        """Write ``docs`` as they are (``new_edits: false``); the per-document errors.
+        A request refused whole for what it holds is split until each document
+        stands alone, so one bad document fails alone."""
+        body = {"docs": docs, "new_edits": False}
+        status, reply = self._request(self.target, "POST", "/_bulk_docs", body)
+        if status in (200, 201, 202) and isinstance(reply, list):
+            errors = [r for r in reply if isinstance(r, dict) and "error" in r]
+        elif status in _SPLIT_STATUSES and len(docs) > 1:
+            half = len(docs) // 2
+            return self._bulk_docs(docs[:half], count) + self._bulk_docs(docs[half:], count)
+        elif status in _SPLIT_STATUSES:
+            errors = [{"id": docs[0].get("_id"), "rev": docs[0].get("_rev"), **_error(reply)}]
+        else:
+            raise _failed("bulk_docs_failed", self.target_ep, status, reply)
+        if count:
+            with self.lock:
+                self.stats.docs_written += len(docs) - len(errors)
+                self.stats.doc_write_failures += len(errors)
+            for error in errors:
+                _log_refusal(self.target_ep, error)
+        return errors
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _read_log(self, client: Client, side: str) -> dict[str, Any]:
+        status, reply = self._request(client, "GET", f"/_local/{quote(self.base, safe='')}")
+        log_doc = reply if status == 200 and isinstance(reply, dict) else {}
+        if status not in (200, 404):
+            endpoint = self.source_ep if side == "source" else self.target_ep
+            raise _failed("checkpoint_read_failed", endpoint, status, reply)
+        self._logs[side] = log_doc
+        return log_doc
+
+    def _maybe_checkpoint(self) -> None:
+        due = time.monotonic() - self._last_checkpoint >= self.spec.checkpoint_interval
+        if due:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Record how far the target holds the source, on both sides (scheduler_job's
+        do_checkpoint): the newest entry first, the history kept to 50 entries."""
+        self._last_checkpoint = time.monotonic()
+        if not self.spec.use_checkpoints or self.through_seq == self.committed_seq:
+            return
+        for client, endpoint in ((self.source, self.source_ep), (self.target, self.target_ep)):
+            status, reply = self._request(client, "POST", "/_ensure_full_commit", {})
+            if status >= 300:
+                raise _failed("checkpoint_commit_failure", endpoint, status, reply)
+        body = self._checkpoint_body(self.through_seq)
+        for client, side in ((self.source, "source"), (self.target, "target")):
+            self._logs[side] = self._write_log(client, side, body)
+        with self.lock:
+            self.committed_seq = self.through_seq
+            self.checkpoint_body = body
+
+    def _checkpoint_body(self, seq: Any) -> dict[str, Any]:
+        with self.lock:
+            stats = asdict(self.stats)
+        end_time = formatdate(usegmt=True)
+        entry = {
+            "session_id": self.session_id,
+            "start_time": self.start_time,
+            "end_time": end_time,
+            "start_last_seq": self.start_seq,
+            "end_last_seq": seq,
+            "recorded_seq": seq,
+            **stats,
+        }
+        body: dict[str, Any] = {
+            "session_id": self.session_id,
+            "source_last_seq": seq,
+            "replication_id_version": REP_ID_VERSION,
+        }
+        if self.spec.doc_ids is not None:
+            # What a replication by doc ids answered in CouchDB 0.11 and 1.0, still sent.
+            body["start_time"], body["end_time"] = self.start_time, end_time
+            for name in ("docs_read", "docs_written", "doc_write_failures"):
+                body[name] = stats[name]
+        body["history"] = [entry, *self.history][:_HISTORY_LIMIT]
+        return body
+
+    def _write_log(self, client: Client, side: str, body: dict[str, Any]) -> dict[str, Any]:
+        endpoint = self.source_ep if side == "source" else self.target_ep
+        path = f"/_local/{quote(self.base, safe='')}"
+        old = self._logs.get(side, {})
+        doc = {**body, **({"_rev": old["_rev"]} if "_rev" in old else {})}
+        status, reply = self._request(client, "PUT", path, doc)
+        if status == 409:
+            # Written by a request whose answer was lost? Then it holds this body.
+            status, reply = self._request(client, "GET", path)
+            if status == 200 and {k: v for k, v in reply.items() if k[0] != "_"} == body:
+                return dict(reply)
+            raise HTTPError(500, "checkpoint_commit_failure", f"conflict on {endpoint.uri}")
+        if status not in (200, 201) or not isinstance(reply, dict):
+            raise _failed("checkpoint_commit_failure", endpoint, status, reply)
+        return {**body, "_rev": reply.get("rev")}
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _request(self, client: Client, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            return client.request(method, path, body)
+        except SetteeError as exc:
+            endpoint = self.source_ep if client is self.source else self.target_ep
+            raise HTTPError(500, "http_request_failed", f"{endpoint.uri}: {exc}") from None
+
+    # -- _active_tasks ---------------------------------------------------------------------------
+
+    def task(self) -> dict[str, Any]:
+        """This job as ``_active_tasks`` lists it (couch_replicator_scheduler_job)."""
+        with self.lock:
+            stats = asdict(self.stats)
+            return {
+                "type": "replication",
+                "replication_id": self.base + self.ext,
+                "source": self.source_ep.uri,
+                "target": self.target_ep.uri,
+                "continuous": self.spec.continuous,
+                "user": None,
+                "database": None,
+                "doc_id": None,
+                "revisions_checked": stats["missing_checked"],
+                "missing_revisions_found": stats["missing_found"],
+                "docs_read": stats["docs_read"],
+                "docs_written": stats["docs_written"],
+                "doc_write_failures": stats["doc_write_failures"],
+                "bulk_get_docs": stats["bulk_get_docs"],
+                "bulk_get_attempts": stats["bulk_get_attempts"],
+                "changes_pending": None,
+                "checkpointed_source_seq": self.committed_seq,
+                "source_seq": self.source_seq,
+                "through_seq": self.through_seq,
+                "checkpoint_interval": int(self.spec.checkpoint_interval * 1000),
+                "started_on": self.started_on,
+                "updated_on": self.updated_on,
+            }
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _open_db(
+    client: Client, endpoint: Endpoint, *, create: bool, params: tuple[tuple[str, Any], ...]
+) -> dict[str, Any]:
+    """The database's info, creating it first if asked (couch_replicator_api_wrap:db_open)."""
+    try:
+        if create:
+            query = urlencode([(k, _param_text(v)) for k, v in params])
+            status, _ = client.request("PUT", "?" + query if query else "")
+            _refused(status, endpoint)
+        status, info = client.request("GET", "/")
+    except SetteeError as exc:
+        raise HTTPError(404, "db_not_found", f"could not open {endpoint.uri}: {exc}") from None
+    _refused(status, endpoint)
+    # A server root, or anything else that is not a database, has neither field.
+    if (
+        status == 200
+        and isinstance(info, dict)
+        and {"update_seq", "instance_start_time"} <= set(info)
+    ):
+        return info
+    raise HTTPError(404, "db_not_found", f"could not open {endpoint.uri}")
+
+
+def _refused(status: int, endpoint: Endpoint) -> None:
+    if status == 401:
+        reason = f"unauthorized to access or create database {endpoint.uri}"
+        raise HTTPError(401, "unauthorized", reason)
+    if status == 403:
+        raise HTTPError(403, "forbidden", f"forbidden to access or create database {endpoint.uri}")
+
+
+def _compare_logs(source: dict[str, Any], target: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """Where to start and the history to keep (compare_replication_logs): the source's
+    record when both sides hold the same session, else the newest session both
+    histories know, else the beginning."""
+    if source.get("session_id") == target.get("session_id"):
+        history = source.get("history", [])
+        return source.get("source_last_seq", 0), history if isinstance(history, list) else []
+    return _common_history(_entries(source), _entries(target))
+
+
+def _entries(log_doc: dict[str, Any]) -> list[dict[str, Any]]:
+    history = log_doc.get("history", [])
+    return [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
+
+
+def _common_history(
+    source: list[dict[str, Any]], target: list[dict[str, Any]]
+) -> tuple[Any, list[Any]]:
+    while source and target:
+        s, t = source[0], target[0]
+        if any(e.get("session_id") == s.get("session_id") for e in target):
+            return s.get("recorded_seq", 0), source[1:]
+        if any(e.get("session_id") == t.get("session_id") for e in source[1:]):
+            return t.get("recorded_seq", 0), target[1:]
+        source, target = source[1:], target[1:]
+    return 0, []
+
+
+def _replicable(row: Any) -> bool:
+    # CouchDB skips an empty id (an old bug let one in); a row without revisions has nothing.
+    return isinstance(row, dict) and bool(row.get("id")) and bool(row.get("changes"))
+
+
+def _seq_text(seq: Any) -> str:
+    """A seq as ``since=`` takes it (couch_replicator_utils:seq_encode)."""
+    if isinstance(seq, str):
+        return seq
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        return str(seq)
+    return json.dumps(seq, separators=(",", ":"))
+
+
+def _param_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _json_param(value: Any) -> str:
+    return quote(json.dumps(value, separators=(",", ":")), safe="")
+
+
+def _error(reply: Any) -> dict[str, Any]:
+    if isinstance(reply, dict):
+        return {"error": reply.get("error", "unknown_error"), "reason": reply.get("reason", "")}
+    return {"error": "unknown_error", "reason": str(reply)}
+
+
+def _failed(error: str, endpoint: Endpoint, status: int, reply: Any) -> HTTPError:
+    detail = _error(reply)
+    reason = f"{endpoint.uri} answered {status} {detail['error']}: {detail['reason']}"
+    return HTTPError(500, error, reason)
+
+
+def _log_refusal(endpoint: Endpoint, error: dict[str, Any]) -> None:
+    log.warning(
+        "replicator: %s refused document %r revision %r: %s: %s",
+        endpoint.uri,
+        error.get("id"),
+        error.get("rev"),
+        error.get("error"),
+        error.get("reason"),
+    )
