@@ -181,6 +181,12 @@ class Replication:
             taken = {name for name, _ in query}
             query += [(k, v) for k, v in self.spec.query_params if k not in taken]
         status, reply = self._request(self.source, method, "/_changes?" + urlencode(query), body)
+        if 400 <= status < 500:
+            # The feed refused what the request asked for (a filter it does not know,
+            # a view that is not there): the client's to fix, so its 4xx, not a 500.
+            detail = _error(reply)
+            reason = f"{self.source_ep.uri}_changes: {detail['reason']}"
+            raise HTTPError(status, str(detail["error"]), reason)
         if status != 200 or not isinstance(reply, dict):
             raise _failed("changes_req_failed", self.source_ep, status, reply)
         return reply
