@@ -333,6 +333,26 @@ def test_selector_replicates_matching_documents(client: Client, server: Any, db:
     assert ids == ["10", "8", "9"]
 
 
+def test_an_endpoint_object_is_the_same_replication_as_its_url(
+    client: Client, server: Any, db: str
+) -> None:
+    """The id takes the user, host, port, path and extra headers, never a password."""
+    src, tgt = _pair(client, db)
+    _save(client, src, _make_docs(range(1, 3)))
+    url = _url(server, src)
+    first = client(
+        "POST",
+        "/_replicate",
+        {"source": url.replace("://", "://adm:pw1@"), "target": _url(server, tgt)},
+    ).json
+    source = {"url": url.replace("://", "://adm:pw2@"), "headers": {}}
+    body = {"source": source, "target": {"url": _url(server, tgt)}}
+    assert client("POST", "/_replicate", body).json["no_changes"] is True
+    source["headers"] = {"X-Extra": "1"}
+    again = client("POST", "/_replicate", body).json
+    assert again["session_id"] != first["session_id"] and len(again["history"]) == 1
+
+
 def test_without_checkpoints_every_run_starts_over(client: Client, server: Any, db: str) -> None:
     src, tgt = _pair(client, db)
     _save(client, src, _make_docs(range(1, 4)))
@@ -451,6 +471,12 @@ def test_passwords_stay_out_of_answers(client: Client, server: Any, db: str) -> 
             "invalid_operator",
         ),
         ({"cancel": "yes", "replication_id": "x"}, 400, "bad_request"),
+        ({"source": "http://h/x", "target": "http://h/y", "proxy": "http://p"}, 400, "bad_request"),
+        (
+            {"source": {"url": "http://h/x", "auth": {"basic": 1}}, "target": "http://h/y"},
+            400,
+            "bad_request",
+        ),
         ({"cancel": True, "replication_id": "nosuchjob"}, 404, "not found"),
     ],
 )

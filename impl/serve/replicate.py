@@ -167,6 +167,8 @@ def _start(state: State, job: Job) -> None:
         try:
             job.result.set_result(job.replication.run())
         except HTTPError as exc:
+            if job.replication.spec.continuous:  # nobody waits for its answer: say it here
+                log.warning("continuous replication %s stopped: %s", job.id, exc)
             job.result.set_exception(exc)
         except Exception as exc:  # a job's failure is its answer, never the server's
             log.exception("replication %s failed", job.id)

@@ -16,6 +16,7 @@ to name the job (``_local_id``); the checkpoint documents are ``_local/<base>``.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -29,7 +30,16 @@ from settee.serve.protocol import HTTPError
 from settee.spec import selector as mango
 from settee.spec.errors import SetteeError
 
-__all__ = ["REP_ID_VERSION", "Endpoint", "Spec", "parse_spec", "replication_id", "user_filter"]
+__all__ = [
+    "REP_ID_VERSION",
+    "Endpoint",
+    "Spec",
+    "parse_endpoint",
+    "parse_spec",
+    "quote_id",
+    "replication_id",
+    "user_filter",
+]
 
 #: couch_replicator.hrl's ?REP_ID_VERSION: answered as ``replication_id_version``.
 REP_ID_VERSION = 4
@@ -102,6 +112,10 @@ def parse_spec(body: dict[str, Any]) -> Spec:
         raise _bad(_EXCLUSIVE)
     if filter_name is not None and not isinstance(filter_name, str):
         raise _bad("parameter `filter` must be a string")
+    for name in ("proxy", "source_proxy", "target_proxy"):
+        if body.get(name) not in (None, ""):
+            # Sending the requests straight to the endpoint instead would be a surprise.
+            raise _bad(f"parameter `{name}`: settee serve replicates without proxies")
     job_id = _job_id(body)
     cancel_by_id = body.get("cancel") is True and job_id is not None
     numbers = {name: _integer(body, name, default) for name, default in _INTEGERS.items()}
@@ -215,8 +229,21 @@ def parse_endpoint(value: Any) -> Endpoint:
             raise HTTPError(400, "invalid_replication", "endpoint has an invalid url")
         if not all(isinstance(v, str) for v in headers.values()):
             raise _bad("endpoint headers must be strings")
-        return _endpoint(url, headers)
+        return _endpoint(url, {**headers, **_basic_auth(value.get("auth"))})
     raise _bad("the source and target must be a URL or an object with a `url`")
+
+
+def _basic_auth(auth: Any) -> dict[str, str]:
+    """CouchDB 3's ``"auth": {"basic": {"username", "password"}}``, as a header."""
+    if auth is None:
+        return {}
+    basic = auth.get("basic") if isinstance(auth, dict) else None
+    user = basic.get("username") if isinstance(basic, dict) else None
+    password = basic.get("password") if isinstance(basic, dict) else None
+    if not isinstance(user, str) or not isinstance(password, str):
+        raise _bad('endpoint `auth` must be {"basic": {"username", "password"}}')
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": "Basic " + token}
 
 
 def _endpoint(url: str, headers: dict[str, str]) -> Endpoint:
