@@ -194,7 +194,7 @@ class Replication:
     # -- one batch -------------------------------------------------------------------------------
 
     def _replicate_batch(self, rows: list[dict[str, Any]]) -> None:
-        revs = {row["id"]: [c["rev"] for c in row["changes"]] for row in rows}
+        revs = {row["id"]: [c["rev"] for c in row["changes"] if "rev" in c] for row in rows}
         missing = self._revs_diff(revs)
         with self.lock:
             self.stats.missing_checked += sum(len(r) for r in revs.values())
@@ -399,7 +399,7 @@ class Replication:
     def _request(self, client: Client, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         try:
             return client.request(method, path, body)
-        except SetteeError as exc:
+        except (SetteeError, ValueError) as exc:
             endpoint = self.source_ep if client is self.source else self.target_ep
             raise HTTPError(500, "http_request_failed", f"{endpoint.uri}: {exc}") from None
 
@@ -448,7 +448,7 @@ def _open_db(
             status, _ = client.request("PUT", "?" + query if query else "")
             _refused(status, endpoint)
         status, info = client.request("GET", "/")
-    except SetteeError as exc:
+    except (SetteeError, ValueError) as exc:  # ValueError: a header http.client refuses
         raise HTTPError(404, "db_not_found", f"could not open {endpoint.uri}: {exc}") from None
     _refused(status, endpoint)
     # A server root, or anything else that is not a database, has neither field.
@@ -499,7 +499,12 @@ def _common_history(
 
 def _replicable(row: Any) -> bool:
     # CouchDB skips an empty id (an old bug let one in); a row without revisions has nothing.
-    return isinstance(row, dict) and bool(row.get("id")) and bool(row.get("changes"))
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
+        return False
+    if "seq" not in row:
+        return False
+    changes = row.get("changes")
+    return isinstance(changes, list) and bool(changes) and all(isinstance(c, dict) for c in changes)
 
 
 def _seq_text(seq: Any) -> str:

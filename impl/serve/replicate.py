@@ -116,7 +116,10 @@ async def handle_replicate(state: State, request: web.BaseRequest) -> web.Stream
     spec = parse_spec(decode_object(await state.read_body(request)))
     if spec.cancel and spec.job_id is not None:
         return _cancel(state, spec.job_id)
-    base, ext = await _in_thread(_replication_id, spec, state.uuid)
+    if user_filter(spec) is None:
+        base, ext = replication_id(spec, state.uuid, None)
+    else:  # the filter's code is read from the source, which may be this server
+        base, ext = await _in_thread(_replication_id, spec, state.uuid)
     job_id = base + ext
     if spec.cancel:
         return _cancel(state, job_id)

@@ -137,7 +137,8 @@ def parse_spec(body: dict[str, Any]) -> Spec:
         winning_revs_only=body.get("winning_revs_only") is True,
         use_bulk_get=body.get("use_bulk_get") is not False,
         batch_size=max(1, numbers["worker_batch_size"]),
-        timeout=max(1, numbers["connection_timeout"]) / 1000,
+        # Within what a socket timeout can hold, and no longer than a one-shot may wait.
+        timeout=min(max(1, numbers["connection_timeout"]), 3_600_000) / 1000,
         checkpoint_interval=max(0, numbers["checkpoint_interval"]) / 1000,
     )
 
@@ -249,7 +250,7 @@ def _basic_auth(auth: Any) -> dict[str, str]:
 def _endpoint(url: str, headers: dict[str, str]) -> Endpoint:
     try:
         server = Server.from_url(url)
-    except SetteeError:
+    except (SetteeError, ValueError):  # urlsplit's ValueError: "http://[::1", say
         raise HTTPError(400, "invalid_replication", "endpoint has an invalid url") from None
     # Given headers win over the URL's (couch_replicator_utils:normalize_basic_auth).
     extra = tuple((name, value) for name, value in sorted(headers.items()))
