@@ -10,6 +10,8 @@ import base64
 import itertools
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
 from settee.proof.stateful.budget import scaled
+from settee.serve import start_server
 from tests import test_http
 from tests.test_http import Client, Resp
 
@@ -419,6 +422,23 @@ def test_a_continuous_job_is_cancelled_by_its_id(client: Client, server: Any, db
     # The URL decoding of a "+" makes a space; CouchDB reads it back as a "+".
     by_id = {"replication_id": job_id.replace("+", " "), "cancel": True}
     assert client("POST", "/_replicate", by_id).json == {"ok": True, "_local_id": job_id}
+
+
+def test_replications_to_the_same_server_do_not_starve_its_one_worker(
+    tmp_path: Path,
+) -> None:
+    """Jobs run on threads of their own: with one worker thread, four replications
+    whose every request comes back to this server still all finish."""
+    with start_server(str(tmp_path), "127.0.0.1", 0, fsync=False, threads=1) as one:
+        client = Client(one.port)
+        src, tgts = "/src", [f"/tgt{i}" for i in range(4)]
+        assert client("PUT", src).status == 201
+        _save(client, src, _make_docs(range(1, 11)))
+        with ThreadPoolExecutor(4) as pool:
+            runs = list(
+                pool.map(lambda t: _replicate(client, one, src, t, create_target=True), tgts)
+            )
+        assert [r["history"][0]["docs_written"] for r in runs] == [10] * 4
 
 
 # -- errors --------------------------------------------------------------------------------------
