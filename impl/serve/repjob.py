@@ -22,6 +22,7 @@ failure is an ``HTTPError`` with CouchDB's error name.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -46,6 +47,8 @@ log = logging.getLogger("settee.serve.replicate")
 _BATCH_BYTES = 512 * 1024
 #: How many history entries a checkpoint keeps (couch_replicator_scheduler_job).
 _HISTORY_LIMIT = 50
+#: Seconds before a request that could not reach its server is sent again (then doubled).
+_FIRST_RETRY_WAIT = 0.25
 #: Statuses of a ``_bulk_docs`` refused for what it holds: split it, down to one document.
 _SPLIT_STATUSES = frozenset({400, 413, 415})
 
@@ -397,11 +400,26 @@ class Replication:
     # -- requests --------------------------------------------------------------------------------
 
     def _request(self, client: Client, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        try:
-            return client.request(method, path, body)
-        except (SetteeError, ValueError) as exc:
-            endpoint = self.source_ep if client is self.source else self.target_ep
-            raise HTTPError(500, "http_request_failed", f"{endpoint.uri}: {exc}") from None
+        """``client.request``, tried again after a failure to reach the server (a
+        restart, a dropped connection) ``retries_per_request`` times, waiting
+        0.25 s, then twice as long each time (couch_replicator_httpc). Every
+        request the replicator sends may be sent twice: revisions written with
+        ``new_edits: false`` are idempotent, and a checkpoint's conflict is checked."""
+        wait = _FIRST_RETRY_WAIT
+        for attempt in itertools.count():
+            try:
+                return client.request(method, path, body)
+            except ValueError as exc:  # a request http.client refuses: no retry mends it
+                failure = str(exc)
+                break
+            except SetteeError as exc:
+                failure = str(exc)
+                if attempt >= self.spec.retries or self.should_stop():
+                    break
+            time.sleep(wait)
+            wait *= 2
+        endpoint = self.source_ep if client is self.source else self.target_ep
+        raise HTTPError(500, "http_request_failed", f"{endpoint.uri}: {failure}")
 
     # -- _active_tasks ---------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ _INTEGERS = {
     "worker_batch_size": 500,
     "connection_timeout": 30000,
     "checkpoint_interval": 30000,
+    "retries_per_request": 5,
 }
 _EXCLUSIVE = "`doc_ids`,`filter`,`selector` are mutually exclusive"
 
@@ -93,6 +94,7 @@ class Spec:
     use_bulk_get: bool
     batch_size: int
     timeout: float
+    retries: int
     checkpoint_interval: float
 
 
@@ -140,6 +142,8 @@ def parse_spec(body: dict[str, Any]) -> Spec:
         # Within what a socket timeout can hold, and no longer than a one-shot may wait.
         timeout=min(max(1, numbers["connection_timeout"]), 3_600_000) / 1000,
         checkpoint_interval=max(0, numbers["checkpoint_interval"]) / 1000,
+        # Bounded, so a server that is gone ends the job within a minute or so of waits.
+        retries=min(max(0, numbers["retries_per_request"]), 8),
     )
 
 
@@ -263,8 +267,21 @@ def _endpoint(url: str, headers: dict[str, str]) -> Endpoint:
         port = None
     path = (parts.path or "/").rstrip("/") + "/"
     plain = tuple(h for h in extra if h[0].lower() != "authorization")
-    identity = ("remote", parts.username, server.host, port, path, plain)
+    user = _basic_user(dict(server.headers).get("Authorization"))
+    identity = ("remote", user, server.host, port, path, plain)
     return Endpoint(server, _without_password(url), identity)
+
+
+def _basic_user(authorization: str | None) -> str | None:
+    """The user a Basic ``Authorization`` names (from the URL or ``auth``), which the
+    replication id takes (couch_replicator_utils:get_basic_auth_creds)."""
+    if authorization is None or not authorization.startswith("Basic "):
+        return None
+    try:
+        decoded = base64.b64decode(authorization[len("Basic ") :], validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return decoded.split(":", 1)[0]
 
 
 def _without_password(url: str) -> str:
