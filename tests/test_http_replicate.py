@@ -441,6 +441,31 @@ def test_replications_to_the_same_server_do_not_starve_its_one_worker(
         assert [r["history"][0]["docs_written"] for r in runs] == [10] * 4
 
 
+def test_a_continuous_job_outlives_a_restart_of_its_source(
+    client: Client, server: Any, db: str, tmp_path: Path
+) -> None:
+    """A request that cannot reach its server is sent again (retries_per_request)."""
+    tgt = f"{db}-tgt"
+    assert client("PUT", tgt).status == 201
+    other = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False)
+    port = other.port
+    remote = Client(port)
+    assert remote("PUT", "/src").status == 201
+    _save(remote, "/src", [{"_id": "before"}])
+    body = {"source": f"http://127.0.0.1:{port}/src", "target": _url(server, tgt)}
+    job_id = client("POST", "/_replicate", {**body, "continuous": True}).json["_local_id"]
+    try:
+        _eventually(lambda: _get(client, tgt, "before").status == 200, "the first document")
+        other.stop()
+        other = start_server(str(tmp_path), "127.0.0.1", port, fsync=False)
+        _save(remote, "/src", [{"_id": "after"}])
+        _eventually(lambda: _get(client, tgt, "after").status == 200, "a document after")
+        assert _task(client, job_id) is not None
+    finally:
+        client("POST", "/_replicate", {"replication_id": job_id, "cancel": True})
+        other.stop()
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 
