@@ -532,6 +532,33 @@ def test_bad_requests_are_answered_as_couchdb(
     assert (r.status, r.json["error"]) == (status, error), r.raw
 
 
+_SCALAR = st.none() | st.booleans() | st.integers() | st.text(max_size=6)
+_JSON = (
+    _SCALAR
+    | st.lists(_SCALAR, max_size=2)
+    | st.dictionaries(st.text(max_size=4), _SCALAR, max_size=2)
+)
+_OPTIONS = st.sampled_from(
+    ["source", "target", "cancel", "continuous", "create_target", "create_target_params",
+     "doc_ids", "filter", "query_params", "selector", "since_seq", "use_checkpoints",
+     "worker_batch_size", "connection_timeout", "replication_id", "proxy", "auth"]
+)  # fmt: skip
+
+
+@settings(
+    max_examples=scaled(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(options=st.dictionaries(_OPTIONS, _JSON, max_size=4))
+def test_no_option_value_is_a_500(client: Client, options: dict[str, Any]) -> None:
+    """Endpoints where nothing listens, so a body that parses fails fast, as a 4xx."""
+    body = {"source": "http://127.0.0.1:1/a", "target": "http://127.0.0.1:1/b", **options}
+    r = client("POST", "/_replicate", body)
+    assert r.status < 500, r.raw
+    assert set(r.json) >= {"error"} if r.status >= 400 else r.json["ok"] is True
+
+
 def test_local_endpoints_are_refused_naming_why(client: Client, db: str) -> None:
     r = client("POST", "/_replicate", {"source": db[1:], "target": "http://127.0.0.1:1/x"})
     assert (r.status, r.json["reason"]) == (400, "local_endpoints_not_supported")
