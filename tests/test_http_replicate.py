@@ -629,7 +629,7 @@ def _leaves(client: Client, db: str, doc_id: str) -> list[dict[str, Any]]:
 
 
 @settings(
-    max_examples=scaled(8),
+    max_examples=scaled(6),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -243,13 +243,14 @@ class Replication:
         asked = [{"id": i, "rev": rev} for i in ids for rev in missing[i][0]]
         path = "/_bulk_get?revs=true&latest=true&attachments=false"
         status, reply = self._request(self.source, "POST", path, {"docs": asked})
-        docs = []
-        if status == 200 and isinstance(reply, dict):
-            for result in reply.get("results", []):
-                for item in result.get("docs", []):
-                    doc = item.get("ok") if isinstance(item, dict) else None
-                    if isinstance(doc, dict) and not doc.get("_attachments"):
-                        docs.append(doc)
+        results = reply.get("results") if status == 200 and isinstance(reply, dict) else None
+        items = [
+            item.get("ok") if isinstance(item, dict) else None
+            for result in (results if isinstance(results, list) else [])
+            for item in (result.get("docs", []) if isinstance(result, dict) else [])
+        ]
+        docs = [d for d in items if isinstance(d, dict) and "_id" in d and "_rev" in d]
+        docs = [d for d in docs if not d.get("_attachments")]
         with self.lock:
             self.stats.bulk_get_attempts += len(asked)
             self.stats.bulk_get_docs += len(docs)
@@ -266,7 +267,8 @@ class Replication:
             return []  # gone since the changes named it (deleted database, purge): nothing to copy
         if status != 200 or not isinstance(reply, list):
             raise _failed("open_revs_failed", self.source_ep, status, reply)
-        return [item["ok"] for item in reply if isinstance(item, dict) and "ok" in item]
+        found = [item.get("ok") for item in reply if isinstance(item, dict)]
+        return [d for d in found if isinstance(d, dict) and "_id" in d and "_rev" in d]
 
     # -- writing ---------------------------------------------------------------------------------
 
