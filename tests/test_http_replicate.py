@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import itertools
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -407,9 +408,17 @@ def test_continuous_replication_follows_the_source_until_cancelled(
     _eventually(lambda: _get(client, tgt, "late").status == 200, "a document written later")
     _eventually(lambda: _task(client, job_id)["revisions_checked"] == 6, "the task's counters")
 
+    listed = client("GET", "/_scheduler/jobs").json
+    assert listed["total_rows"] == len(listed["jobs"]) >= 1 and listed["offset"] == 0
+    job = client("GET", f"/_scheduler/jobs/{urllib.parse.quote(job_id)}").json
+    assert job in listed["jobs"] and job["id"] == job_id and job["database"] is None
+    assert job["info"]["revisions_checked"] == 6 and job["source"] == _url(server, src) + "/"
+
     cancelled = client("POST", "/_replicate", {**body, "cancel": True})
     assert (cancelled.status, cancelled.json) == (200, {"ok": True, "_local_id": job_id})
     assert _task(client, job_id) is None
+    assert job_id not in [j["id"] for j in client("GET", "/_scheduler/jobs").json["jobs"]]
+    assert client("GET", f"/_scheduler/jobs/{urllib.parse.quote(job_id)}").status == 404
     again = client("POST", "/_replicate", {"replication_id": job_id, "cancel": True})
     assert (again.status, again.json) == (404, {"error": "not found"})
 

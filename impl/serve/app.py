@@ -60,7 +60,6 @@ _SERVER_ROUTES = {
 #: CouchDB's server endpoints settee serve does not have (README, "Not served yet"),
 #: and what to say: their names taken as databases answered "Database does not exist."
 _SERVER_NOT_SERVED = {
-    "_scheduler": "yet (POST /_replicate runs replications; /_active_tasks lists them)",
     "_reshard": "(a database's shard count is fixed when it is created)",
     "_utils": "(no Fauxton)",
     "_config": "(CouchDB 3 serves it at /_node/_local/_config, as settee serve does)",
@@ -197,6 +196,8 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
         return await _SERVER_ROUTES[first](state, request)
     if first == "_node":
         return await node.handle_node(state, request, parts[1:])
+    if first == "_scheduler":
+        return await replicate.handle_scheduler(state, request, parts[1:])
     if first in _SERVER_NOT_SERVED:
         raise HTTPError(
             404, "not_found", f"settee serve does not serve /{first} {_SERVER_NOT_SERVED[first]}"

@@ -7,7 +7,8 @@ when there was nothing to do); a continuous one is answered 202 ``{"ok": true,
 "_local_id": id}`` at once and runs until a request with ``cancel: true`` names it
 (by the same body, or by ``replication_id``), which is answered 200 with the same
 ``_local_id``, or 404 ``{"error": "not found"}`` when no such job runs.
-Running jobs are listed by ``/_active_tasks`` (``active_tasks``).
+Running jobs are listed by ``/_active_tasks`` (``active_tasks``) and
+``/_scheduler/jobs`` (``handle_scheduler``).
 
 Each job runs on a thread of its own, never the server's worker pool: its
 requests may go to this very server, whose handlers need that pool. A one-shot
@@ -21,6 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +31,11 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from settee.httpclient import Client
+from settee.serve.cluster import NODE
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
+    query_int,
     reply,
     require_json_content,
     require_method,
@@ -42,7 +46,7 @@ from settee.serve.repspec import Spec, parse_spec, quote_id, replication_id, use
 from settee.serve.state import State
 from settee.spec.errors import SetteeError
 
-__all__ = ["ONE_SHOT_LIMIT", "active_tasks", "handle_replicate"]
+__all__ = ["ONE_SHOT_LIMIT", "active_tasks", "handle_replicate", "handle_scheduler"]
 
 log = logging.getLogger("settee.serve.replicate")
 
@@ -107,6 +111,63 @@ def _jobs(state: State) -> Jobs:
 def active_tasks(state: State) -> list[dict[str, Any]]:
     """The running replications as ``/_active_tasks`` lists them."""
     return [job.replication.task() for job in _jobs(state).all()]
+
+
+async def handle_scheduler(
+    state: State, request: web.BaseRequest, parts: list[str]
+) -> web.StreamResponse:
+    """``GET /_scheduler/jobs[/{id}]`` (couch_replicator_httpd:handle_scheduler_req):
+    the running jobs by id, ``skip`` and ``limit`` (100) applied."""
+    require_method(request, "GET")
+    if parts == ["jobs"]:
+        jobs = sorted((_job_json(job) for job in _jobs(state).all()), key=lambda j: j["id"])
+        skip = min(query_int(request.query, "skip", 0) or 0, len(jobs))
+        limit = query_int(request.query, "limit", 100) or 0
+        page = {"total_rows": len(jobs), "offset": skip, "jobs": jobs[skip : skip + limit]}
+        return respond(reply(200, page))
+    if len(parts) == 2 and parts[0] == "jobs":
+        found = [job for job in _jobs(state).all() if job.id == parts[1].replace(" ", "+")]
+        if not found:
+            raise HTTPError(404, "not_found", "missing")
+        return respond(reply(200, _job_json(found[0])))
+    what = "/".join(["/_scheduler", *parts])
+    raise HTTPError(404, "not_found", f"settee serve does not serve {what} (no _replicator)")
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    """couch_replicator_scheduler:job_ejson for a job ``/_replicate`` started."""
+    task = job.replication.task()
+    info_fields = (
+        "revisions_checked",
+        "missing_revisions_found",
+        "docs_read",
+        "docs_written",
+        "changes_pending",
+        "doc_write_failures",
+        "bulk_get_docs",
+        "bulk_get_attempts",
+        "checkpointed_source_seq",
+        "source_seq",
+        "through_seq",
+    )
+    started = _iso8601(task["started_on"])
+    return {
+        "id": job.id,
+        "pid": None,
+        "source": task["source"],
+        "target": task["target"],
+        "database": None,
+        "user": None,
+        "doc_id": None,
+        "info": {name: task[name] for name in info_fields},
+        "history": [{"timestamp": started, "type": t} for t in ("started", "added")],
+        "node": NODE,
+        "start_time": started,
+    }
+
+
+def _iso8601(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 async def handle_replicate(state: State, request: web.BaseRequest) -> web.StreamResponse:
