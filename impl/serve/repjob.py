@@ -29,48 +29,27 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from email.utils import formatdate
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from settee.httpclient import Client
 from settee.serve.protocol import HTTPError
-from settee.serve.repspec import REP_ID_VERSION, Endpoint, Spec, quote_id
+from settee.serve.replog import Session, Stats, checkpoint_body, compare_logs
+from settee.serve.repspec import Endpoint, Spec, quote_id
 from settee.spec.errors import SetteeError
 
-__all__ = ["Replication", "Stats"]
+__all__ = ["Replication"]
 
 log = logging.getLogger("settee.serve.replicate")
 
 #: Bytes of JSON gathered before a ``_bulk_docs`` is sent (the worker's DOC_BUFFER_BYTE_SIZE).
 _BATCH_BYTES = 512 * 1024
-#: How many history entries a checkpoint keeps (couch_replicator_scheduler_job).
-_HISTORY_LIMIT = 50
 #: Seconds before a request that could not reach its server is sent again (then doubled).
 _FIRST_RETRY_WAIT = 0.25
 #: Statuses of a ``_bulk_docs`` refused for what it holds: split it, down to one document.
 _SPLIT_STATUSES = frozenset({400, 413, 415})
-
-
-@dataclass(slots=True)
-class Stats:
-    """couch_replicator_stats, as the history and ``_active_tasks`` name them."""
-
-    missing_checked: int = 0
-    missing_found: int = 0
-    docs_read: int = 0
-    docs_written: int = 0
-    doc_write_failures: int = 0
-    bulk_get_docs: int = 0
-    bulk_get_attempts: int = 0
-
-    @classmethod
-    def from_history(cls, entry: Any) -> Stats:
-        """The counters of a history entry, so a run goes on counting from them."""
-        fields = entry if isinstance(entry, dict) else {}
-        values = {name: fields.get(name, 0) for name in asdict(cls())}
-        return cls(**{k: v if isinstance(v, int) else 0 for k, v in values.items()})
 
 
 class Replication:
@@ -131,7 +110,7 @@ class Replication:
         self.source_seq = info.get("update_seq", 0)
         source_log = self._read_log(self.source, "source")
         target_log = self._read_log(self.target, "target")
-        start, self.history = _compare_logs(source_log, target_log)
+        start, self.history = compare_logs(source_log, target_log)
         self.stats = Stats.from_history(self.history[0] if self.history else None)
         self.start_seq = start if self.spec.since_seq is None else self.spec.since_seq
         self.through_seq = self.committed_seq = self.start_seq
@@ -360,28 +339,8 @@ class Replication:
     def _checkpoint_body(self, seq: Any) -> dict[str, Any]:
         with self.lock:
             stats = asdict(self.stats)
-        end_time = formatdate(usegmt=True)
-        entry = {
-            "session_id": self.session_id,
-            "start_time": self.start_time,
-            "end_time": end_time,
-            "start_last_seq": self.start_seq,
-            "end_last_seq": seq,
-            "recorded_seq": seq,
-            **stats,
-        }
-        body: dict[str, Any] = {
-            "session_id": self.session_id,
-            "source_last_seq": seq,
-            "replication_id_version": REP_ID_VERSION,
-        }
-        if self.spec.doc_ids is not None:
-            # What a replication by doc ids answered in CouchDB 0.11 and 1.0, still sent.
-            body["start_time"], body["end_time"] = self.start_time, end_time
-            for name in ("docs_read", "docs_written", "doc_write_failures"):
-                body[name] = stats[name]
-        body["history"] = [entry, *self.history][:_HISTORY_LIMIT]
-        return body
+        session = Session(self.session_id, self.start_time, self.start_seq, self.history)
+        return checkpoint_body(session, seq, stats, by_doc_ids=self.spec.doc_ids is not None)
 
     def _write_log(self, client: Client, side: str, body: dict[str, Any]) -> dict[str, Any]:
         endpoint = self.source_ep if side == "source" else self.target_ep
@@ -487,34 +446,6 @@ def _refused(status: int, endpoint: Endpoint) -> None:
         raise HTTPError(401, "unauthorized", reason)
     if status == 403:
         raise HTTPError(403, "forbidden", f"forbidden to access or create database {endpoint.uri}")
-
-
-def _compare_logs(source: dict[str, Any], target: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """Where to start and the history to keep (compare_replication_logs): the source's
-    record when both sides hold the same session, else the newest session both
-    histories know, else the beginning."""
-    if source.get("session_id") == target.get("session_id"):
-        history = source.get("history", [])
-        return source.get("source_last_seq", 0), history if isinstance(history, list) else []
-    return _common_history(_entries(source), _entries(target))
-
-
-def _entries(log_doc: dict[str, Any]) -> list[dict[str, Any]]:
-    history = log_doc.get("history", [])
-    return [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
-
-
-def _common_history(
-    source: list[dict[str, Any]], target: list[dict[str, Any]]
-) -> tuple[Any, list[Any]]:
-    while source and target:
-        s, t = source[0], target[0]
-        if any(e.get("session_id") == s.get("session_id") for e in target):
-            return s.get("recorded_seq", 0), source[1:]
-        if any(e.get("session_id") == t.get("session_id") for e in source[1:]):
-            return t.get("recorded_seq", 0), target[1:]
-        source, target = source[1:], target[1:]
-    return 0, []
 
 
 def _replicable(row: Any) -> bool:
