@@ -1,7 +1,8 @@
 """``POST /_replicate`` as CouchDB 3.5 answers it: the essentials of CouchDB's
 replication_test.exs (remote-to-remote: both endpoints are URLs of the server
-under test), its error answers, and one property: whatever edits, conflicts and
-deletions a source holds, every document's leaf set arrives whole.
+under test), its error answers, and two properties: whatever edits, conflicts
+and deletions a source holds, every document's leaf set arrives whole; and no
+option value is answered with a 500.
 """
 
 from __future__ import annotations
@@ -535,7 +536,7 @@ def test_passwords_stay_out_of_answers(client: Client, server: Any, db: str) -> 
         ({"cancel": True, "replication_id": "nosuchjob"}, 404, "not found"),
     ],
 )
-def test_bad_requests_are_answered_as_couchdb(
+def test_bad_requests_are_4xx_with_couchdb_error_names(
     client: Client, body: dict[str, Any], status: int, error: str
 ) -> None:
     r = client("POST", "/_replicate", body)
