@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
 from settee.proof.stateful.budget import scaled
-from settee.serve import start_server
+from settee.serve import replicate, start_server
 from settee.serve.repspec import quote_id
 from tests import test_http
 from tests.test_http import Client, Resp
@@ -420,6 +420,10 @@ def test_continuous_replication_follows_the_source_until_cancelled(
     assert _task(client, job_id) is None
     assert job_id not in [j["id"] for j in client("GET", "/_scheduler/jobs").json["jobs"]]
     assert client("GET", f"/_scheduler/jobs/{urllib.parse.quote(job_id)}").status == 404
+    # The cancel was answered after the job's last checkpoint: a one-shot run of the
+    # same replication (same checkpoint documents) finds nothing left to do.
+    after = _replicate(client, server, src, tgt)
+    assert after["no_changes"] is True and after["history"][0]["missing_checked"] == 6
     again = client("POST", "/_replicate", {"replication_id": job_id, "cancel": True})
     assert (again.status, again.json) == (404, {"error": "not found"})
 
@@ -433,6 +437,20 @@ def test_a_continuous_job_is_cancelled_by_its_id(client: Client, server: Any, db
     # The URL decoding of a "+" makes a space; CouchDB reads it back as a "+".
     by_id = {"replication_id": job_id.replace("+", " "), "cancel": True}
     assert client("POST", "/_replicate", by_id).json == {"ok": True, "_local_id": job_id}
+
+
+def test_past_max_jobs_a_replication_is_refused_until_one_ends(
+    client: Client, server: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replicate, "MAX_JOBS", len(client("GET", "/_active_tasks").json) + 1)
+    src, tgt = _pair(client, db)
+    body = {"source": _url(server, src), "target": _url(server, tgt), "continuous": True}
+    job_id = client("POST", "/_replicate", body).json["_local_id"]
+    assert client("POST", "/_replicate", body).status == 202  # the same job
+    refused = client("POST", "/_replicate", {**body, "continuous": False})
+    assert (refused.status, refused.json["error"]) == (503, "service_unavailable")
+    assert client("POST", "/_replicate", {"replication_id": job_id, "cancel": True}).status == 200
+    assert _replicate(client, server, src, tgt)["ok"] is True
 
 
 def test_replications_to_the_same_server_do_not_starve_its_one_worker(

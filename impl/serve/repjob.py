@@ -22,9 +22,12 @@ failure is an ``HTTPError`` with CouchDB's error name.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import itertools
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -34,7 +37,7 @@ from email.utils import formatdate
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from settee.httpclient import Client
+from settee.httpclient import Client, Server
 from settee.serve.protocol import HTTPError
 from settee.serve.replog import Session, Stats, checkpoint_body, compare_logs
 from settee.serve.repspec import Endpoint, Spec, quote_id
@@ -67,8 +70,8 @@ class Replication:
         self.should_stop = should_stop
         self.source_ep: Endpoint = spec.source
         self.target_ep: Endpoint = spec.target
-        self.source = Client(spec.source.server, timeout=spec.timeout)
-        self.target = Client(spec.target.server, timeout=spec.timeout)
+        self.source = AbortableClient(spec.source.server, timeout=spec.timeout)
+        self.target = AbortableClient(spec.target.server, timeout=spec.timeout)
         self.session_id = uuid.uuid4().hex
         self.stats = Stats()
         self.lock = threading.Lock()  # the counters and seqs, read by _active_tasks
@@ -92,16 +95,28 @@ class Replication:
         ``should_stop`` (continuous); CouchDB's result body, ``ok`` first."""
         try:
             self._open()
-            for rows in self._change_batches():
-                if self.should_stop():
-                    break  # read before a cancel: left for the next run, as CouchDB's
-                if rows:
-                    self._replicate_batch(rows)
-                self._maybe_checkpoint()
+            try:
+                self._follow_changes()
+            except HTTPError:
+                if not self.should_stop():
+                    raise  # else a request cut short by ``stop``: the batch is left undone
             return self._finish()
         finally:
             self.source.close()
             self.target.close()
+
+    def stop(self) -> None:
+        """Cut short the source's request in flight (a longpoll waits seconds), once
+        ``should_stop`` says so: the job then checkpoints what it finished and ends."""
+        self.source.abort()
+
+    def _follow_changes(self) -> None:
+        for rows in self._change_batches():
+            if self.should_stop():
+                break  # read before a cancel: left for the next run, as CouchDB's
+            if rows:
+                self._replicate_batch(rows)
+            self._maybe_checkpoint()
 
     def _open(self) -> None:
         info = _open_db(self.source, self.source_ep, create=False, params=())
@@ -149,8 +164,8 @@ class Replication:
             ("limit", str(self.spec.batch_size)),
         ]
         if self.spec.continuous:
-            # Short enough to notice a cancel soon, well inside the request timeout.
-            query.append(("timeout", str(int(min(5.0, self.spec.timeout / 3) * 1000))))
+            # Well inside the request timeout (a cancel cuts it short: ``stop``).
+            query.append(("timeout", str(int(min(10.0, self.spec.timeout / 3) * 1000))))
         method, body = "GET", None
         if self.spec.doc_ids is not None:
             method, body = "POST", {"doc_ids": list(self.spec.doc_ids)}
@@ -412,6 +427,44 @@ class Replication:
                 "started_on": self.started_on,
                 "updated_on": self.updated_on,
             }
+
+
+class AbortableClient(Client):
+    """A ``Client`` whose requests in flight ``abort`` ends at once (their socket shut
+    down: the request fails, and is not sent again on a new connection), so a
+    cancel does not wait out a longpoll. Requests sent after it go as usual."""
+
+    def __init__(self, server: Server, timeout: float) -> None:
+        super().__init__(server, timeout)
+        self._busy: set[http.client.HTTPConnection] = set()
+        self._lock_busy = threading.Lock()
+        self._aborts = 0  # how many times ``abort`` was called
+        self._began = threading.local()  # per request: ``_aborts`` when it began
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        self._began.aborts = self._aborts
+        return super().request(method, path, body)
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, method: str, path: str, payload: bytes | None
+    ) -> tuple[int, bytes]:
+        with self._lock_busy:
+            if self._began.aborts != self._aborts:  # the Client's stale-connection retry
+                raise ConnectionAbortedError("the replication was stopped")
+            self._busy.add(conn)
+        try:
+            return super()._exchange(conn, method, path, payload)
+        finally:
+            with self._lock_busy:
+                self._busy.discard(conn)
+
+    def abort(self) -> None:
+        with self._lock_busy:
+            self._aborts += 1
+            busy = list(self._busy)
+        for conn in busy:
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile
+                conn.sock.shutdown(socket.SHUT_RDWR)
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ its end and answered with its checkpoint (``ok``, ``session_id``,
 when there was nothing to do); a continuous one is answered 202 ``{"ok": true,
 "_local_id": id}`` at once and runs until a request with ``cancel: true`` names it
 (by the same body, or by ``replication_id``), which is answered 200 with the same
-``_local_id``, or 404 ``{"error": "not found"}`` when no such job runs.
+``_local_id`` once the job has checkpointed and ended (as CouchDB's remove_job
+waits), or 404 ``{"error": "not found"}`` when no such job runs. At most
+``MAX_JOBS`` run at once.
 Running jobs are listed by ``/_active_tasks`` (``active_tasks``) and
 ``/_scheduler/jobs`` (``handle_scheduler``).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -46,13 +49,17 @@ from settee.serve.repspec import Spec, parse_spec, quote_id, replication_id, use
 from settee.serve.state import State
 from settee.spec.errors import SetteeError
 
-__all__ = ["ONE_SHOT_LIMIT", "active_tasks", "handle_replicate", "handle_scheduler"]
+__all__ = ["MAX_JOBS", "ONE_SHOT_LIMIT", "active_tasks", "handle_replicate", "handle_scheduler"]
 
 log = logging.getLogger("settee.serve.replicate")
 
 #: Seconds a one-shot ``/_replicate`` request waits for its replication; past them
 #: the job is stopped (it checkpoints what it did) and the answer is an error.
 ONE_SHOT_LIMIT = 3600.0
+#: Seconds a cancel waits for its job's last checkpoint before it answers anyway.
+CANCEL_WAIT = 10.0
+#: The most jobs that run at once (CouchDB's ``[replicator] max_jobs`` default).
+MAX_JOBS = 500
 
 T = TypeVar("T")
 
@@ -81,6 +88,10 @@ class Jobs:
             running = self._running.get(job_id)
             if running is not None:
                 return running, False
+            if len(self._running) >= MAX_JOBS:
+                # A thread each: refused, where CouchDB's scheduler would queue it.
+                reason = f"{MAX_JOBS} replications are running (MAX_JOBS); retry later"
+                raise HTTPError(503, "service_unavailable", reason)
             job = self._running[job_id] = make()
             return job, True
 
@@ -176,14 +187,14 @@ async def handle_replicate(state: State, request: web.BaseRequest) -> web.Stream
     require_json_content(request.headers)
     spec = parse_spec(decode_object(await state.read_body(request)))
     if spec.cancel and spec.job_id is not None:
-        return _cancel(state, spec.job_id)
+        return await _cancel(state, spec.job_id)
     if user_filter(spec) is None:
         base, ext = replication_id(spec, state.uuid, None)
     else:  # the filter's code is read from the source, which may be this server
         base, ext = await _in_thread(_replication_id, spec, state.uuid)
     job_id = base + ext
     if spec.cancel:
-        return _cancel(state, job_id)
+        return await _cancel(state, job_id)
     job, new = _jobs(state).start_or_join(job_id, lambda: _new_job(state, spec, (base, ext)))
     if new:
         _start(state, job)
@@ -192,12 +203,19 @@ async def handle_replicate(state: State, request: web.BaseRequest) -> web.Stream
     return respond(reply(200, await _outcome(job)))
 
 
-def _cancel(state: State, job_id: str) -> web.StreamResponse:
+async def _cancel(state: State, job_id: str) -> web.StreamResponse:
     job = _jobs(state).pop(job_id)
     if job is None:
         return respond(reply(404, {"error": "not found"}))
-    # The job sees the flag between requests, checkpoints what it did and ends.
+    # The job sees the flag between requests, checkpoints what it did and ends; the
+    # answer waits for that (as CouchDB's remove_job does), so a replication started
+    # next does not race this one's last checkpoint. Bounded: a job stuck in a slow
+    # request is left to end on its own.
     job.stop.set()
+    job.replication.stop()
+    ended = asyncio.shield(asyncio.wrap_future(job.result))
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ended, CANCEL_WAIT)
     return respond(reply(200, {"ok": True, "_local_id": job_id}))
 
 
