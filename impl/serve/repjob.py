@@ -395,37 +395,6 @@ class Replication:
         endpoint = self.source_ep if client is self.source else self.target_ep
         raise HTTPError(500, "http_request_failed", f"{endpoint.uri}: {failure}")
 
-    # -- _active_tasks ---------------------------------------------------------------------------
-
-    def task(self) -> dict[str, Any]:
-        """This job as ``_active_tasks`` lists it (couch_replicator_scheduler_job)."""
-        with self.lock:
-            stats = asdict(self.stats)
-            return {
-                "type": "replication",
-                "replication_id": self.base + self.ext,
-                "source": self.source_ep.uri,
-                "target": self.target_ep.uri,
-                "continuous": self.spec.continuous,
-                "user": None,
-                "database": None,
-                "doc_id": None,
-                "revisions_checked": stats["missing_checked"],
-                "missing_revisions_found": stats["missing_found"],
-                "docs_read": stats["docs_read"],
-                "docs_written": stats["docs_written"],
-                "doc_write_failures": stats["doc_write_failures"],
-                "bulk_get_docs": stats["bulk_get_docs"],
-                "bulk_get_attempts": stats["bulk_get_attempts"],
-                "changes_pending": None,
-                "checkpointed_source_seq": self.committed_seq,
-                "source_seq": self.source_seq,
-                "through_seq": self.through_seq,
-                "checkpoint_interval": int(self.spec.checkpoint_interval * 1000),
-                "started_on": self.started_on,
-                "updated_on": self.updated_on,
-            }
-
 
 # -- helpers --------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -121,7 +121,37 @@ def _jobs(state: State) -> Jobs:
 
 def active_tasks(state: State) -> list[dict[str, Any]]:
     """The running replications as ``/_active_tasks`` lists them."""
-    return [job.replication.task() for job in _jobs(state).all()]
+    return [_task(job.replication) for job in _jobs(state).all()]
+
+
+def _task(rep: Replication) -> dict[str, Any]:
+    """A job as ``_active_tasks`` lists it (couch_replicator_scheduler_job's task)."""
+    with rep.lock:
+        stats = asdict(rep.stats)
+        return {
+            "type": "replication",
+            "replication_id": rep.base + rep.ext,
+            "source": rep.source_ep.uri,
+            "target": rep.target_ep.uri,
+            "continuous": rep.spec.continuous,
+            "user": None,
+            "database": None,
+            "doc_id": None,
+            "revisions_checked": stats["missing_checked"],
+            "missing_revisions_found": stats["missing_found"],
+            "docs_read": stats["docs_read"],
+            "docs_written": stats["docs_written"],
+            "doc_write_failures": stats["doc_write_failures"],
+            "bulk_get_docs": stats["bulk_get_docs"],
+            "bulk_get_attempts": stats["bulk_get_attempts"],
+            "changes_pending": None,
+            "checkpointed_source_seq": rep.committed_seq,
+            "source_seq": rep.source_seq,
+            "through_seq": rep.through_seq,
+            "checkpoint_interval": int(rep.spec.checkpoint_interval * 1000),
+            "started_on": rep.started_on,
+            "updated_on": rep.updated_on,
+        }
 
 
 async def handle_scheduler(
@@ -147,7 +177,7 @@ async def handle_scheduler(
 
 def _job_json(job: Job) -> dict[str, Any]:
     """couch_replicator_scheduler:job_ejson for a job ``/_replicate`` started."""
-    task = job.replication.task()
+    task = _task(job.replication)
     info_fields = (
         "revisions_checked",
         "missing_revisions_found",
