@@ -121,7 +121,9 @@ def _ops(sel: Any, depth: int) -> Any:
     if key in _UNSUPPORTED:
         raise BadSelector("not_supported", f"Unsupported operator: {key}")
     check = _ARGUMENT_CHECKS.get(key)
-    if check is None:
+    # norm_ops matches $regex and $beginsWith only with a string argument; any
+    # other falls through to its unknown-operator clause.
+    if check is None or (key in ("$regex", "$beginsWith") and not isinstance(arg, str)):
         raise BadSelector("invalid_operator", f"Invalid operator: {key}")
     if not check(arg):
         raise _bad_arg(key, arg)

@@ -188,6 +188,10 @@ def test_selectors_match_as_couchdb(selector: dict[str, Any], expected: bool) ->
         ({"a": {"$mod": [2.0, 1]}}, "bad_arg"),
         ({"a": {"$mod": [0, 0]}}, "bad_arg"),
         ({"a": {"$regex": "("}}, "bad_arg"),
+        # norm_ops has a clause for these two with a string only: anything else is
+        # an unknown operator there (25-beginswith-test.py test_invalid_operand).
+        ({"a": {"$regex": 1}}, "invalid_operator"),
+        ({"a": {"$beginsWith": True}}, "invalid_operator"),
         ({"a": {"$exists": 1}}, "bad_arg"),
         ({"$and": {}}, "bad_arg"),
         ({"a..b": 1}, "invalid_field_name"),

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
-from settee.serve import mango, revs
+from settee.serve import mango, mangoplan, revs
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -37,10 +37,9 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.validation import validated_write
-from settee.serve.viewindex import ViewIndex
+from settee.serve.viewindex import ViewIndex, prefix_bound
 from settee.serve.viewquery import retryable, update_index
 from settee.spec import selector
-from settee.spec.collation import collate_json
 
 __all__ = ["handle_explain", "handle_find", "handle_index"]
 
@@ -80,9 +79,13 @@ class FindQuery:
     after: list[Any] | None  # the bookmark: [last id] or [last index key, last id]
     conflicts: bool
     execution_stats: bool
-    use_index: list[str] | None = None
+    use_index: list[str] | None = None  # [ddoc id, name?]
     allow_fallback: bool = True
     update: bool = True
+    r: int = 1
+    stale: bool = False  # "stale": "ok"
+    stable: bool = False
+    use_index_names: list[str] = dataclasses.field(default_factory=list)  # as _explain shows
 
 
 def _invalid(error: str, reason: str) -> HTTPError:
@@ -112,7 +115,9 @@ def _show(value: Any) -> str:
 
 
 def _sort(sort: Any) -> tuple[list[str], bool]:
-    """mango_sort's checks: the sort fields and whether they go descending."""
+    """mango_sort:new's checks: the sort fields and whether they go descending.
+    A one-member object whose direction is neither ``asc`` nor ``desc`` is an
+    ``invalid_sort_field``, as mango_sort:sort_field matches it."""
     if not isinstance(sort, list):
         raise _invalid(
             "invalid_sort_json", f"Sort must be an array of sort specs, not: {_show(sort)}"
@@ -122,10 +127,16 @@ def _sort(sort: Any) -> tuple[list[str], bool]:
         if isinstance(spec, str) and spec:
             fields.append(spec)
             directions.add("asc")
-        elif isinstance(spec, dict) and len(spec) == 1:
+        elif (
+            isinstance(spec, dict)
+            and len(spec) == 1
+            and spec.get(next(iter(spec)))
+            in (
+                "asc",
+                "desc",
+            )
+        ):
             [(name, direction)] = spec.items()
-            if direction not in ("asc", "desc"):
-                raise _invalid("invalid_sort_dir", f"Invalid sort direction: {_show(direction)}")
             fields.append(name)
             directions.add(direction)
         else:
@@ -144,7 +155,7 @@ def _sort(sort: Any) -> tuple[list[str], bool]:
 
 
 def _bookmark(value: Any) -> list[Any] | None:
-    if value in ("", "nil"):
+    if value in ("", "nil", None):
         return None
     try:
         if not isinstance(value, str):
@@ -167,22 +178,39 @@ def make_bookmark(last: list[Any] | None) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _use_index(value: Any) -> list[str] | None:
-    if value is None or value == [] or value == "":
-        return None
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not 1 <= len(names) <= 2:
-        raise _invalid("invalid_use_index", f"Invalid use_index value: {_show(value)}")
-    if not all(isinstance(n, str) and n for n in names):
-        raise _invalid("invalid_use_index", f"Invalid use_index value: {_show(value)}")
-    ddoc = names[0] if names[0].startswith("_design/") else "_design/" + names[0]
-    return [ddoc, *names[1:]]
+def _use_index(value: Any) -> list[str]:
+    """mango_opts:validate_use_index: ``"ddoc"``, ``"_design/ddoc"``, either with
+    ``/name``, or a list ``[ddoc]`` or ``[ddoc, name]``; else ``invalid_index_name``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        parts = value.split("/")
+        if parts[0] == "_design" and len(parts) in (2, 3):
+            return parts[1:]
+        if len(parts) <= 2:
+            return parts
+    elif isinstance(value, list) and len(value) <= 2 and all(isinstance(v, str) for v in value):
+        return value
+    raise _invalid("invalid_index_name", f"Invalid index name: {_show(value)}")
+
+
+def _design_id(name: str) -> str:
+    return name if name.startswith("_design/") else "_design/" + name
+
+
+def _stale(value: Any) -> bool:
+    """mango_opts:is_ok_or_false: ``"ok"`` (True), ``false`` or ``"false"``. CouchDB
+    answers anything else with a 500 (``invalid_ok_or_false_value`` has no message)."""
+    if value == "ok":
+        return True
+    if value is False or value == "false":
+        return False
+    raise _invalid("invalid_ok_or_false_value", f"Invalid value for stale: {_show(value)}")
 
 
 def parse_find(body: dict[str, Any]) -> FindQuery:
-    for key in body:
-        if key not in _KNOWN_KEYS:
-            raise _invalid("invalid_key", f"Invalid key {key} for this request.")
+    """A ``_find`` body checked as mango_opts:validate_find checks it: each option in
+    its order, then any unknown key."""
     if "selector" not in body:
         raise _invalid("missing_required_key", "Missing required key: selector")
     raw_selector = body["selector"]
@@ -192,36 +220,64 @@ def parse_find(body: dict[str, Any]) -> FindQuery:
         )
     try:
         normal = selector.normalize(raw_selector)
-        fields = body.get("fields", [])
-        if not isinstance(fields, list):
-            raise _invalid(
-                "invalid_fields", f"Fields must be an array of strings, not: {_show(fields)}"
-            )
-        for field in fields:
-            if not isinstance(field, str):
-                raise _invalid("invalid_field", f"Invalid JSON for field spec: {_show(field)}")
-            selector.parse_field(field)
     except selector.BadSelector as exc:
         raise _invalid(exc.error, exc.reason) from exc
+    names = _use_index(body.get("use_index"))
+    bookmark = body.get("bookmark", "")
+    if bookmark is not None and not isinstance(bookmark, str):
+        raise _invalid("invalid_bookmark", f"Invalid bookmark value: {_show(bookmark)}")
+    limit = _non_neg(body, "limit", DEFAULT_LIMIT)
+    skip = _non_neg(body, "skip", 0)
+    sort_fields, descending = _sort(body.get("sort", []))
+    fields = _fields(body.get("fields", []))
+    partition = body.get("partition", "")
+    if partition != "":
+        raise _invalid("bad_request", "`partition` is not supported on this database")
     r = body.get("r", 1)
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise _invalid("invalid_pos_integer", f"{_show(r)} is not an integer greater than zero")
-    _boolean(body, "stable", True)
-    sort_fields, descending = _sort(body.get("sort", []))
+    conflicts = _boolean(body, "conflicts", False)
+    stale = _stale(body.get("stale", False))
+    update = _boolean(body, "update", True)
+    stable = _boolean(body, "stable", False)
+    execution_stats = _boolean(body, "execution_stats", False)
+    allow_fallback = _boolean(body, "allow_fallback", True)
+    for key in body:
+        if key not in _KNOWN_KEYS:
+            raise _invalid("invalid_key", f"Invalid key {key} for this request.")
     return FindQuery(
         selector=normal,
-        limit=_non_neg(body, "limit", DEFAULT_LIMIT),
-        skip=_non_neg(body, "skip", 0),
+        limit=limit,
+        skip=skip,
         descending=descending,
         sort_fields=sort_fields,
         fields=fields,
-        after=_bookmark(body.get("bookmark", "")),
-        conflicts=_boolean(body, "conflicts", False),
-        execution_stats=_boolean(body, "execution_stats", False),
-        use_index=_use_index(body.get("use_index")),
-        allow_fallback=_boolean(body, "allow_fallback", True),
-        update=_boolean(body, "update", True),
+        after=_bookmark(bookmark),
+        conflicts=conflicts,
+        execution_stats=execution_stats,
+        use_index=[_design_id(names[0]), *names[1:]] if names else None,
+        allow_fallback=allow_fallback,
+        update=update and not stale,
+        r=r,
+        stale=stale,
+        stable=stable or stale,
+        use_index_names=names,
     )
+
+
+def _fields(fields: Any) -> list[str]:
+    if not isinstance(fields, list):
+        raise _invalid(
+            "invalid_fields", f"Fields must be an array of strings, not: {_show(fields)}"
+        )
+    for field in fields:
+        if not isinstance(field, str):
+            raise _invalid("invalid_field", f"Invalid JSON for field spec: {_show(field)}")
+        try:
+            selector.parse_field(field)
+        except selector.BadSelector as exc:
+            raise _invalid(exc.error, exc.reason) from exc
+    return fields
 
 
 def _no_usable_index() -> HTTPError:
@@ -230,38 +286,75 @@ def _no_usable_index() -> HTTPError:
     )
 
 
-def plan(db: settee.Database, q: FindQuery) -> tuple[mango.MangoIndex, str | None]:
-    """The index a query runs over and the warning its answer carries."""
+def _named(indexes: list[mango.MangoIndex], use_index: list[str] | None) -> list[Any]:
+    """mango_cursor:maybe_filter_indexes_by_ddoc: the indexes ``use_index`` names."""
+    if use_index is None:
+        return []
+    return [i for i in indexes if i.ddoc == use_index[0] and use_index[1:] in ([], [i.name])]
+
+
+def _invalid_index(use_index: list[str] | None) -> HTTPError:
+    """mango_error for ``{invalid_index, Details}`` (``allow_fallback: false``)."""
+    if use_index is None:
+        what = "You must specify an index with the `use_index` parameter."
+    else:
+        shown = ", ".join([use_index[0], *use_index[1:]])
+        what = f"{shown} specified by `use_index` could not be found or it is not suitable."
+    return _invalid("invalid_index", what)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    index: mango.MangoIndex | None  # None: _explain with no usable index
+    ranges: list[Any] | None  # per leading column; None: the query matches nothing
+    warning: str | None  # use_index was not followed
+    view: ViewIndex | None = None  # the json index's rows; None for _all_docs
+
+
+def plan(db: settee.Database, q: FindQuery, *, explain: bool = False) -> _Plan:
+    """The index a query runs over and the ranges it reads, as mango_cursor:create,
+    mango_idx:get_usable_indexes and mango_cursor_view:create decide them."""
     indexes = mango.list_indexes(db)
-    warning = None
-    if q.use_index is not None:
-        named = [
-            i for i in indexes if i.ddoc == q.use_index[0] and q.use_index[1:] in ([], [i.name])
-        ]
-        chosen = [i for i in named if mango.usable(i, q.selector, q.sort_fields)]
-        if chosen:
-            return chosen[0], None
-        if not q.allow_fallback:
-            raise _invalid(
-                "no_usable_index",
-                f"{'/'.join(q.use_index)} does not contain a valid index for this query.",
-            )
-        warning = (
-            f"{'/'.join(q.use_index)} was not used because it does not contain a valid "
-            "index for this query."
+    # A partial index leaves documents out: it serves only queries that name it.
+    candidates = [i for i in indexes if not i.partial]
+    candidates += [i for i in _named(indexes, q.use_index) if i.partial]
+    usable = [i for i in candidates if mangoplan.usable(i, q.selector, q.sort_fields)]
+    if not usable and not explain:
+        raise _no_usable_index()
+    chosen = _named(usable, q.use_index)
+    if not chosen:
+        if not (q.allow_fallback or (q.use_index is None and len(usable) > 1)):
+            raise _invalid_index(q.use_index)
+        chosen = usable
+    if not chosen:
+        return _Plan(None, None, None)
+    json_indexes = [i for i in chosen if i.ddoc is not None]
+    index, ranges = mangoplan.choose(json_indexes or chosen, q.selector)
+    if _matches_nothing(q.selector) or ranges == [None]:
+        ranges = None
+    return _Plan(index, ranges, _use_index_warning(index, q.use_index))
+
+
+def _use_index_warning(index: mango.MangoIndex, use_index: list[str] | None) -> str | None:
+    """mango_cursor:invalid_index_warning: the named index was not the one used."""
+    if use_index is None or _named([index], use_index):
+        return None
+    if len(use_index) == 1:
+        return (
+            f"{use_index[0]} was not used because it does not contain a valid index for this query."
         )
-    # A partial index leaves documents out, so it serves only queries that name it
-    # (CouchDB's documented rule); a full answer never comes from one by chance.
-    candidates = [
-        i
-        for i in indexes
-        if i.ddoc and not i.partial and mango.usable(i, q.selector, q.sort_fields)
-    ]
-    if candidates:
-        return min(candidates, key=lambda i: (len(i.fields), i.ddoc or "", i.name)), warning
-    if mango.usable(mango.ALL_DOCS, q.selector, q.sort_fields):
-        return mango.ALL_DOCS, warning or NO_INDEX_WARNING
-    raise _no_usable_index()
+    return (
+        f"{use_index[0]}, {use_index[1]} was not used because it is not a valid index "
+        "for this query."
+    )
+
+
+SCAN_WARNING = (
+    "The number of documents examined is high in proportion to the number of results "
+    "returned. Consider adding a more specific index to improve this."
+)
+#: mango's index_scan_warning_threshold: more documents examined per result warns.
+SCAN_WARNING_RATIO = 10
 
 
 @dataclasses.dataclass(slots=True)
@@ -272,51 +365,55 @@ class _Scan:
     last: list[Any] | None = None
     keys: int = 0
     docs: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Plan:
-    index: mango.MangoIndex
-    warning: str | None
-    view: ViewIndex | None  # the json index's rows; None for _all_docs
+    quorum_docs: int = 0
 
 
 def open_find(entry: DbEntry, q: FindQuery, index_for: Any) -> _Plan:
     """The index a query runs over, its rows opened (not updated)."""
-    index, warning = plan(entry.db, q)
-    wanted = 1 if index.ddoc is None else 2
+    found = plan(entry.db, q)
+    assert found.index is not None  # plan raises for _find when no index is usable
+    wanted = 1 if found.index.ddoc is None else 2
     if q.after is not None and len(q.after) != wanted:
         raise _invalid("invalid_bookmark", "this bookmark is for another index")
-    view = None if index.ddoc is None else index_for(entry, index.view_signature())
-    return _Plan(index, warning, view)
+    if found.index.ddoc is None:
+        return found
+    return dataclasses.replace(found, view=index_for(entry, found.index.view_signature()))
 
 
 def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict[str, Any]:
     """The ``_find`` answer over the planned index as it stands."""
     db = entry.db
-    view, warning = found.view, found.warning
-    if _matches_nothing(q.selector):
-        scan = _Scan()
-    elif view is None:
-        scan = _scan_all_docs(db, q)
+    assert found.index is not None
+    if found.ranges is None:
+        # mango_cursor_view:execute runs no scan for an empty range and adds nothing
+        # to the answer, not even a bookmark.
+        return {"docs": []}
+    if found.view is None:
+        scan = _scan_all_docs(db, q, found.ranges)
     else:
-        scan = _scan_index(db, view, found.index, q)
+        scan = _scan_index(db, found.view, found.index, q, found.ranges)
     if q.conflicts:
         revs.add_conflicts(db, scan.found)
     result: dict[str, Any] = {
         "docs": [selector.extract_fields(doc, q.fields) for doc in scan.found],
         "bookmark": make_bookmark(scan.last if scan.last is not None else q.after),
     }
-    if warning is not None:
-        result["warning"] = warning
     if q.execution_stats:
         result["execution_stats"] = {
             "total_keys_examined": scan.keys,
             "total_docs_examined": scan.docs,
-            "total_quorum_docs_examined": 0,
+            "total_quorum_docs_examined": scan.quorum_docs,
             "results_returned": len(scan.found),
             "execution_time_ms": round((time.monotonic() - started) * 1000, 3),
         }
+    warnings = [w for w in (found.warning,) if w is not None]
+    if found.index.ddoc is None:
+        warnings.append(NO_INDEX_WARNING)
+    examined = scan.docs + scan.quorum_docs
+    if examined / (len(scan.found) or 1) > SCAN_WARNING_RATIO:
+        warnings.append(SCAN_WARNING)
+    if warnings:
+        result["warning"] = "\n".join(warnings)
     return result
 
 
@@ -338,43 +435,68 @@ def _matches_nothing(normal: Any) -> bool:
     )
 
 
+def _index_bounds(index: mango.MangoIndex, ranges: list[Any], descending: bool) -> tuple[str, str]:
+    """The index ids a scan runs between, in its direction (mango_idx_view's
+    start_key and end_key, swapped for a descending sort as apply_opts does)."""
+    low = prefix_bound(mangoplan.start_key(index, ranges), above=False)
+    end = mangoplan.end_key(index, ranges)
+    assert end and end[-1] is mangoplan.MAX  # an end key always closes with MAX
+    high = prefix_bound(end[:-1], above=True)
+    return (high, low) if descending else (low, high)
+
+
+def _covered_doc(index: mango.MangoIndex, row: dict[str, Any]) -> dict[str, Any]:
+    """mango_cursor_view:derive_doc_from_index: the document a covering index's row
+    stands for (its id and each column's value)."""
+    doc: dict[str, Any] = {"_id": row["d"]}
+    for path, value in zip(index.paths, row["k"], strict=False):
+        target = doc
+        for name in path[:-1]:
+            nested = target.get(name)
+            if not isinstance(nested, dict):
+                nested = target[name] = {}
+            target = nested
+        target[path[-1]] = value
+    return doc
+
+
 def _scan_index(
-    db: settee.Database, view: ViewIndex, index: mango.MangoIndex, q: FindQuery
+    db: settee.Database, view: ViewIndex, index: mango.MangoIndex, q: FindQuery, ranges: list[Any]
 ) -> _Scan:
-    """Rows of a json index in key order (from the first key the selector allows on
-    the first field, to the last), each row's document matched against the selector."""
+    """Rows of a json index in key order between the planned bounds, each row's
+    document (or, for a covering index, the row itself) matched against the selector."""
     scan = _Scan()
-    lower, upper = mango.first_field_bounds(index, q.selector)
-    start: tuple[Any, str | None] | None = None
+    covering = mangoplan.covers(index, q.fields, q.selector)
+    start: tuple[Any, str | None] | str
+    start, end = _index_bounds(index, ranges, q.descending)
     resume = None
     if q.after is not None:
         start, resume = (q.after[0], q.after[1]), q.after[1]
-    elif lower is not None and not q.descending:
-        start = ([lower], None)
-    rows = view.rows(start, None, descending=q.descending, inclusive_end=True)
+    rows = view.rows(start, end, descending=q.descending, inclusive_end=True)
     to_skip = q.skip
     for page in _pages(rows, _SCAN_PAGE):
         if q.limit == 0:
             break
-        ids = [row["d"] for row in page]
-        # By "key": a document purged since the index was read has a not_found row,
-        # which has no "id".
-        docs = {
-            r["key"]: r.get("doc")
-            for r in db.all_docs(keys=list(dict.fromkeys(ids)), include_docs=True)["rows"]
-        }
+        docs: dict[str, Any] = {}
+        if not covering:
+            ids = list(dict.fromkeys(row["d"] for row in page))
+            # By "key": a document purged since the index was read has a not_found
+            # row, which has no "id".
+            listed = db.all_docs(keys=ids, include_docs=True)["rows"]
+            docs = {r["key"]: r.get("doc") for r in listed}
         for row in page:
             if resume is not None:
                 skipped, resume = row["d"] == resume, None
                 if skipped:
                     continue
-            if not q.descending and _past(row["k"][0], upper):
-                return scan
             scan.keys += 1
-            doc = docs.get(row["d"])
+            doc = _covered_doc(index, row) if covering else docs.get(row["d"])
             if doc is None:
                 continue  # deleted since the index was read
-            scan.docs += 1
+            if q.r > 1 and not covering:
+                scan.quorum_docs += 1
+            elif not covering:
+                scan.docs += 1
             if not selector.matches(q.selector, doc):
                 continue
             if to_skip:
@@ -385,15 +507,6 @@ def _scan_index(
             if len(scan.found) >= q.limit:
                 return scan
     return scan
-
-
-def _past(value: Any, upper: list[tuple[str, Any]]) -> bool:
-    """Whether a first-field value is beyond an upper condition (ascending scans)."""
-    for op, bound in upper:
-        order = collate_json(value, bound)
-        if order > 0 or (op == "$lt" and order == 0):
-            return True
-    return False
 
 
 def _pages(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -407,25 +520,64 @@ def _pages(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str,
         yield page
 
 
-def _scan_all_docs(db: settee.Database, q: FindQuery) -> _Scan:
-    """One scan in id order, a page of ``all_docs`` at a time."""
+def _id_bound(value: Any) -> str | bool:
+    """An ``_all_docs`` range end as CouchDB's raw id order sees it: a string, or
+    True above every id (``MAX``), False below every id (any value not a string:
+    Erlang orders every number, list and object before every binary)."""
+    if value is mangoplan.MAX:
+        return True
+    return value if isinstance(value, str) else False
+
+
+def _all_docs_range(ranges: list[Any], descending: bool) -> tuple[str | None, str | None] | None:
+    """``(startkey, endkey)`` of the scan (None: open), or None when no id fits."""
+    low = _id_bound(mangoplan.start_key(mango.ALL_DOCS, ranges))
+    high = _id_bound(mangoplan.end_key(mango.ALL_DOCS, ranges))
+    if descending:
+        # From the high end down: nothing is at or below a bound under every id.
+        if high is False or low is True:
+            return None
+        return (None if high is True else high), (None if low is False else low)
+    if low is True or high is False:
+        return None
+    return (None if low is False else low), (None if high is True else high)
+
+
+def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Scan:
+    """One scan in id order between the ``_id`` range's ends, a page of ``all_docs``
+    at a time. Design documents are read and counted, not returned (handle_all_docs_message
+    drops them after the shard has examined them)."""
     scan = _Scan()
     found = scan.found
+    bounds = _all_docs_range(ranges, q.descending)
+    if bounds is None:
+        return scan
+    start, end = bounds
+    resume = None
+    if q.after is not None:
+        start = resume = q.after[0]
     to_skip = q.skip
-    start = q.after[0] if q.after is not None else None
     exhausted = q.limit == 0
     while not exhausted:
         page = db.all_docs(
-            startkey=start, limit=_SCAN_PAGE + 1, include_docs=True, descending=q.descending
+            startkey=start,
+            endkey=end,
+            limit=_SCAN_PAGE + 1,
+            include_docs=True,
+            descending=q.descending,
         )["rows"]
-        rows = [row for row in page if row["id"] != start]  # the bookmark's doc was sent
         exhausted = len(page) <= _SCAN_PAGE
-        for row in rows[:_SCAN_PAGE]:
-            start = row["id"]
-            if start.startswith("_design/"):
-                continue
-            scan.docs += 1
-            if not selector.matches(q.selector, row["doc"]):
+        rows = page[:_SCAN_PAGE]
+        if rows and rows[0]["id"] == resume:
+            rows = rows[1:]  # the previous page's last document
+        for row in rows:
+            start = resume = row["id"]
+            scan.keys += 1
+            if q.r > 1:
+                scan.quorum_docs += 1
+            else:
+                scan.docs += 1
+            if start.startswith("_design/") or not selector.matches(q.selector, row["doc"]):
                 continue
             if to_skip:
                 to_skip -= 1
@@ -546,48 +698,86 @@ async def handle_index(
     return respond(reply(status, answer))
 
 
+def _max_shown(value: Any) -> Any:
+    """mango_cursor_view:maybe_replace_max_json: MAX as ``"<MAX>"``."""
+    if value is mangoplan.MAX:
+        return "<MAX>"
+    if isinstance(value, list):
+        return [_max_shown(v) for v in value]
+    return value
+
+
+def _selector_hints(normal: Any) -> list[dict[str, Any]]:
+    """mango_cursor:extract_selector_hints for json indexes (the only kind here)."""
+    indexable = {mangoplan.field_name(p) for p in mangoplan.indexable_fields(normal)}
+    every = set(mangoplan.selector_fields(normal))
+    return [
+        {
+            "type": "json",
+            "indexable_fields": sorted(indexable),
+            "unindexable_fields": sorted(every - indexable),
+        }
+    ]
+
+
 def explain(entry: DbEntry, body: dict[str, Any], q: FindQuery) -> dict[str, Any]:
-    """``POST /{db}/_explain``: the index ``_find`` would use and how it would read it
-    (CouchDB's shape; ``mrargs`` bounds as this server scans)."""
-    index, _warning = plan(entry.db, q)
-    if index.ddoc is None:
-        start: Any = q.after[0] if q.after else None
-        end: Any = None
-    else:
-        lower, upper = mango.first_field_bounds(index, q.selector)
-        start = [lower] if lower is not None and not q.descending else None
-        end = [upper[0][1]] if upper and not q.descending else None
-    return {
-        "dbname": entry.name,
-        "index": index.listed(),
-        "partitioned": False,
-        "selector": body["selector"],
-        "opts": {
-            "use_index": q.use_index or [],
-            "bookmark": body.get("bookmark", "nil"),
-            "limit": q.limit,
-            "skip": q.skip,
-            "sort": {f: "desc" if q.descending else "asc" for f in q.sort_fields},
-            "fields": q.fields or "all_fields",
-            "r": body.get("r", 1),
-            "conflicts": q.conflicts,
-            "update": q.update,
-            "execution_stats": q.execution_stats,
-        },
+    """``POST /{db}/_explain``: the index ``_find`` would use and how it would read
+    it, in mango_cursor:explain's shape (``index`` null, and no ``mrargs``, when no
+    index can serve the query)."""
+    found = plan(entry.db, q, explain=True)
+    opts = {
+        "use_index": q.use_index_names,
+        "bookmark": body.get("bookmark") or "nil",
         "limit": q.limit,
         "skip": q.skip,
-        "fields": q.fields or "all_fields",
-        "mrargs": {
-            "include_docs": True,
-            "view_type": "map",
-            "reduce": False,
-            "start_key": start,
-            "end_key": end,
-            "direction": "rev" if q.descending else "fwd",
-            "update": q.update,
-        },
-        "covering": False,
+        "sort": {f: "desc" if q.descending else "asc" for f in q.sort_fields},
+        "fields": q.fields,
+        "partition": "",
+        "r": q.r,
+        "conflicts": q.conflicts,
+        "stale": "ok" if q.stale else False,
+        "update": body.get("update", True),
+        "stable": body.get("stable", False),
+        "execution_stats": q.execution_stats,
+        "allow_fallback": q.allow_fallback,
     }
+    answer: dict[str, Any] = {
+        "dbname": entry.name,
+        "index": None if found.index is None else found.index.listed(),
+        "partitioned": False,
+        "selector": mangoplan.selector_json(q.selector),
+        "opts": opts,
+        "limit": q.limit,
+        "skip": q.skip,
+        "fields": q.fields,
+        "selector_hints": _selector_hints(q.selector),
+    }
+    if found.index is None:
+        return answer
+    covering = mangoplan.covers(found.index, q.fields, q.selector)
+    start: Any = None
+    end: Any = None
+    if found.ranges is not None:
+        start = mangoplan.start_key(found.index, found.ranges)
+        end = mangoplan.end_key(found.index, found.ranges)
+        if q.descending:
+            start, end = end, start
+    answer["mrargs"] = {
+        "include_docs": q.r == 1 and not covering,
+        "view_type": "map",
+        "reduce": False,
+        "partition": None,
+        "start_key": _max_shown(start),
+        "end_key": _max_shown(end),
+        "direction": "rev" if q.descending else "fwd",
+        "stable": q.stable,
+        "update": q.update,
+        # #mrargs{} leaves conflicts undefined unless the query asks for them, and
+        # CouchDB's JSON encoder writes the atom as a string (docs: find.rst).
+        "conflicts": True if q.conflicts else "undefined",
+    }
+    answer["covering"] = covering
+    return answer
 
 
 async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str, Any], FindQuery]:

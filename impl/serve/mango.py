@@ -8,11 +8,8 @@ document whose ``language`` is ``"query"``, ``{"map": {"fields": {f: "asc"},
 native: a document that has every indexed field (and matches the partial
 filter, if any) emits the key ``[value of each field]``, others emit nothing.
 
-``_find`` uses an index when it is usable for the query as mango_idx_view
-decides: every indexed field is required by the selector (or is a sort field),
-and the sort fields, if any, are the index's first fields. The rows are read
-in key order from the first key the selector allows on the first field, and
-each document is still matched against the whole selector.
+Which index ``_find`` uses, and the key range it reads, is
+``settee.serve.mangoplan``'s to decide, as CouchDB's query planner does.
 """
 
 from __future__ import annotations
@@ -34,8 +31,6 @@ __all__ = [
     "delete_index",
     "list_indexes",
     "parse_index_request",
-    "required_paths",
-    "usable",
 ]
 
 
@@ -231,47 +226,3 @@ def delete_index(db: settee.Database, ddoc: str, name: str, write: Any) -> None:
         write({**doc, "views": rest})
     else:
         write({"_id": ddoc_id, "_rev": doc["_rev"], "_deleted": True})
-
-
-# -- choosing an index for _find ------------------------------------------------------------
-
-
-def required_paths(node: Any) -> set[tuple[str, ...]]:
-    """The fields a normalised selector needs to exist in every document it
-    matches (those of its top-level conjunction, but for ``$exists: false``)."""
-    if node is selector.MATCH_ALL:
-        return set()
-    if node[0] == "field":
-        return set() if node[2] == ("$exists", False) else {node[1]}
-    if node[0] == "$and":
-        return set().union(*(required_paths(item) for item in node[1]))
-    return set()
-
-
-def usable(index: MangoIndex, normal: Any, sort_fields: list[str]) -> bool:
-    """mango_idx_view:is_usable: every indexed field required by the selector (or
-    sorted on; ``_id`` and ``_rev`` always exist), the sort a prefix of its fields."""
-    if index.ddoc is None:
-        return not sort_fields or sort_fields == ["_id"]
-    needed = {p for p in index.paths if p not in (("_id",), ("_rev",))}
-    needed -= {selector.parse_field(f) for f in sort_fields}
-    if not needed <= required_paths(normal):
-        return False
-    return list(index.fields[: len(sort_fields)]) == sort_fields
-
-
-def first_field_bounds(index: MangoIndex, normal: Any) -> tuple[Any, list[tuple[str, Any]]]:
-    """Where an ascending scan of ``index`` may start (a first-field value, or
-    None) and the upper conditions ``[(op, value)]`` on the first field that end it."""
-    first = index.paths[0]
-    conjuncts = normal[1] if normal is not selector.MATCH_ALL and normal[0] == "$and" else [normal]
-    lower, upper = None, []
-    for node in conjuncts:
-        if node is selector.MATCH_ALL or node[0] != "field" or node[1] != first:
-            continue
-        op, value = node[2]
-        if op in ("$eq", "$gt", "$gte") and lower is None:
-            lower = value
-        if op in ("$eq", "$lt", "$lte"):
-            upper.append(("$lte" if op == "$eq" else op, value))
-    return lower, upper

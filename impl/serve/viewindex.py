@@ -41,7 +41,7 @@ from settee.spec.collation import code_point_key, sort_key
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
 
-__all__ = ["ViewIndex", "signature"]
+__all__ = ["ViewIndex", "prefix_bound", "signature"]
 
 #: The most bytes of rows one document may emit (the engine's document limit).
 ROW_LIMIT = DEFAULTS["max_document_size"]
@@ -255,18 +255,23 @@ class ViewIndex:
 
     def rows(
         self,
-        start: tuple[Any, str | None] | None,
-        end: tuple[Any, str | None] | None,
+        start: tuple[Any, str | None] | str | None,
+        end: tuple[Any, str | None] | str | None,
         *,
         descending: bool,
         inclusive_end: bool,
     ) -> Iterator[dict[str, Any]]:
-        """The rows between ``(key, doc id or None)`` bounds, in view order."""
+        """The rows between ``(key, doc id or None)`` bounds (or ids from
+        :func:`prefix_bound`), in view order."""
         lo = "r" if not descending else "r" + _LAST
-        if start is not None:
+        if isinstance(start, str):
+            lo = start
+        elif start is not None:
             lo = _bound(start, upper=descending)
         hi = ("r" + _LAST) if not descending else "r"
-        if end is not None:
+        if isinstance(end, str):
+            hi = end
+        elif end is not None:
             hi = _bound(end, upper=inclusive_end != descending)
         # Exclusive ends are ids no row has (a bare key prefix or key + _LAST). A page
         # at a time, so a reader that stops early (a limit) reads no further.
@@ -318,6 +323,15 @@ def _successor(
         doc["_deleted"] = True
     doc["_rev"] = f"{int(pos) + 1}-{digest}"
     return doc
+
+
+def prefix_bound(prefix: list[Any], *, above: bool) -> str:
+    """The id below every row whose key is ``prefix`` or starts with its members
+    or, with ``above``, above all of them (CouchDB's end key ``[..., MAX]``)."""
+    text = "r" + sort_key(prefix)
+    # A list's sort key ends with the byte that closes it: without it, the text is
+    # a prefix of the key of every longer list that starts with the same members.
+    return text[:-1] + _LAST if above else text
 
 
 def _bound(bound: tuple[Any, str | None], *, upper: bool) -> str:

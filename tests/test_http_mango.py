@@ -1,0 +1,234 @@
+"""Mango as CouchDB 3.5 plans and answers it, each check against its source
+(apache/couchdb ``src/mango/src``) or the Mango integration test (``src/mango/test``)
+that fixes it: which index ``_find`` uses (mango_idx_view:is_usable,
+mango_cursor_view:choose_best_index), the range it reads (mango_idx_view:range,
+start_key, end_key), ``use_index`` and ``allow_fallback`` (mango_cursor:create),
+warnings (mango_cursor:maybe_add_warning), covering indexes and execution
+statistics, and ``_explain``'s fields (mango_cursor:explain).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from tests import test_http
+from tests.test_http import Client
+
+# tests/test_http.py's fixtures: one server for this module, a fresh database per test.
+server, client, db = test_http.server, test_http.client, test_http.db
+
+
+def ok(client: Client, method: str, path: str, body: Any = None) -> Any:
+    resp = client(method, path, body)
+    assert resp.status in (200, 201), resp.raw
+    return resp.json
+
+
+def refused(client: Client, path: str, body: Any) -> tuple[int, str, str]:
+    resp = client("POST", path, body)
+    return resp.status, resp.json["error"], resp.json["reason"]
+
+
+def index(client: Client, db: str, fields: list[Any], ddoc: str, **more: Any) -> None:
+    body = {"index": {"fields": fields, **more}, "ddoc": ddoc, "name": ddoc}
+    assert ok(client, "POST", f"{db}/_index", body)["result"] == "created"
+
+
+def explain(client: Client, db: str, selector: dict[str, Any], **opts: Any) -> Any:
+    return ok(client, "POST", f"{db}/_explain", {"selector": selector, **opts})
+
+
+def find(client: Client, db: str, selector: dict[str, Any], **opts: Any) -> Any:
+    return ok(client, "POST", f"{db}/_find", {"selector": selector, **opts})
+
+
+def save(client: Client, db: str, docs: list[dict[str, Any]]) -> None:
+    rows = ok(client, "POST", f"{db}/_bulk_docs", {"docs": docs})
+    assert all(row.get("ok") for row in rows), rows
+
+
+PEOPLE = [
+    {"_id": "a1", "name": "Eddie", "age": 12, "user_id": 1, "location": "AND"},
+    {"_id": "a2", "name": "Jimi", "age": 10, "user_id": 0, "location": "AUS"},
+    {"_id": "b1", "name": "Harry", "age": 6, "user_id": 1, "location": "CAN"},
+    {"_id": "b2", "name": "Eddie", "number": 7, "location": "DEN"},
+]
+
+
+def test_the_index_whose_columns_the_selector_ranges_over_wins(client: Client, db: str) -> None:
+    """choose_best_index: first the fewest selector ranges left out of the index's
+    leading columns, then the fewest columns, then the design document's name
+    (12-use-correct-index-test.py test_choose_index_with_two and _most_accurate)."""
+    save(client, db, PEOPLE)
+    index(client, db, ["name", "age", "user_id"], "aaa")
+    index(client, db, ["name", "age"], "bbb")
+    index(client, db, ["name"], "zzz")
+    both = explain(client, db, {"name": "Eddie", "age": {"$gte": 12}})
+    assert both["index"]["ddoc"] == "_design/bbb"
+    assert (both["mrargs"]["start_key"], both["mrargs"]["end_key"]) == (
+        ["Eddie", 12],
+        ["Eddie", "<MAX>"],
+    )
+    assert explain(client, db, {"name": "Eddie"})["index"]["ddoc"] == "_design/zzz"
+    # The first column held constant lets the second serve the sort (can_use_sort).
+    sorted_ = find(client, db, {"name": "Eddie", "age": {"$gt": 0}}, sort=["age"])
+    assert [d["_id"] for d in sorted_["docs"]] == ["a1"] and "warning" not in sorted_
+
+
+def test_explain_shows_the_range_the_scan_reads(client: Client, db: str) -> None:
+    """mango_idx_view:start_key/end_key (an end key always closes with <MAX>),
+    swapped for a descending sort; _all_docs ranges over ids (?MAX_STR shown as
+    <MAX>); 25-beginswith-test.py and 03-operator-test.py test_range_id_eq."""
+    save(client, db, PEOPLE)
+    index(client, db, ["location"], "loc")
+    index(client, db, ["name", "location"], "nameloc")
+    begins = explain(client, db, {"location": {"$beginsWith": "A"}})["mrargs"]
+    assert (begins["start_key"], begins["end_key"]) == (["A"], ["A\uffff", "<MAX>"])
+    down = explain(client, db, {"location": {"$beginsWith": "A"}}, sort=[{"location": "desc"}])
+    assert (down["mrargs"]["start_key"], down["mrargs"]["end_key"]) == (["A\uffff", "<MAX>"], ["A"])
+    assert down["mrargs"]["direction"] == "rev"
+    both = explain(client, db, {"name": "Eddie", "location": {"$beginsWith": "A"}})["mrargs"]
+    assert both["end_key"] == ["Eddie", "A\uffff", "<MAX>"]
+    one = explain(client, db, {"_id": "a2"})
+    assert one["index"]["type"] == "special"
+    assert (one["mrargs"]["start_key"], one["mrargs"]["end_key"]) == ("a2", "a2")
+    scan = explain(client, db, {"foo": {"$beginsWith": "a"}})["mrargs"]
+    assert (scan["start_key"], scan["end_key"]) == (None, "<MAX>")
+    assert (
+        find(client, db, {"name": "Eddie", "location": {"$beginsWith": "A"}})["docs"][0]["_id"]
+        == "a1"
+    )
+
+
+def test_explain_fields_are_couchdbs(client: Client, db: str) -> None:
+    """mango_cursor:explain: the normalised selector, every option, ``fields`` as
+    ``[]`` for all fields, selector_hints; mrargs as find.rst shows them."""
+    answer = explain(client, db, {"age": {"$gt": 0}, "name": "x"})
+    assert answer["selector"] == {"$and": [{"age": {"$gt": 0}}, {"name": {"$eq": "x"}}]}
+    assert answer["fields"] == [] and answer["opts"]["fields"] == []
+    assert answer["opts"] == {
+        "use_index": [],
+        "bookmark": "nil",
+        "limit": 25,
+        "skip": 0,
+        "sort": {},
+        "fields": [],
+        "partition": "",
+        "r": 1,
+        "conflicts": False,
+        "stale": False,
+        "update": True,
+        "stable": False,
+        "execution_stats": False,
+        "allow_fallback": True,
+    }
+    assert answer["selector_hints"] == [
+        {"type": "json", "indexable_fields": ["age", "name"], "unindexable_fields": []}
+    ]
+    assert answer["mrargs"]["conflicts"] == "undefined" and answer["mrargs"]["stable"] is False
+    named = explain(client, db, {"a": 1}, use_index="_design/x/y")["opts"]["use_index"]
+    assert named == ["x", "y"]
+    # No index can serve the sort: _explain still answers, with no index and no mrargs.
+    none = explain(client, db, {"age": 23}, sort=["company"])
+    assert none["index"] is None and "mrargs" not in none
+
+
+def test_or_requires_a_field_when_each_branch_does(client: Client, db: str) -> None:
+    """mango_selector:has_required_fields sees through $or (05-index-selection-test.py
+    test_with_or); an empty range answers nothing without scanning, and with no
+    bookmark (mango_cursor_view:execute on [empty])."""
+    save(client, db, PEOPLE)
+    index(client, db, ["name"], "names")
+    either = {"$or": [{"name": "Eddie"}, {"name": "Jimi"}]}
+    assert explain(client, db, either)["index"]["ddoc"] == "_design/names"
+    assert len(find(client, db, either)["docs"]) == 3
+    assert explain(client, db, {"$or": [{"name": "Eddie"}, {"age": 1}]})["index"]["name"] == (
+        "_all_docs"
+    )
+    never = {"$and": [{"name": {"$gt": "b"}}, {"name": {"$lt": "a"}}]}
+    assert find(client, db, never, execution_stats=True) == {"docs": []}
+    assert explain(client, db, never)["mrargs"]["start_key"] is None
+
+
+def test_use_index_forms_fallback_and_warnings(client: Client, db: str) -> None:
+    """mango_opts:validate_use_index (string and list forms, invalid_index_name),
+    mango_cursor:create (allow_fallback: false) and invalid_index_warning."""
+    save(client, db, PEOPLE)
+    index(client, db, ["name"], "names")
+    by_name = find(client, db, {"name": "Jimi"}, use_index="names/names")
+    assert [d["_id"] for d in by_name["docs"]] == ["a2"] and "warning" not in by_name
+    wrong = find(client, db, {"age": 10}, use_index=["names", "names"])
+    assert wrong["warning"].split("\n")[:2] == [
+        "_design/names, names was not used because it is not a valid index for this query.",
+        "No matching index found, create an index to optimize query time.",
+    ]
+    status, error, _ = refused(client, f"{db}/_find", {"selector": {}, "use_index": "a/b/c/d"})
+    assert (status, error) == (400, "invalid_index_name")
+    strict = {"selector": {"age": 10}, "allow_fallback": False}
+    assert refused(client, f"{db}/_find", strict) == (
+        400,
+        "invalid_index",
+        "You must specify an index with the `use_index` parameter.",
+    )
+    assert refused(client, f"{db}/_find", {**strict, "use_index": "names"}) == (
+        400,
+        "invalid_index",
+        "_design/names specified by `use_index` could not be found or it is not suitable.",
+    )
+    # Two usable indexes and no use_index: allow_fallback does not matter.
+    assert find(client, db, {"name": "Jimi"}, allow_fallback=False)["docs"][0]["_id"] == "a2"
+
+
+def test_covering_index_quorum_reads_and_scan_warning(client: Client, db: str) -> None:
+    """mango_idx_view:covers (22-covering-index-test.py), quorum reads for r > 1 and
+    index_scan_warning past 10 documents examined per result
+    (15-execution-stats-test.py)."""
+    save(client, db, [{"_id": f"d{i:02d}", "age": i} for i in range(12)])
+    index(client, db, ["age"], "ages")
+    covered = find(client, db, {"age": {"$lt": 3}}, fields=["_id", "age"], execution_stats=True)
+    assert covered["docs"] == [
+        {"_id": "d00", "age": 0},
+        {"_id": "d01", "age": 1},
+        {"_id": "d02", "age": 2},
+    ]
+    stats = covered["execution_stats"]
+    # The end key [3, <MAX>] holds the row [3] too: it is read, and fails $lt.
+    assert (stats["total_keys_examined"], stats["total_docs_examined"]) == (4, 0)
+    plan = explain(client, db, {"age": {"$lt": 3}}, fields=["_id", "age"])
+    assert plan["covering"] is True and plan["mrargs"]["include_docs"] is False
+    quorum = find(client, db, {"age": {"$lt": 3}}, r=2, execution_stats=True)["execution_stats"]
+    assert (quorum["total_docs_examined"], quorum["total_quorum_docs_examined"]) == (0, 4)
+    scanned = find(client, db, {"other": 1}, execution_stats=True)
+    assert scanned["execution_stats"]["total_docs_examined"] == 13  # with _design/ages
+    assert scanned["warning"].split("\n") == [
+        "No matching index found, create an index to optimize query time.",
+        "The number of documents examined is high in proportion to the number of results "
+        "returned. Consider adding a more specific index to improve this.",
+    ]
+    # The _all_docs scan reads only the ids the selector's _id range allows (its end
+    # inclusive: d05 is read, and fails $lt).
+    ranged = find(client, db, {"_id": {"$gte": "d03", "$lt": "d05"}}, execution_stats=True)
+    assert [d["_id"] for d in ranged["docs"]] == ["d03", "d04"]
+    assert ranged["execution_stats"]["total_keys_examined"] == 3
+
+
+@pytest.mark.parametrize(
+    ("selector", "error"),
+    [
+        ({"_id": {"$beginsWith": True}}, "invalid_operator"),
+        ({"a": {"$regex": 1}}, "invalid_operator"),
+        ({"a": {"$regex": "("}}, "bad_arg"),
+    ],
+)
+def test_operator_arguments_of_the_wrong_type(
+    client: Client, db: str, selector: Any, error: str
+) -> None:
+    """mango_selector:norm_ops matches $beginsWith and $regex only with a string:
+    any other argument falls through to ``invalid_operator``
+    (25-beginswith-test.py test_invalid_operand)."""
+    status, found, _ = refused(client, f"{db}/_find", {"selector": selector})
+    assert (status, found) == (400, error)
