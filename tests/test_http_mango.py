@@ -232,3 +232,73 @@ def test_operator_arguments_of_the_wrong_type(
     (25-beginswith-test.py test_invalid_operand)."""
     status, found, _ = refused(client, f"{db}/_find", {"selector": selector})
     assert (status, found) == (400, error)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({"index": {"fields": ["a"]}, "type": "text"}, 503, "required index service unavailable"),
+        ({"index": {}, "type": "nouveau"}, 503, "required index service unavailable"),
+        ({"index": {"fields": ["a"]}, "type": "geo"}, 400, "invalid_index"),
+        ({"index": {"fields": ["a"]}, "type": 1.5}, 400, "invalid_string"),
+        ({"index": {"fields": ["a"]}, "name": ""}, 400, "invalid_empty_string"),
+        ({"index": {"fields": ["a"]}, "ddoc": True}, 400, "invalid_string"),
+        ({"index": {"fields": ["a"]}, "w": 0}, 400, "invalid_pos_integer"),
+        ({"index": {"fields": ["a"]}, "colour": 1}, 400, "invalid_key"),
+        ({"index": {"fields": ["a"], "selector": {"a": 1}}}, 400, "invalid_key"),
+        ({"index": {"fields": ["a"]}, "partial_filter_selector": {}}, 400, "invalid_key"),
+        ({"index": "a"}, 400, "invalid_index"),
+        ({"index": {}}, 400, "missing_required_key"),
+        ({"index": {"fields": "a"}}, 400, "invalid_sort_json"),
+        ({"index": {"fields": [{"a": 2}]}}, 400, "invalid_sort_field"),
+        ({"index": {"fields": [{"a": "asc"}, {"b": "desc"}]}}, 400, "unsupported_mixed_sort"),
+        ({"index": {"fields": ["a"], "partial_filter_selector": []}}, 400, "invalid_selector_json"),
+    ],
+)
+def test_index_creation_refusals(
+    client: Client, db: str, body: dict[str, Any], status: int, error: str
+) -> None:
+    """mango_opts:validate_idx_create (each option, then unknown keys), mango_idx:new
+    (a text index without the search service is 503) and mango_idx_view:validate_new
+    (the definition's own keys; 01-index-crud-test.py, 06-basic-text-test.py
+    TextIndexCheckTests, 16-index-selectors-test.py)."""
+    assert refused(client, f"{db}/_index", body)[:2] == (status, error)
+
+
+def test_index_list_pages_and_paths(client: Client, db: str) -> None:
+    """mango_httpd:handle_index_req: ``limit``/``skip`` over the list (the query
+    string split at ``;`` too, as mochiweb does), and its path clauses: three
+    parts (or four after ``_design``) are an index to DELETE, anything else 404."""
+    for name in ("i1", "i2", "i3"):
+        index(client, db, [name], name)
+    names = [i["name"] for i in ok(client, "GET", f"{db}/_index?limit=2;skip=1")["indexes"]]
+    assert names == ["i1", "i2"]
+    assert ok(client, "GET", f"{db}/_index?skip=9")["indexes"] == []
+    assert ok(client, "GET", f"{db}/_index?skip=3")["total_rows"] == 4
+    for bad in ("limit=0", "skip=-1", "limit=x"):
+        resp = client("GET", f"{db}/_index?{bad}")
+        assert (resp.status, resp.json["error"]) == (400, "invalid_list_index_params")
+    for path in ("a", "a/b", "a/b/c/d", "a/b/c/d/e"):
+        assert client("GET", f"{db}/_index/{path}").status == 404
+    wrong_method = client("GET", f"{db}/_index/i1/json/i1")
+    assert (wrong_method.status, wrong_method.headers["Allow"]) == (405, "DELETE")
+    other_type = client("DELETE", f"{db}/_index/i1/text/i1")
+    assert (other_type.status, other_type.json) == (
+        404,
+        {"error": "not_found", "reason": "missing"},
+    )
+    assert ok(client, "DELETE", f"{db}/_index/_design/i1/json/i1") == {"ok": True}
+    assert ok(client, "GET", f"{db}/_index")["total_rows"] == 3
+
+
+def test_find_matches_conflicts_when_it_asks_for_them(client: Client, db: str) -> None:
+    """With ``conflicts: true`` the documents are read with their conflicts before
+    the selector is matched (mrargs conflicts; 19-find-conflicts.py)."""
+    save(client, db, [{"_id": "doc", "a": 2}])
+    other = {"_id": "doc", "_rev": "1-23202479633c2b380f79507a776743d5", "a": 1}
+    assert client("POST", f"{db}/_bulk_docs", {"docs": [other], "new_edits": False}).status == 201
+    index(client, db, ["_conflicts"], "conflicted")
+    selector = {"_conflicts": {"$exists": True}}
+    found = find(client, db, selector, conflicts=True)["docs"]
+    assert [d["_conflicts"] for d in found] == [["1-23202479633c2b380f79507a776743d5"]]
+    assert find(client, db, selector)["docs"] == []

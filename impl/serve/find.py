@@ -17,7 +17,9 @@ import base64
 import binascii
 import dataclasses
 import json
+import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -392,8 +394,6 @@ def run_find(entry: DbEntry, q: FindQuery, found: _Plan, started: float) -> dict
         scan = _scan_all_docs(db, q, found.ranges)
     else:
         scan = _scan_index(db, found.view, found.index, q, found.ranges)
-    if q.conflicts:
-        revs.add_conflicts(db, scan.found)
     result: dict[str, Any] = {
         "docs": [selector.extract_fields(doc, q.fields) for doc in scan.found],
         "bookmark": make_bookmark(scan.last if scan.last is not None else q.after),
@@ -484,6 +484,10 @@ def _scan_index(
             # row, which has no "id".
             listed = db.all_docs(keys=ids, include_docs=True)["rows"]
             docs = {r["key"]: r.get("doc") for r in listed}
+            if q.conflicts:
+                # Read with conflicts (mrargs conflicts = true), so the selector sees
+                # them (19-find-conflicts.py).
+                revs.add_conflicts(db, [doc for doc in docs.values() if doc])
         for row in page:
             if resume is not None:
                 skipped, resume = row["d"] == resume, None
@@ -568,6 +572,8 @@ def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Sca
         )["rows"]
         exhausted = len(page) <= _SCAN_PAGE
         rows = page[:_SCAN_PAGE]
+        if q.conflicts:
+            revs.add_conflicts(db, [row["doc"] for row in rows])
         if rows and rows[0]["id"] == resume:
             rows = rows[1:]  # the previous page's last document
         for row in rows:
@@ -590,15 +596,50 @@ def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Sca
     return scan
 
 
-def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tuple[int, Any]:
+def _list_param(query: str, name: str) -> int | None:
+    """mango_httpd:parse_index_param: an integer (its last value), else CouchDB's
+    ``invalid_list_index_params`` (a 500 there, a 400 here). The query string is
+    split at ``&`` and ``;`` both, as mochiweb_util:parse_qs splits it."""
+    values = [
+        urllib.parse.unquote_plus(pair.partition("=")[2])
+        for pair in re.split("[&;]", query)
+        if urllib.parse.unquote_plus(pair.partition("=")[0]) == name
+    ]
+    if not values:
+        return None
+    text = values[-1]
+    if not (text.isascii() and text.lstrip("+-").isdigit() and len(text) < 20):
+        raise _invalid_list_params()
+    return int(text)
+
+
+def _invalid_list_params() -> HTTPError:
+    return _invalid("invalid_list_index_params", "Index parameter ranges: limit > 1, skip > 0")
+
+
+def _listed(db: settee.Database, query: str) -> dict[str, Any]:
+    """``GET /{db}/_index``: every index, ``skip`` and ``limit`` applied to the list
+    (mango_httpd:handle_index_req; a limit below 1 or a negative skip is refused)."""
+    listed = [index.listed() for index in mango.list_indexes(db)]
+    limit = _list_param(query, "limit")
+    skip = _list_param(query, "skip")
+    if (limit is not None and limit < 1) or (skip is not None and skip < 0):
+        raise _invalid_list_params()
+    start = min(skip or 0, len(listed))
+    end = len(listed) if limit is None else start + limit
+    return {"total_rows": len(listed), "indexes": listed[start:end]}
+
+
+def _index_answer(
+    entry: DbEntry, method: str, rest: list[str], body: Any, query: str = ""
+) -> tuple[int, Any]:
     db = entry.db
 
     def write(doc: dict[str, Any]) -> Any:
         return validated_write(entry, doc)
 
     if not rest and method in ("GET", "HEAD"):  # chttpd answers every HEAD as its GET
-        listed = [index.listed() for index in mango.list_indexes(db)]
-        return 200, {"total_rows": len(listed), "indexes": listed}
+        return 200, _listed(db, query)
     if not rest and method == "POST":
         if not isinstance(body, dict):
             raise _invalid("bad_request", "Request body must be a JSON object")
@@ -611,13 +652,18 @@ def _index_answer(entry: DbEntry, method: str, rest: list[str], body: Any) -> tu
         if method != "POST":
             raise method_not_allowed("POST")
         return 200, _bulk_delete(db, _bulk_delete_ids(body), write)
-    if len(rest) >= 3 and rest[-2] == "json":
-        # {ddoc}/json/{name}; the ddoc may hold slashes ("_design/x", "_design/a/b").
+    if len(rest) == 4 and rest[0] == "_design":
+        rest = ["_design/" + rest[1], *rest[2:]]
+    if len(rest) == 3:
+        # {ddoc}/{type}/{name} (mango_httpd): other methods are 405, and an index of
+        # another type is not found.
         if method != "DELETE":
             raise method_not_allowed("DELETE")
-        mango.delete_index(db, "/".join(rest[:-2]), rest[-1], write)
+        if rest[1] != "json":
+            raise HTTPError(404, "not_found", "missing")
+        mango.delete_index(db, rest[0], rest[2], write)
         return 200, {"ok": True}
-    raise HTTPError(404, "not_found", "Index not found")
+    raise HTTPError(404, "not_found", "missing")
 
 
 def _bulk_delete_ids(body: Any) -> list[str]:
@@ -692,7 +738,9 @@ async def handle_index(
     if request.method == "POST" and rest in ([], ["_bulk_delete"]):
         require_json_content(request.headers)
         body = await state.run(decode_object, await state.read_body(request))
-    status, answer = await state.run(_index_answer, entry, request.method, rest, body)
+    status, answer = await state.run(
+        _index_answer, entry, request.method, rest, body, request.rel_url.raw_query_string
+    )
     if request.method != "GET":
         state.notify(entry)
     return respond(reply(status, answer))

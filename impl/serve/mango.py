@@ -102,61 +102,110 @@ ALL_DOCS = MangoIndex(None, "_all_docs", ("_id",))
 # -- creating, listing and deleting ---------------------------------------------------------
 
 
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def _fields_of(raw: Any) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not raw:
+    """Index fields checked as mango_sort:new checks them (names, or one-member
+    objects naming ``asc`` or ``desc``, all one way)."""
+    if not isinstance(raw, list):
+        raise _bad("invalid_sort_json", f"Sort must be an array of sort specs, not: {_show(raw)}")
+    if not raw:  # CouchDB would store an index of no columns
         raise _bad("invalid_index_fields", "Index fields must be a non-empty array of fields")
-    fields = []
+    fields, directions = [], set()
     for spec in raw:
         if isinstance(spec, dict) and len(spec) == 1:
             [(name, direction)] = spec.items()
-            if direction not in ("asc", "desc"):
-                raise _bad("invalid_sort_dir", f"Invalid sort direction: {direction!r}")
-            spec = name
+            if direction in ("asc", "desc"):
+                spec = name
+                directions.add(direction)
         if not isinstance(spec, str) or not spec:
-            raise _bad("invalid_sort_field", f"Invalid sort field: {json.dumps(spec)}")
+            raise _bad("invalid_sort_field", f"Invalid sort field: {_show(spec)}")
         try:
             selector.parse_field(spec)
         except selector.BadSelector as exc:
             raise _bad(exc.error, exc.reason) from None
         fields.append(spec)
+    if len(directions) > 1:
+        raise _bad(
+            "unsupported_mixed_sort",
+            "Sorts currently only support a single direction for all fields.",
+        )
     return tuple(fields)
 
 
 def _optional_name(body: dict[str, Any], key: str) -> str | None:
-    value = body.get(key)
-    if value is None:
+    """mango_opts:validate_non_empty_string, for ``name`` and ``ddoc``."""
+    if key not in body:
         return None
-    if not isinstance(value, str) or not value:
-        raise _bad("invalid_" + key, f"`{key}` must be a non-empty string")
+    value = body[key]
+    if value == "":
+        raise _bad("invalid_empty_string", "Index name or ddoc cannot be empty string")
+    if not isinstance(value, str):
+        raise _bad("invalid_string", f"Invalid string: {_show(value)}")
     return value
 
 
+_REQUEST_KEYS = ("index", "type", "name", "ddoc", "w", "partitioned")
+_DEFINITION_KEYS = ("fields", "partial_filter_selector")
+
+
 def parse_index_request(body: dict[str, Any]) -> MangoIndex:
-    """The index a ``POST /{db}/_index`` body describes (default names: a hash of it)."""
-    index = body.get("index")
-    if not isinstance(index, dict):
+    """The index a ``POST /{db}/_index`` body describes (default names: a hash of it),
+    checked in the order of mango_opts:validate_idx_create, mango_idx:new and
+    mango_idx_view:validate_new; a ``text`` or ``nouveau`` index is CouchDB's 503
+    for a server without that service."""
+    if "index" not in body:
         raise _bad("missing_required_key", "Missing required key: index")
     kind = body.get("type", "json")
+    if not isinstance(kind, str):
+        raise _bad("invalid_string", f"Invalid string: {_show(kind)}")
+    ddoc, name = _optional_name(body, "ddoc"), _optional_name(body, "name")
+    w = body.get("w", 2)
+    if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        raise _bad("invalid_pos_integer", f"{_show(w)} is not an integer greater than zero")
+    partitioned = body.get("partitioned", False)
+    if not isinstance(partitioned, bool):
+        raise _bad("invalid_partitioned_value", f"Invalid partitioned value: {_show(partitioned)}")
+    _no_other_keys(body, _REQUEST_KEYS)
+    if kind in ("text", "nouveau"):
+        raise HTTPError(503, "required index service unavailable", kind)
     if kind != "json":
-        raise _bad("invalid_index_type", f"settee serve builds json indexes, not {kind!r}")
-    fields = _fields_of(index.get("fields"))
-    partial = index.get("partial_filter_selector", body.get("partial_filter_selector"))
-    if partial is not None:
+        raise _bad("invalid_index", f"Invalid type for index: {kind}")
+    index = body["index"]
+    if not isinstance(index, dict):
+        raise _bad("invalid_index", f"JSON indexes must be an object, not: {_show(index)}")
+    if "fields" not in index:
+        raise _bad("missing_required_key", "Missing required key: fields")
+    fields = _fields_of(index["fields"])
+    partial = index.get("partial_filter_selector")
+    if partial is not None or "partial_filter_selector" in index:
         if not isinstance(partial, dict):
-            what = "partial_filter_selector must be an object"
-            raise _bad("invalid_partial_filter_selector", what)
+            what = f"Selector must be a JSON object, not: {_show(partial)}"
+            raise _bad("invalid_selector_json", what)
         try:
             selector.normalize(partial)
         except selector.BadSelector as exc:
             raise _bad(exc.error, exc.reason) from None
         partial = partial or None
+    _no_other_keys(index, _DEFINITION_KEYS)
+    if partitioned:
+        what = "partitioned option cannot be true in a non-partitioned database."
+        raise _bad("invalid_design_doc", what)
     generated = hashlib.sha1(
         json.dumps([fields, partial], sort_keys=True).encode("utf-8")
     ).hexdigest()
-    ddoc = _optional_name(body, "ddoc") or generated
-    name = _optional_name(body, "name") or generated
+    ddoc = ddoc or generated
     ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
-    return MangoIndex(ddoc_id, name, fields, partial)
+    return MangoIndex(ddoc_id, name or generated, fields, partial)
+
+
+def _no_other_keys(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    for key in body:
+        if key not in known:
+            raise _bad("invalid_key", f"Invalid key {key} for this request.")
 
 
 def _design_docs(db: settee.Database) -> list[dict[str, Any]]:
@@ -217,10 +266,10 @@ def delete_index(db: settee.Database, ddoc: str, name: str, write: Any) -> None:
     try:
         doc = db.get(ddoc_id)
     except settee.NotFound:
-        raise HTTPError(404, "not_found", "Index not found") from None
+        raise HTTPError(404, "not_found", "missing") from None
     views = doc.get("views") if isinstance(doc.get("views"), dict) else {}
     if doc.get("language") != "query" or _from_view(ddoc_id, name, views.get(name)) is None:
-        raise HTTPError(404, "not_found", "Index not found")
+        raise HTTPError(404, "not_found", "missing")
     rest = {k: v for k, v in views.items() if k != name}
     if rest:
         write({**doc, "views": rest})
