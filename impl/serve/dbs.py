@@ -71,6 +71,9 @@ async def handle_root(state: State, request: web.BaseRequest) -> web.StreamRespo
             {
                 "couchdb": "Welcome",
                 "version": COUCHDB_VERSION,
+                # chttpd_misc:handle_welcome_req names the build's commit; settee
+                # names its release.
+                "git_sha": f"settee-{settee.__version__}",
                 "uuid": state.uuid,
                 "features": [],
                 "vendor": {"name": "settee", "version": settee.__version__},
@@ -80,12 +83,13 @@ async def handle_root(state: State, request: web.BaseRequest) -> web.StreamRespo
 
 
 async def handle_up(state: State, request: web.BaseRequest) -> web.StreamResponse:
-    require_method(request, "GET")
-    return respond(reply(200, {"status": "ok"}))
+    require_method(request, "GET,HEAD")
+    # mem3_seeds:get_status, with no seed nodes to report on.
+    return respond(reply(200, {"status": "ok", "seeds": {}}))
 
 
 async def handle_all_dbs(state: State, request: web.BaseRequest) -> web.StreamResponse:
-    require_method(request, "GET")
+    require_method(request, "GET,HEAD")
     names = await state.run(_listed_names, state, request.query)
     return respond(reply(200, names))
 
@@ -126,7 +130,7 @@ async def handle_dbs_info(state: State, request: web.BaseRequest) -> web.StreamR
     """``GET /_dbs_info``: every listed database's info (the ``_all_dbs`` parameters
     apply); ``POST`` ``{"keys": [...]}``: the info of each named database or a
     not_found entry (chttpd_misc:handle_dbs_info_req; server/common.rst)."""
-    require_method(request, "GET,POST")
+    require_method(request, "GET,HEAD,POST")
     if request.method == "POST":
         require_json_content(request.headers)
         body = await state.run(decode_object, await state.read_body(request))
@@ -314,7 +318,7 @@ async def handle_session(state: State, request: web.BaseRequest) -> web.StreamRe
     """No users, so every request is an admin's (CouchDB's admin party): ``GET`` says
     so, ``DELETE`` logs out of nothing, and a login cannot succeed (401, as CouchDB
     answers a name it does not know)."""
-    require_method(request, "GET,POST,DELETE")
+    require_method(request, "GET,HEAD,POST,DELETE")
     if request.method == "POST":
         raise HTTPError(401, "unauthorized", "Name or password is incorrect.")
     if request.method == "DELETE":
@@ -322,7 +326,8 @@ async def handle_session(state: State, request: web.BaseRequest) -> web.StreamRe
     session = {
         "ok": True,
         "userCtx": {"name": None, "roles": ["_admin"]},
-        "info": {"authentication_handlers": ["default"]},
+        # couch_httpd_auth:handle_session_req adds the [chttpd_auth] database.
+        "info": {"authentication_handlers": ["default"], "authentication_db": "_users"},
     }
     return respond(reply(200, session))
 
@@ -330,7 +335,7 @@ async def handle_session(state: State, request: web.BaseRequest) -> web.StreamRe
 async def handle_active_tasks(state: State, request: web.BaseRequest) -> web.StreamResponse:
     """The replications ``POST /_replicate`` runs; no indexers run in the background,
     and compactions are quick and reported by ``compact_running`` in the database's info."""
-    require_method(request, "GET")
+    require_method(request, "GET,HEAD")
     return respond(reply(200, active_tasks(state)))
 
 

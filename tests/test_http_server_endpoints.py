@@ -1,0 +1,44 @@
+"""Server-level endpoints as CouchDB 3.5 answers them, each checked against its
+source: the welcome (chttpd_misc:handle_welcome_req), ``/_up`` (and mem3_seeds),
+``/_session`` (couch_httpd_auth:handle_session_req) and the ``Allow`` header of
+each endpoint's 405 (send_method_not_allowed in chttpd_misc, couch_httpd_auth).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
+
+from tests import test_http
+from tests.test_http import Client
+
+# tests/test_http.py's fixtures: one server for this module.
+server, client = test_http.server, test_http.client
+
+
+def test_welcome_up_and_session_carry_couchdbs_members(client: Client) -> None:
+    welcome = client("GET", "/").json
+    assert list(welcome)[:5] == ["couchdb", "version", "git_sha", "uuid", "features"]
+    assert isinstance(welcome["git_sha"], str)
+    assert client("GET", "/_up").json == {"status": "ok", "seeds": {}}
+    info = client("GET", "/_session").json["info"]
+    assert info == {"authentication_handlers": ["default"], "authentication_db": "_users"}
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/", "GET,HEAD"),
+        ("/_up", "GET,HEAD"),
+        ("/_all_dbs", "GET,HEAD"),
+        ("/_dbs_info", "GET,HEAD,POST"),
+        ("/_active_tasks", "GET,HEAD"),
+        ("/_session", "GET,HEAD,POST,DELETE"),
+        ("/_uuids", "GET"),
+    ],
+)
+def test_405_names_couchdbs_allowed_methods(client: Client, path: str, allowed: str) -> None:
+    resp = client("PUT", path, {})
+    assert (resp.status, resp.headers["Allow"]) == (405, allowed)
+    assert resp.json["error"] == "method_not_allowed"
