@@ -302,3 +302,40 @@ def test_find_matches_conflicts_when_it_asks_for_them(client: Client, db: str) -
     found = find(client, db, selector, conflicts=True)["docs"]
     assert [d["_conflicts"] for d in found] == [["1-23202479633c2b380f79507a776743d5"]]
     assert find(client, db, selector)["docs"] == []
+
+
+def test_explain_ranks_the_other_index_candidates(client: Client, db: str) -> None:
+    """mango_cursor:extract_candidate_indexes (23-explain-indexes-test.py): every
+    index but the chosen one, with whether it was usable, its first reason and its
+    ranking; design documents in descending order, _all_docs last."""
+    save(client, db, PEOPLE)
+    index(client, db, ["age"], "age")
+    index(client, db, ["company", "manager"], "company_and_manager")
+    index(client, db, ["age", "name"], "age_name")
+    answer = explain(client, db, {"age": 23, "name": "x"}, fields=["_id", "age"])
+    assert answer["index"]["name"] == "age_name"
+
+    def analysis(usable: bool, reason: str, ranking: int, covering: Any) -> dict[str, Any]:
+        return {
+            "usable": usable,
+            "reasons": [{"name": reason}],
+            "ranking": ranking,
+            "covering": covering,
+        }
+
+    assert [(c["index"]["name"], c["analysis"]) for c in answer["index_candidates"]] == [
+        ("company_and_manager", analysis(False, "field_mismatch", 3, False)),
+        ("age", analysis(True, "less_overlap", 1, True)),
+        ("_all_docs", analysis(True, "unfavored_type", 2, None)),
+    ]
+    none = explain(client, db, {"name": "x"}, sort=["company"])
+    assert none["index"] is None
+    # Each index's first reason only: company_and_manager sorts right but needs
+    # manager; the others need age (and _all_docs an _id range) first.
+    assert [
+        (c["index"]["name"], c["analysis"]["reasons"], c["analysis"]["ranking"])
+        for c in none["index_candidates"]
+    ] == [
+        (name, [{"name": "field_mismatch"}], 1)
+        for name in ("company_and_manager", "age_name", "age", "_all_docs")
+    ]

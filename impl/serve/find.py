@@ -43,7 +43,7 @@ from settee.serve.viewindex import ViewIndex, prefix_bound
 from settee.serve.viewquery import retryable, update_index
 from settee.spec import selector
 
-__all__ = ["handle_explain", "handle_find", "handle_index"]
+__all__ = ["FindQuery", "handle_find", "handle_index", "named_indexes", "plan", "read_find_query"]
 
 NO_INDEX_WARNING = "No matching index found, create an index to optimize query time."
 DEFAULT_LIMIT = 25
@@ -288,7 +288,7 @@ def _no_usable_index() -> HTTPError:
     )
 
 
-def _named(indexes: list[mango.MangoIndex], use_index: list[str] | None) -> list[Any]:
+def named_indexes(indexes: list[mango.MangoIndex], use_index: list[str] | None) -> list[Any]:
     """mango_cursor:maybe_filter_indexes_by_ddoc: the indexes ``use_index`` names."""
     if use_index is None:
         return []
@@ -319,11 +319,11 @@ def plan(db: settee.Database, q: FindQuery, *, explain: bool = False) -> _Plan:
     indexes = mango.list_indexes(db)
     # A partial index leaves documents out: it serves only queries that name it.
     candidates = [i for i in indexes if not i.partial]
-    candidates += [i for i in _named(indexes, q.use_index) if i.partial]
+    candidates += [i for i in named_indexes(indexes, q.use_index) if i.partial]
     usable = [i for i in candidates if mangoplan.usable(i, q.selector, q.sort_fields)]
     if not usable and not explain:
         raise _no_usable_index()
-    chosen = _named(usable, q.use_index)
+    chosen = named_indexes(usable, q.use_index)
     if not chosen:
         if not (q.allow_fallback or (q.use_index is None and len(usable) > 1)):
             raise _invalid_index(q.use_index)
@@ -339,7 +339,7 @@ def plan(db: settee.Database, q: FindQuery, *, explain: bool = False) -> _Plan:
 
 def _use_index_warning(index: mango.MangoIndex, use_index: list[str] | None) -> str | None:
     """mango_cursor:invalid_index_warning: the named index was not the one used."""
-    if use_index is None or _named([index], use_index):
+    if use_index is None or named_indexes([index], use_index):
         return None
     if len(use_index) == 1:
         return (
@@ -746,89 +746,9 @@ async def handle_index(
     return respond(reply(status, answer))
 
 
-def _max_shown(value: Any) -> Any:
-    """mango_cursor_view:maybe_replace_max_json: MAX as ``"<MAX>"``."""
-    if value is mangoplan.MAX:
-        return "<MAX>"
-    if isinstance(value, list):
-        return [_max_shown(v) for v in value]
-    return value
-
-
-def _selector_hints(normal: Any) -> list[dict[str, Any]]:
-    """mango_cursor:extract_selector_hints for json indexes (the only kind here)."""
-    indexable = {mangoplan.field_name(p) for p in mangoplan.indexable_fields(normal)}
-    every = set(mangoplan.selector_fields(normal))
-    return [
-        {
-            "type": "json",
-            "indexable_fields": sorted(indexable),
-            "unindexable_fields": sorted(every - indexable),
-        }
-    ]
-
-
-def explain(entry: DbEntry, body: dict[str, Any], q: FindQuery) -> dict[str, Any]:
-    """``POST /{db}/_explain``: the index ``_find`` would use and how it would read
-    it, in mango_cursor:explain's shape (``index`` null, and no ``mrargs``, when no
-    index can serve the query)."""
-    found = plan(entry.db, q, explain=True)
-    opts = {
-        "use_index": q.use_index_names,
-        "bookmark": body.get("bookmark") or "nil",
-        "limit": q.limit,
-        "skip": q.skip,
-        "sort": {f: "desc" if q.descending else "asc" for f in q.sort_fields},
-        "fields": q.fields,
-        "partition": "",
-        "r": q.r,
-        "conflicts": q.conflicts,
-        "stale": "ok" if q.stale else False,
-        "update": body.get("update", True),
-        "stable": body.get("stable", False),
-        "execution_stats": q.execution_stats,
-        "allow_fallback": q.allow_fallback,
-    }
-    answer: dict[str, Any] = {
-        "dbname": entry.name,
-        "index": None if found.index is None else found.index.listed(),
-        "partitioned": False,
-        "selector": mangoplan.selector_json(q.selector),
-        "opts": opts,
-        "limit": q.limit,
-        "skip": q.skip,
-        "fields": q.fields,
-        "selector_hints": _selector_hints(q.selector),
-    }
-    if found.index is None:
-        return answer
-    covering = mangoplan.covers(found.index, q.fields, q.selector)
-    start: Any = None
-    end: Any = None
-    if found.ranges is not None:
-        start = mangoplan.start_key(found.index, found.ranges)
-        end = mangoplan.end_key(found.index, found.ranges)
-        if q.descending:
-            start, end = end, start
-    answer["mrargs"] = {
-        "include_docs": q.r == 1 and not covering,
-        "view_type": "map",
-        "reduce": False,
-        "partition": None,
-        "start_key": _max_shown(start),
-        "end_key": _max_shown(end),
-        "direction": "rev" if q.descending else "fwd",
-        "stable": q.stable,
-        "update": q.update,
-        # #mrargs{} leaves conflicts undefined unless the query asks for them, and
-        # CouchDB's JSON encoder writes the atom as a string (docs: find.rst).
-        "conflicts": True if q.conflicts else "undefined",
-    }
-    answer["covering"] = covering
-    return answer
-
-
-async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str, Any], FindQuery]:
+async def read_find_query(
+    state: State, request: web.BaseRequest
+) -> tuple[dict[str, Any], FindQuery]:
     if request.method != "POST":
         raise method_not_allowed("POST")
     require_json_content(request.headers)
@@ -837,17 +757,10 @@ async def _find_query(state: State, request: web.BaseRequest) -> tuple[dict[str,
 
 
 async def handle_find(state: State, request: web.BaseRequest, entry: DbEntry) -> web.StreamResponse:
-    _body, q = await _find_query(state, request)
+    _body, q = await read_find_query(state, request)
     started = time.monotonic()
     found = await state.run(retryable, open_find, entry, q, state.registry.view_index)
     if found.view is not None and q.update:
         await update_index(state, entry, found.view, found.index)
     result = await state.run(retryable, run_find, entry, q, found, started)
     return respond(reply(200, result))
-
-
-async def handle_explain(
-    state: State, request: web.BaseRequest, entry: DbEntry
-) -> web.StreamResponse:
-    body, q = await _find_query(state, request)
-    return respond(reply(200, await state.run(explain, entry, body, q)))

@@ -36,6 +36,8 @@ __all__ = [
     "has_required_fields",
     "indexable_fields",
     "is_constant_field",
+    "ranked",
+    "rejections",
     "selector_fields",
     "selector_json",
     "start_key",
@@ -223,16 +225,27 @@ def _can_use_sort(columns: list[str], sort: list[str], sel: Any) -> bool:
         columns = columns[1:]
 
 
-def usable(index: MangoIndex, node: Any, sort: list[str]) -> bool:
-    """Whether ``index`` can answer the query: its columns (but the sort fields,
-    ``_id`` and ``_rev``) all required by the selector, and the sort its leading
-    columns after ones the selector holds constant."""
+def rejections(index: MangoIndex, node: Any, sort: list[str]) -> list[str]:
+    """Why ``index`` cannot answer the query (mango_idx_view:is_usable's and
+    mango_idx_special:is_usable's reasons; none: it can). A json index needs its
+    columns (but the sort fields, ``_id`` and ``_rev``) all required by the
+    selector, and the sort its leading columns after ones the selector holds
+    constant; ``_all_docs`` serves a sort on ``_id`` only, for a selector on it."""
     if index.ddoc is None:
-        return not sort or (("_id",) in indexable_fields(node) and sort == ["_id"])
+        if not sort:
+            return []
+        reasons = [] if ("_id",) in indexable_fields(node) else ["field_mismatch"]
+        return reasons + ([] if sort == ["_id"] else ["sort_order_mismatch"])
     columns = list(index.fields)
     required = sorted(set(columns) - set(sort) - {"_id", "_rev"})
     paths = [selector.parse_field(column) for column in required]
-    return has_required_fields(node, paths) and _can_use_sort(columns, sort, node)
+    reasons = [] if has_required_fields(node, paths) else ["field_mismatch"]
+    return reasons + ([] if _can_use_sort(columns, sort, node) else ["sort_order_mismatch"])
+
+
+def usable(index: MangoIndex, node: Any, sort: list[str]) -> bool:
+    """Whether ``index`` can answer the query (:func:`rejections` has no reason)."""
+    return not rejections(index, node, sort)
 
 
 def _prefix(index: MangoIndex, ranges: list[tuple[Path, Range]]) -> list[Range]:
@@ -245,18 +258,23 @@ def _prefix(index: MangoIndex, ranges: list[tuple[Path, Range]]) -> list[Range]:
     return found
 
 
-def choose(indexes: list[MangoIndex], node: Any) -> tuple[MangoIndex, list[Range]]:
-    """The best of ``indexes`` (all json, or the one ``_all_docs``) and its ranges."""
+def ranked(indexes: list[MangoIndex], node: Any) -> list[tuple[MangoIndex, list[Range], int]]:
+    """``indexes`` (all json, or the one ``_all_docs``), best first, each with the
+    ranges of its leading columns and how many of the selector's ranges those
+    leave out (mango_cursor_view:composite_indexes and choose_best_index)."""
     ranges = field_ranges(node)
     if indexes[0].ddoc is None:
         ranges = [*ranges, (("_id",), ("$gt", None, "$lt", MAX))]
-    ranked = [(index, _prefix(index, ranges)) for index in indexes]
+    found = []
+    for index in indexes:
+        prefix = _prefix(index, ranges)
+        found.append((index, prefix, len(ranges) - len(prefix)))
+    return sorted(found, key=lambda e: (e[2], len(e[0].fields), e[0].ddoc or "", e[0].name))
 
-    def rank(entry: tuple[MangoIndex, list[Range]]) -> tuple[int, int, str, str]:
-        index, prefix = entry
-        return (len(ranges) - len(prefix), len(index.fields), index.ddoc or "", index.name)
 
-    best, prefix = min(ranked, key=rank)
+def choose(indexes: list[MangoIndex], node: Any) -> tuple[MangoIndex, list[Range]]:
+    """The best of ``indexes`` (all json, or the one ``_all_docs``) and its ranges."""
+    best, prefix, _distance = ranked(indexes, node)[0]
     return best, prefix
 
 
