@@ -36,6 +36,7 @@ __all__ = [
     "matches",
     "normalize",
     "parse_field",
+    "raw_cmp",
 ]
 
 MATCH_ALL: tuple[str] = ("$all_docs",)
@@ -278,24 +279,64 @@ def field_value(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
     return True, found
 
 
-def _match(node: Any, value: Any) -> bool:
+Cmp = Callable[[Any, Any], int]
+
+_ID_PATH = ("_id",)
+
+
+def _match(node: Any, value: Any, cmp: Cmp = collate_json) -> bool:
     kind = node[0]
     if kind == "field":
         found = get_field(value, node[1])
         if found is _NOT_FOUND:
             return node[2] == ("$exists", False)
-        return found is not _BAD_PATH and _match(node[2], found)
+        if found is _BAD_PATH:
+            return False
+        # mango_selector:match compares a field named _id in Erlang's term order
+        # (mango_json:cmp_raw), every other one in view collation.
+        return _match(node[2], found, raw_cmp if node[1] == _ID_PATH else cmp)
     if kind == "$and":
-        return all(_match(a, value) for a in node[1])
+        return all(_match(a, value, cmp) for a in node[1])
     if kind == "$or":
-        return not node[1] or any(_match(a, value) for a in node[1])
+        return not node[1] or any(_match(a, value, cmp) for a in node[1])
     if kind == "$not":
-        return not _match(node[1], value)
-    return _CONDITIONS[kind](node[1], value)
+        return not _match(node[1], value, cmp)
+    return _CONDITIONS[kind](node[1], value, cmp)
 
 
-def _equal(a: Any, b: Any) -> bool:
-    return collate_json(a, b) == 0
+#: Erlang's term order of the JSON types as ejson holds them: numbers, atoms
+#: (false, null, true), tuples (objects), lists (arrays), binaries (strings).
+_RAW_RANK = {"number": 0, "boolean": 1, "null": 1, "object": 2, "array": 3, "string": 4}
+_ATOM = {False: "false", None: "null", True: "true"}
+
+
+def raw_cmp(a: Any, b: Any) -> int:
+    """mango_json:cmp_raw: Erlang's term order on decoded JSON."""
+    ka, kb = _RAW_RANK[json_type(a)], _RAW_RANK[json_type(b)]
+    if ka != kb:
+        return -1 if ka < kb else 1
+    if ka == 1:
+        a, b = _ATOM[a], _ATOM[b]
+    elif ka == 2:
+        # {Props}: a one-element tuple holding the list of {Key, Value} members.
+        return _raw_sequences(list(a.items()), list(b.items()))
+    elif ka == 3:
+        return _raw_sequences(a, b)
+    elif ka == 4:
+        a, b = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    return (a > b) - (a < b)
+
+
+def _raw_sequences(a: list[Any], b: list[Any]) -> int:
+    """Element by element (an object member: its key, then its value); a prefix first."""
+    for x, y in zip(a, b, strict=False):
+        if isinstance(x, tuple):
+            order = raw_cmp(x[0], y[0]) or raw_cmp(x[1], y[1])
+        else:
+            order = raw_cmp(x, y)
+        if order:
+            return order
+    return (len(a) > len(b)) - (len(a) < len(b))
 
 
 def _identical(a: Any, b: Any) -> bool:
@@ -312,26 +353,27 @@ def _identical(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _all(args: list[Any], value: Any) -> bool:
+def _all(args: list[Any], value: Any, _cmp: Cmp) -> bool:
     if not args or not isinstance(value, list):
         return False
     has_all = all(any(_identical(a, v) for v in value) for a in args)
-    return has_all or (len(args) == 1 and isinstance(args[0], list) and _equal(args[0], value))
+    only = len(args) == 1 and isinstance(args[0], list)
+    return has_all or (only and collate_json(args[0], value) == 0)
 
 
-def _in(args: list[Any], value: Any) -> bool:
+def _in(args: list[Any], value: Any, cmp: Cmp) -> bool:
     if isinstance(value, list):
-        return any(_equal(v, a) for a in args for v in value)
-    return any(_equal(value, a) for a in args)
+        return any(cmp(v, a) == 0 for a in args for v in value)
+    return any(cmp(value, a) == 0 for a in args)
 
 
-def _nin(args: list[Any], value: Any) -> bool:
+def _nin(args: list[Any], value: Any, cmp: Cmp) -> bool:
     if isinstance(value, list):
-        return not _in(args, value)
-    return all(not _equal(value, a) for a in args)
+        return not _in(args, value, cmp)
+    return all(cmp(value, a) != 0 for a in args)
 
 
-def _mod(arg: list[int], value: Any) -> bool:
+def _mod(arg: list[int], value: Any, _cmp: Cmp) -> bool:
     if not _is_int(value):
         return False
     divisor, remainder = arg
@@ -340,7 +382,7 @@ def _mod(arg: list[int], value: Any) -> bool:
     return (magnitude if value >= 0 else -magnitude) == remainder
 
 
-def _regex(pattern: str, value: Any) -> bool:
+def _regex(pattern: str, value: Any, _cmp: Cmp) -> bool:
     """``$regex``: a search with the ``regex`` module (``re``'s syntax), bounded in
     time and run without the GIL: a pattern that backtracks catastrophically
     (``(a+)+$``) is refused with ``regex_timeout`` after ``REGEX_SECONDS``,
@@ -359,34 +401,34 @@ def _regex(pattern: str, value: Any) -> bool:
     return found is not None
 
 
-def _elem_match(node: Any, value: Any) -> bool:
-    return isinstance(value, list) and any(_match(node, v) for v in value)
+def _elem_match(node: Any, value: Any, cmp: Cmp) -> bool:
+    return isinstance(value, list) and any(_match(node, v, cmp) for v in value)
 
 
-def _all_match(node: Any, value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(_match(node, v) for v in value)
+def _all_match(node: Any, value: Any, cmp: Cmp) -> bool:
+    return isinstance(value, list) and bool(value) and all(_match(node, v, cmp) for v in value)
 
 
-def _key_map_match(node: Any, value: Any) -> bool:
-    return isinstance(value, dict) and any(_match(node, key) for key in value)
+def _key_map_match(node: Any, value: Any, cmp: Cmp) -> bool:
+    return isinstance(value, dict) and any(_match(node, key, cmp) for key in value)
 
 
-_CONDITIONS: dict[str, Callable[[Any, Any], bool]] = {
-    "$lt": lambda arg, v: collate_json(v, arg) < 0,
-    "$lte": lambda arg, v: collate_json(v, arg) <= 0,
-    "$eq": lambda arg, v: collate_json(v, arg) == 0,
-    "$ne": lambda arg, v: collate_json(v, arg) != 0,
-    "$gte": lambda arg, v: collate_json(v, arg) >= 0,
-    "$gt": lambda arg, v: collate_json(v, arg) > 0,
+_CONDITIONS: dict[str, Callable[[Any, Any, Cmp], bool]] = {
+    "$lt": lambda arg, v, cmp: cmp(v, arg) < 0,
+    "$lte": lambda arg, v, cmp: cmp(v, arg) <= 0,
+    "$eq": lambda arg, v, cmp: cmp(v, arg) == 0,
+    "$ne": lambda arg, v, cmp: cmp(v, arg) != 0,
+    "$gte": lambda arg, v, cmp: cmp(v, arg) >= 0,
+    "$gt": lambda arg, v, cmp: cmp(v, arg) > 0,
     "$in": _in,
     "$nin": _nin,
     "$all": _all,
-    "$exists": lambda arg, _v: bool(arg),  # called only for a value that exists
-    "$type": lambda arg, v: arg == json_type(v),
+    "$exists": lambda arg, _v, _cmp: bool(arg),  # called only for a value that exists
+    "$type": lambda arg, v, _cmp: arg == json_type(v),
     "$mod": _mod,
     "$regex": _regex,
-    "$size": lambda arg, v: isinstance(v, list) and len(v) == arg,
-    "$beginsWith": lambda arg, v: isinstance(v, str) and v.startswith(arg),
+    "$size": lambda arg, v, _cmp: isinstance(v, list) and len(v) == arg,
+    "$beginsWith": lambda arg, v, _cmp: isinstance(v, str) and v.startswith(arg),
     "$elemMatch": _elem_match,
     "$allMatch": _all_match,
     "$keyMapMatch": _key_map_match,

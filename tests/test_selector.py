@@ -16,7 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from settee.spec.collation import collate_json, collate_text
-from settee.spec.selector import BadSelector, extract_fields, matches, normalize
+from settee.spec.selector import BadSelector, extract_fields, matches, normalize, raw_cmp
 
 # CouchDB's documented collation sequence (docs "Views Collation", couch_mrview tests).
 ORDERED = [
@@ -318,3 +318,39 @@ def test_a_catastrophic_regex_is_refused_not_run_for_hours() -> None:
     # The right answer in time, or a refusal once the budget is spent: never hours.
     assert run.stdout.split() == ["False", "regex_timeout"], run.stdout + run.stderr
     assert matches(normalize({"a": {"$regex": "^a+b$"}}), {"a": "a" * 40 + "b"})
+
+
+def _erlang_key(value: Any) -> Any:
+    """Erlang's term order of ejson, spelled as Python tuples (an oracle for
+    raw_cmp): numbers < atoms (false < null < true) < tuples ({Props}) < lists <
+    binaries (UTF-8 bytes)."""
+    if value is None or isinstance(value, bool):
+        return (1, ["false", "null", "true"].index(_ATOM_NAMES[value]))
+    if isinstance(value, int | float):
+        return (0, value)
+    if isinstance(value, dict):
+        return (2, [(_erlang_key(k), _erlang_key(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return (3, [_erlang_key(v) for v in value])
+    return (4, value.encode("utf-8"))
+
+
+_ATOM_NAMES = {None: "null", False: "false", True: "true"}
+
+
+@given(JSON, JSON)
+def test_raw_order_is_erlangs_term_order(a: Any, b: Any) -> None:
+    key_a, key_b = _erlang_key(a), _erlang_key(b)
+    assert raw_cmp(a, b) == (key_a > key_b) - (key_a < key_b)
+
+
+def test_id_conditions_compare_in_erlangs_term_order() -> None:
+    """mango_selector:match compares a field named _id with mango_json:cmp_raw, not
+    in view collation: "a" is above "B", and every string above numbers, arrays
+    and objects (where collation puts arrays and objects above strings)."""
+    doc = {"_id": "a", "x": "a"}
+    assert matches(normalize({"_id": {"$gt": "B"}}), doc)
+    assert not matches(normalize({"x": {"$gt": "B"}}), doc)
+    assert matches(normalize({"_id": {"$gt": ["z"]}}), doc)
+    assert not matches(normalize({"x": {"$gt": ["z"]}}), doc)
+    assert matches(normalize({"_id": {"$in": ["a"]}, "x": {"$lt": "B"}}), doc)
