@@ -339,3 +339,26 @@ def test_explain_ranks_the_other_index_candidates(client: Client, db: str) -> No
         (name, [{"name": "field_mismatch"}], 1)
         for name in ("company_and_manager", "age_name", "age", "_all_docs")
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"selector": {}, "partition": 1}, "illegal_partition"),
+        ({"selector": {}, "partition": "_a"}, "illegal_partition"),
+        ({"selector": {}, "partition": "a:b"}, "illegal_partition"),
+        ({"selector": {}, "partition": "a"}, "query_parse_error"),
+        ({"selector": {}, "stale": "yes"}, "invalid_ok_or_false_value"),
+        ({"selector": {}, "stable": 1}, "invalid_boolean"),
+        ({"selector": {}, "bookmark": 1}, "invalid_bookmark"),
+        ({"selector": {}, "sort": [{"a": "up"}]}, "invalid_sort_field"),
+        # Options are checked before unknown keys (mango_opts:validate).
+        ({"selector": {}, "colour": 1, "limit": -1}, "invalid_non_neg_integer"),
+    ],
+)
+def test_find_option_refusals(client: Client, db: str, body: dict[str, Any], error: str) -> None:
+    """mango_opts:validate_find, couch_partition:validate_partition, and a
+    partitioned query on a database without partitions
+    (couch_mrview_util:validate_all_docs_args); mango_sort:sort_field."""
+    assert refused(client, f"{db}/_find", body)[:2] == (400, error)
+    assert find(client, db, {}, partition="", stale="ok", stable=True)["docs"] == []

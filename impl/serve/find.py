@@ -232,9 +232,7 @@ def parse_find(body: dict[str, Any]) -> FindQuery:
     skip = _non_neg(body, "skip", 0)
     sort_fields, descending = _sort(body.get("sort", []))
     fields = _fields(body.get("fields", []))
-    partition = body.get("partition", "")
-    if partition != "":
-        raise _invalid("bad_request", "`partition` is not supported on this database")
+    partition = _partition(body.get("partition", ""))
     r = body.get("r", 1)
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise _invalid("invalid_pos_integer", f"{_show(r)} is not an integer greater than zero")
@@ -247,6 +245,10 @@ def parse_find(body: dict[str, Any]) -> FindQuery:
     for key in body:
         if key not in _KNOWN_KEYS:
             raise _invalid("invalid_key", f"Invalid key {key} for this request.")
+    if partition:
+        # No index is partitioned here, so _all_docs would serve the query, and
+        # couch_mrview_util:validate_all_docs_args refuses it on such a database.
+        raise _invalid("query_parse_error", "`partition` parameter is not supported on this db")
     return FindQuery(
         selector=normal,
         limit=limit,
@@ -265,6 +267,19 @@ def parse_find(body: dict[str, Any]) -> FindQuery:
         stable=stable or stale,
         use_index_names=names,
     )
+
+
+def _partition(value: Any) -> str:
+    """couch_partition:validate_partition (mango_opts takes ``""`` as no partition)."""
+    if value == "":
+        return value
+    if not isinstance(value, str):
+        raise _invalid("illegal_partition", "Partition must be a string")
+    if value.startswith("_"):
+        raise _invalid("illegal_partition", "Partition must not start with an underscore")
+    if ":" in value:
+        raise _invalid("illegal_partition", "Partition must not contain a colon")
+    return value
 
 
 def _fields(fields: Any) -> list[str]:
