@@ -149,6 +149,13 @@ def test_node_names_itself_and_shows_its_configuration(
     versions = client("GET", f"/_node/{name}/_versions").json
     assert versions["settee"]["version"] == settee.__version__
     assert versions["javascript_engine"]["name"] == "v8"
+    # chttpd_node:get_versions's members (settee's collator is its own).
+    assert set(versions["collation_driver"]) == {
+        "name",
+        "library_version",
+        "collation_algorithm_version",
+        "collator_version",
+    }
 
 
 @pytest.mark.parametrize(
@@ -165,4 +172,10 @@ def test_server_endpoints_not_served_say_so(client: Client, path: str) -> None:
 def test_an_unknown_node_is_not_found(client: Client) -> None:
     r = client("GET", "/_node/other@host/_config")
     assert r.status == 404 and "nonode@nohost only" in r.json["reason"]
-    assert client("GET", "/_node").status == 400
+    # chttpd_node:handle_node_req: a bare /_node, a config path past its key, and
+    # the methods _versions allows.
+    assert client("GET", "/_node").json == _error("bad_request", "Incomplete path to _node request")
+    deep = client("GET", "/_node/_local/_config/couchdb/max_dbs_open/x")
+    assert (deep.status, deep.json) == (404, _error("not_found", "missing"))
+    versions = client("POST", "/_node/_local/_versions", {})
+    assert (versions.status, versions.headers["Allow"]) == (405, "GET")

@@ -31,10 +31,13 @@ async def handle_node(
 ) -> web.StreamResponse:
     """``parts``: the path after ``_node``."""
     if not parts:
-        raise HTTPError(400, "bad_request", "Missing node name: /_node/_local or /_node/" + NODE)
+        # chttpd_node:handle_node_req's answer to a bare /_node.
+        raise HTTPError(400, "bad_request", "Incomplete path to _node request")
     if parts[0] not in ("_local", NODE):
         raise HTTPError(404, "not_found", f"no node {parts[0]!r} in this cluster: {NODE} only")
     rest = parts[1:]
+    if rest[:1] == ["_config"] and len(rest) > 3:
+        raise HTTPError(404, "not_found", "missing")  # chttpd:send_error(Req, not_found)
     if request.method not in ("GET", "HEAD"):
         if rest[:1] == ["_config"]:
             raise HTTPError(
@@ -43,7 +46,8 @@ async def handle_node(
                 "settee serve's configuration is set when it starts (settee serve --help)",
                 headers={"Allow": "GET,HEAD"},
             )
-        raise method_not_allowed("GET,HEAD")
+        # chttpd_node answers GET only for _versions (HEAD is chttpd's GET).
+        raise method_not_allowed("GET" if rest == ["_versions"] else "GET,HEAD")
     if not rest:
         return respond(reply(200, {"name": NODE}))
     if rest[0] == "_config":
@@ -91,6 +95,14 @@ def _versions() -> dict[str, Any]:
     engine = {"name": "v8", "version": "unavailable" if js_available() else _v8_version()}
     return {
         "javascript_engine": engine,
+        # chttpd_node:get_versions names the ICU collator; settee collates strings
+        # with its own approximation of the UCA (spec/collation.py).
+        "collation_driver": {
+            "name": "settee",
+            "library_version": settee.__version__,
+            "collation_algorithm_version": "UCA, approximated",
+            "collator_version": settee.__version__,
+        },
         "settee": {"version": settee.__version__},
         "python": {"version": platform.python_version()},
     }
