@@ -362,3 +362,30 @@ def test_find_option_refusals(client: Client, db: str, body: dict[str, Any], err
     (couch_mrview_util:validate_all_docs_args); mango_sort:sort_field."""
     assert refused(client, f"{db}/_find", body)[:2] == (400, error)
     assert find(client, db, {}, partition="", stale="ok", stable=True)["docs"] == []
+
+
+def test_an_index_goes_only_into_a_query_design_document(client: Client, db: str) -> None:
+    """mango_util:load_ddoc checks an existing design document's language
+    (check_lang: invalid_ddoc_lang); a deleted one is written anew."""
+    ok(client, "PUT", f"{db}/_design/js", {"language": "javascript", "views": {}})
+    body = {"index": {"fields": ["a"]}, "ddoc": "js", "name": "a"}
+    assert refused(client, f"{db}/_index", body)[:2] == (400, "invalid_ddoc_lang")
+    rev = ok(client, "GET", f"{db}/_design/js")["_rev"]
+    ok(client, "DELETE", f"{db}/_design/js?rev={rev}")
+    assert ok(client, "POST", f"{db}/_index", body)["result"] == "created"
+
+
+def test_deleting_the_last_index_keeps_a_design_document_with_more(client: Client, db: str) -> None:
+    """mango_idx:delete deletes the design document only when its body is just
+    ``{"language": "query"}`` once the view is gone."""
+    index(client, db, ["a"], "plain")
+    ok(client, "PUT", f"{db}/_design/more", {"language": "query", "note": 1})
+    index(client, db, ["a"], "more")
+    ok(client, "DELETE", f"{db}/_index/plain/json/plain")
+    assert client("GET", f"{db}/_design/plain").status == 404
+    ok(client, "DELETE", f"{db}/_index/more/json/more")
+    kept = ok(client, "GET", f"{db}/_design/more")
+    assert {k: v for k, v in kept.items() if not k.startswith("_")} == {
+        "language": "query",
+        "note": 1,
+    }

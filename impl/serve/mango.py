@@ -255,13 +255,16 @@ def create_index(db: settee.Database, index: MangoIndex, write: Any) -> str:
     if doc.get("language") == "query" and stored == index:
         return "exists"
     if "_rev" in doc and doc.get("language") != "query":
-        raise _bad("invalid_design_doc", f"{index.ddoc} is not a query (Mango) design document")
+        # mango_util:check_lang, as load_ddoc opens the design document.
+        what = f"Existing design doc has an invalid language: {_show(doc.get('language'))}"
+        raise _bad("invalid_ddoc_lang", what)
     write({**doc, "language": "query", "views": {**views, index.name: index.view()}})
     return "created"
 
 
 def delete_index(db: settee.Database, ddoc: str, name: str, write: Any) -> None:
-    """Remove index ``name`` from ``ddoc`` (the design document goes when it is empty)."""
+    """Remove index ``name`` from ``ddoc``; the design document goes when nothing but
+    its language is left (mango_idx:delete; a member of its own keeps it)."""
     ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
     try:
         doc = db.get(ddoc_id)
@@ -271,7 +274,10 @@ def delete_index(db: settee.Database, ddoc: str, name: str, write: Any) -> None:
     if doc.get("language") != "query" or _from_view(ddoc_id, name, views.get(name)) is None:
         raise HTTPError(404, "not_found", "missing")
     rest = {k: v for k, v in views.items() if k != name}
+    kept = {k: v for k, v in doc.items() if k != "views"}
     if rest:
         write({**doc, "views": rest})
+    elif {k for k in kept if not k.startswith("_")} != {"language"}:
+        write(kept)
     else:
         write({"_id": ddoc_id, "_rev": doc["_rev"], "_deleted": True})
