@@ -389,3 +389,16 @@ def test_deleting_the_last_index_keeps_a_design_document_with_more(client: Clien
         "language": "query",
         "note": 1,
     }
+
+
+def test_an_index_keeps_the_direction_its_fields_were_given(client: Client, db: str) -> None:
+    """mango_idx_view stores the validated sort (mango_sort:new) as the view's map
+    fields (make_view) and lists them with mango_sort:to_json: ``{"f": "desc"}``
+    stays desc."""
+    index(client, db, [{"a": "desc"}, {"b": "desc"}], "down")
+    listed = ok(client, "GET", f"{db}/_index")["indexes"][1]
+    assert listed["def"] == {"fields": [{"a": "desc"}, {"b": "desc"}]}
+    stored = ok(client, "GET", f"{db}/_design/down")["views"]["down"]["map"]["fields"]
+    assert stored == {"a": "desc", "b": "desc"}
+    again = {"index": {"fields": [{"a": "desc"}, {"b": "desc"}]}, "ddoc": "down", "name": "down"}
+    assert ok(client, "POST", f"{db}/_index", again)["result"] == "exists"

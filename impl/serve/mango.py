@@ -46,6 +46,7 @@ class MangoIndex:
     name: str
     fields: tuple[str, ...]
     partial: Any = None  # the partial_filter_selector as given (a JSON object), or None
+    descending: bool = False  # its fields given as {"f": "desc"} (rows still ascend)
     _partial_normal: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -58,7 +59,7 @@ class MangoIndex:
 
     def definition(self) -> dict[str, Any]:
         """``def`` as ``GET /{db}/_index`` shows it."""
-        out: dict[str, Any] = {"fields": [{f: "asc"} for f in self.fields]}
+        out: dict[str, Any] = {"fields": [{f: self.direction} for f in self.fields]}
         if self.partial:
             out["partial_filter_selector"] = self.partial
         return out
@@ -72,9 +73,14 @@ class MangoIndex:
 
     def view(self) -> dict[str, Any]:
         """The design document view that stores this index (mango_idx_view)."""
-        map_part: dict[str, Any] = {"fields": {f: "asc" for f in self.fields}}
+        map_part: dict[str, Any] = {"fields": {f: self.direction for f in self.fields}}
         map_part["partial_filter_selector"] = self.partial or {}
         return {"map": map_part, "reduce": "_count", "options": {"def": {"fields": self.fields}}}
+
+    @property
+    def direction(self) -> str:
+        """How ``def`` names its fields' direction (mango_sort: one for all)."""
+        return "desc" if self.descending else "asc"
 
     def view_signature(self) -> str:
         """The signature of the ``ViewIndex`` holding the rows: a hash of what
@@ -107,7 +113,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _fields_of(raw: Any) -> tuple[str, ...]:
+def _fields_of(raw: Any) -> tuple[tuple[str, ...], bool]:
     """Index fields checked as mango_sort:new checks them (names, or one-member
     objects naming ``asc`` or ``desc``, all one way)."""
     if not isinstance(raw, list):
@@ -133,7 +139,7 @@ def _fields_of(raw: Any) -> tuple[str, ...]:
             "unsupported_mixed_sort",
             "Sorts currently only support a single direction for all fields.",
         )
-    return tuple(fields)
+    return tuple(fields), directions == {"desc"}
 
 
 def _optional_name(body: dict[str, Any], key: str) -> str | None:
@@ -179,7 +185,7 @@ def parse_index_request(body: dict[str, Any]) -> MangoIndex:
         raise _bad("invalid_index", f"JSON indexes must be an object, not: {_show(index)}")
     if "fields" not in index:
         raise _bad("missing_required_key", "Missing required key: fields")
-    fields = _fields_of(index["fields"])
+    fields, descending = _fields_of(index["fields"])
     partial = index.get("partial_filter_selector")
     if partial is not None or "partial_filter_selector" in index:
         if not isinstance(partial, dict):
@@ -195,11 +201,11 @@ def parse_index_request(body: dict[str, Any]) -> MangoIndex:
         what = "partitioned option cannot be true in a non-partitioned database."
         raise _bad("invalid_design_doc", what)
     generated = hashlib.sha1(
-        json.dumps([fields, partial], sort_keys=True).encode("utf-8")
+        json.dumps([fields, partial, *([True] if descending else [])], sort_keys=True).encode()
     ).hexdigest()
     ddoc = ddoc or generated
     ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
-    return MangoIndex(ddoc_id, name or generated, fields, partial)
+    return MangoIndex(ddoc_id, name or generated, fields, partial, descending)
 
 
 def _no_other_keys(body: dict[str, Any], known: tuple[str, ...]) -> None:
@@ -223,7 +229,8 @@ def _from_view(ddoc_id: str, name: str, view: Any) -> MangoIndex | None:
     if partial is not None and not isinstance(partial, dict):
         return None
     try:
-        return MangoIndex(ddoc_id, name, _fields_of(list(fields)), partial)
+        names, descending = _fields_of([{f: d} for f, d in fields.items()])
+        return MangoIndex(ddoc_id, name, names, partial, descending)
     except (HTTPError, selector.BadSelector):
         return None  # a design document written by hand that is not an index
 
