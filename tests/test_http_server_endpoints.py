@@ -13,8 +13,8 @@ pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -
 from tests import test_http
 from tests.test_http import Client
 
-# tests/test_http.py's fixtures: one server for this module.
-server, client = test_http.server, test_http.client
+# tests/test_http.py's fixtures: one server for this module, a fresh database per test.
+server, client, db = test_http.server, test_http.client, test_http.db
 
 
 def test_welcome_up_and_session_carry_couchdbs_members(client: Client) -> None:
@@ -42,3 +42,15 @@ def test_405_names_couchdbs_allowed_methods(client: Client, path: str, allowed: 
     resp = client("PUT", path, {})
     assert (resp.status, resp.headers["Allow"]) == (405, allowed)
     assert resp.json["error"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [("", "DELETE,GET,HEAD,POST"), ("/_security", "PUT,GET"), ("/_revs_limit", "PUT,GET")],
+)
+def test_database_405s_name_chttpd_dbs_allowed_methods(
+    client: Client, db: str, path: str, allowed: str
+) -> None:
+    """chttpd_db:db_req's send_method_not_allowed lists, in its order."""
+    resp = client("PATCH", f"{db}{path}", {})
+    assert (resp.status, resp.headers["Allow"]) == (405, allowed)

@@ -269,14 +269,14 @@ async def handle_open_db(
         return respond(reply(200, await state.run(_db_info, entry)))
     if method == "POST":
         return await handle_post_doc(state, request, entry)
-    raise method_not_allowed("DELETE,GET,HEAD,POST,PUT")
+    raise method_not_allowed("DELETE,GET,HEAD,POST")  # chttpd_db:db_req's list
 
 
 async def handle_revs_limit(
     state: State, request: web.BaseRequest, entry: DbEntry
 ) -> web.StreamResponse:
     """``GET`` the database's ``revs_limit``; ``PUT`` a positive integer to change it."""
-    require_method(request, "GET,PUT")
+    require_method(request, "PUT,GET")  # chttpd_db:db_req's order
     if request.method != "PUT":
         return respond(reply(200, entry.db.config["revs_limit"]))
     limit = await state.run(decode_json, await state.read_body(request))
@@ -293,7 +293,7 @@ async def handle_security(
     one is stored); ``PUT`` one with ``admins``/``members`` of ``names``/``roles``.
     Stored and returned, not enforced: settee serve has no users (every request is
     an admin's)."""
-    require_method(request, "GET,PUT")
+    require_method(request, "PUT,GET")  # chttpd_db:db_req's order
     if request.method != "PUT":
         return respond(reply(200, await state.run(entry.local.security)))
     value = await state.run(decode_object, await state.read_body(request))
