@@ -54,3 +54,17 @@ def test_database_405s_name_chttpd_dbs_allowed_methods(
     """chttpd_db:db_req's send_method_not_allowed lists, in its order."""
     resp = client("PATCH", f"{db}{path}", {})
     assert (resp.status, resp.headers["Allow"]) == (405, allowed)
+
+
+def test_all_dbs_and_dbs_info_carry_the_shards_databases_etag(client: Client, db: str) -> None:
+    """chttpd_misc:handle_all_dbs_info_req answers through etag_respond: an ETag of
+    the shards database's info, and 304 to a request that names it, until a
+    database is created or deleted."""
+    first = client("GET", "/_all_dbs")
+    tag = first.headers["ETag"]
+    assert client("GET", "/_dbs_info?limit=1").headers["ETag"] == tag
+    again = client("GET", "/_all_dbs", headers={"If-None-Match": tag})
+    assert (again.status, again.raw) == (304, b"")
+    assert client("PUT", db + "-more").status == 201
+    assert client("GET", "/_all_dbs", headers={"If-None-Match": tag}).status == 200
+    assert client("DELETE", db + "-more").status == 200

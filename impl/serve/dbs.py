@@ -23,6 +23,7 @@ from settee.serve.protocol import (
     HTTPError,
     decode_json,
     decode_object,
+    etag_matches,
     etag_of,
     method_not_allowed,
     parse_integer,
@@ -90,8 +91,18 @@ async def handle_up(state: State, request: web.BaseRequest) -> web.StreamRespons
 
 async def handle_all_dbs(state: State, request: web.BaseRequest) -> web.StreamResponse:
     require_method(request, "GET,HEAD")
+    tag = await state.run(_dbs_etag, state)
+    if etag_matches(request.headers, tag):
+        return web.Response(status=304, headers={"ETag": tag})
     names = await state.run(_listed_names, state, request.query)
-    return respond(reply(200, names))
+    return respond(reply(200, names, {"ETag": tag}))
+
+
+def _dbs_etag(state: State) -> str:
+    """chttpd_misc:handle_all_dbs_info_req's ETag: of the shards database's info,
+    which changes as databases are created and deleted (not with the query, nor
+    with what the databases hold)."""
+    return etag_of("\n".join(state.registry.names()))
 
 
 def _listed_names(state: State, query: Mapping[str, str]) -> list[str]:
@@ -136,10 +147,14 @@ async def handle_dbs_info(state: State, request: web.BaseRequest) -> web.StreamR
         body = await state.run(decode_object, await state.read_body(request))
         names = _dbs_info_keys(body)
     else:
+        tag = await state.run(_dbs_etag, state)
+        if etag_matches(request.headers, tag):
+            return web.Response(status=304, headers={"ETag": tag})
         names = await state.run(_listed_names, state, request.query)
     answers = [await _db_info_entry(state, name) for name in names]
     if request.method != "POST":  # a database deleted since it was listed is left out
         answers = [a for a in answers if "info" in a]
+        return respond(reply(200, answers, {"ETag": tag}))
     return respond(reply(200, answers))
 
 
