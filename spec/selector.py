@@ -92,7 +92,12 @@ def normalize(selector: Any) -> Any:
         raise BadSelector("invalid_selector", "Selector error: expected a JSON object")
     if not selector:
         return MATCH_ALL
-    node = _negations(_fields(_ops(selector, 0), ()))
+    ops = _ops(selector, 0)
+    if ops[0] == "" and ops[1][0] not in (*_COMBINATIONS, "$not") and ops[1][0].startswith("$"):
+        # norm_fields leaves the condition under the empty name at the top, which
+        # normalize refuses before any field name is parsed.
+        raise BadSelector("invalid_selector", "One or more conditions is missing a field name.")
+    node = _negations(_fields(ops, ()))
     if node[0] == "field" and not node[1]:
         raise BadSelector("invalid_selector", "One or more conditions is missing a field name.")
     return node

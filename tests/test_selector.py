@@ -195,6 +195,10 @@ def test_selectors_match_as_couchdb(selector: dict[str, Any], expected: bool) ->
         ({"a": {"$exists": 1}}, "bad_arg"),
         ({"$and": {}}, "bad_arg"),
         ({"a..b": 1}, "invalid_field_name"),
+        # mango_selector:normalize: the empty name at the top is a missing field name.
+        ({"": 1}, "invalid_selector"),
+        ({"": {"$gt": 1}}, "invalid_selector"),
+        ({"": {"b": 1}}, "invalid_field_name"),
     ],
 )
 def test_bad_selectors_are_refused_with_mangos_error(selector: Any, error: str) -> None:
