@@ -247,6 +247,7 @@ def test_operator_arguments_of_the_wrong_type(
         ({"index": {"fields": ["a"]}, "colour": 1}, 400, "invalid_key"),
         ({"index": {"fields": ["a"], "selector": {"a": 1}}}, 400, "invalid_key"),
         ({"index": {"fields": ["a"]}, "partial_filter_selector": {}}, 400, "invalid_key"),
+        ({"index": {"fields": ["a"]}, "ddoc": "_design/"}, 400, "illegal_docid"),
         ({"index": "a"}, 400, "invalid_index"),
         ({"index": {}}, 400, "missing_required_key"),
         ({"index": {"fields": "a"}}, 400, "invalid_sort_json"),

@@ -205,6 +205,9 @@ def parse_index_request(body: dict[str, Any]) -> MangoIndex:
     ).hexdigest()
     ddoc = ddoc or generated
     ddoc_id = ddoc if ddoc.startswith("_design/") else "_design/" + ddoc
+    if ddoc_id == "_design/":
+        # mango_httpd checks the id with couch_doc:validate_docid before writing.
+        raise _bad("illegal_docid", "Illegal document id `_design/`")
     return MangoIndex(ddoc_id, name or generated, fields, partial, descending)
 
 
