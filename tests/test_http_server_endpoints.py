@@ -68,3 +68,12 @@ def test_all_dbs_and_dbs_info_carry_the_shards_databases_etag(client: Client, db
     assert client("PUT", db + "-more").status == 201
     assert client("GET", "/_all_dbs", headers={"If-None-Match": tag}).status == 200
     assert client("DELETE", db + "-more").status == 200
+
+
+def test_connect_is_routed_by_its_path(client: Client, db: str) -> None:
+    """mochiweb routes a CONNECT by its path like any other method (aiohttp reads
+    the target as an authority, which sent every CONNECT to the welcome's 405):
+    chttpd answers it where the path leads (01-index-crud-test.py test_bad_urls)."""
+    assert client("CONNECT", f"{db}/_index/a").status == 404
+    resp = client("CONNECT", db)
+    assert (resp.status, resp.headers["Allow"]) == (405, "DELETE,GET,HEAD,POST")

@@ -15,6 +15,7 @@ from urllib.parse import unquote_plus
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
+from yarl import URL
 
 import settee
 from settee.serve import (
@@ -180,6 +181,10 @@ def _method_override(request: web.BaseRequest) -> web.BaseRequest:
 
 
 async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
+    if request.method == "CONNECT":
+        # aiohttp reads a CONNECT target as an authority (host:port); mochiweb routes
+        # it by its path like any other method's, so chttpd answers it there.
+        request = request.clone(rel_url=URL(request.raw_path, encoded=True))
     request = _method_override(_last_value_wins(request))
     raw = request.rel_url.raw_path
     try:
