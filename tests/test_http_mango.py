@@ -403,3 +403,27 @@ def test_an_index_keeps_the_direction_its_fields_were_given(client: Client, db: 
     assert stored == {"a": "desc", "b": "desc"}
     again = {"index": {"fields": [{"a": "desc"}, {"b": "desc"}]}, "ddoc": "down", "name": "down"}
     assert ok(client, "POST", f"{db}/_index", again)["result"] == "exists"
+
+
+def test_execution_stats_count_what_couchdbs_coordinator_receives(client: Client, db: str) -> None:
+    """mango_cursor_view: the shard rolls what it examined into each match it sends;
+    the coordinator stops at the first match past the limit (counted, not returned),
+    counts to the end when none comes, and drops a matching design document of
+    _all_docs with its counts (15-execution-stats-test.py "with limit": 4 keys for a
+    limit of 3)."""
+    save(client, db, [{"_id": f"d{i}", "n": i, "k": i} for i in range(6)])
+    index(client, db, ["n"], "byn")
+
+    def stats(selector: dict[str, Any], **opts: Any) -> tuple[int, int, int]:
+        answer = find(client, db, selector, execution_stats=True, **opts)
+        got = answer["execution_stats"]
+        return got["total_keys_examined"], got["total_docs_examined"], len(answer["docs"])
+
+    assert stats({"n": {"$gte": 0}}, limit=3) == (4, 4, 3)
+    assert stats({"n": {"$gte": 0}, "x": {"$exists": False}}, limit=3, skip=1) == (5, 5, 3)
+    assert stats({"n": {"$lte": 2}}, limit=3) == (3, 3, 3)  # the range ends at [2, <MAX>]
+    assert stats({"n": {"$gte": 4}}, limit=9) == (2, 2, 2)
+    # _all_docs: _design/byn fails this selector (counted) ...
+    assert stats({"_id": {"$gt": None}, "k": {"$gte": 0}}) == (7, 7, 6)
+    # ... and matches this one, so its counts are dropped with it.
+    assert stats({"_id": {"$gt": None}}) == (6, 6, 6)

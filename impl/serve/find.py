@@ -376,13 +376,48 @@ SCAN_WARNING_RATIO = 10
 
 @dataclasses.dataclass(slots=True)
 class _Scan:
-    """What a scan found and counted."""
+    """What a scan found and counted, as CouchDB's coordinator counts it: the shard
+    rolls what it examined into the next row it sends (a match), and the rest into
+    its ``complete`` message; the coordinator adds them as they arrive, stops at the
+    first match past ``limit`` (counted, not returned: mango_cursor_view:handle_doc)
+    and drops a matching design document of ``_all_docs`` with what it carried
+    (handle_all_docs_message)."""
 
     found: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     last: list[Any] | None = None
     keys: int = 0
     docs: int = 0
     quorum_docs: int = 0
+    pending: list[int] = dataclasses.field(default_factory=lambda: [0, 0, 0])
+    to_skip: int = 0
+
+    def examined(self, *, doc: bool = False, quorum: bool = False) -> None:
+        self.pending[0] += 1
+        self.pending[1] += doc
+        self.pending[2] += quorum
+
+    def sent(self) -> None:
+        """The examined rows' counts reach the coordinator (a match, or the end)."""
+        self.keys += self.pending[0]
+        self.docs += self.pending[1]
+        self.quorum_docs += self.pending[2]
+        self.pending = [0, 0, 0]
+
+    def dropped(self) -> None:
+        self.pending = [0, 0, 0]
+
+    def take(self, q: FindQuery, doc: dict[str, Any], last: list[Any]) -> bool:
+        """A match reaches the coordinator: skipped, returned, or (past the limit)
+        the end of the scan; True when the scan ends."""
+        self.sent()
+        if self.to_skip:
+            self.to_skip -= 1
+            return False
+        if len(self.found) >= q.limit:
+            return True
+        self.found.append(doc)
+        self.last = last
+        return False
 
 
 def open_find(entry: DbEntry, q: FindQuery, index_for: Any) -> _Plan:
@@ -480,7 +515,7 @@ def _scan_index(
 ) -> _Scan:
     """Rows of a json index in key order between the planned bounds, each row's
     document (or, for a covering index, the row itself) matched against the selector."""
-    scan = _Scan()
+    scan = _Scan(to_skip=q.skip)
     covering = mangoplan.covers(index, q.fields, q.selector)
     start: tuple[Any, str | None] | str
     start, end = _index_bounds(index, ranges, q.descending)
@@ -488,10 +523,7 @@ def _scan_index(
     if q.after is not None:
         start, resume = (q.after[0], q.after[1]), q.after[1]
     rows = view.rows(start, end, descending=q.descending, inclusive_end=True)
-    to_skip = q.skip
     for page in _pages(rows, _SCAN_PAGE):
-        if q.limit == 0:
-            break
         docs: dict[str, Any] = {}
         if not covering:
             ids = list(dict.fromkeys(row["d"] for row in page))
@@ -508,23 +540,14 @@ def _scan_index(
                 skipped, resume = row["d"] == resume, None
                 if skipped:
                     continue
-            scan.keys += 1
             doc = _covered_doc(index, row) if covering else docs.get(row["d"])
-            if doc is None:
-                continue  # deleted since the index was read
-            if q.r > 1 and not covering:
-                scan.quorum_docs += 1
-            elif not covering:
-                scan.docs += 1
-            if not selector.matches(q.selector, doc):
-                continue
-            if to_skip:
-                to_skip -= 1
-                continue
-            scan.found.append(doc)
-            scan.last = [row["k"], row["d"]]
-            if len(scan.found) >= q.limit:
+            read = doc is not None and not covering
+            scan.examined(doc=read and q.r == 1, quorum=read and q.r > 1)
+            if doc is None or not selector.matches(q.selector, doc):
+                continue  # (None: deleted since the index was read)
+            if scan.take(q, doc, [row["k"], row["d"]]):
                 return scan
+    scan.sent()
     return scan
 
 
@@ -566,8 +589,7 @@ def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Sca
     """One scan in id order between the ``_id`` range's ends, a page of ``all_docs``
     at a time. Design documents are read and counted, not returned (handle_all_docs_message
     drops them after the shard has examined them)."""
-    scan = _Scan()
-    found = scan.found
+    scan = _Scan(to_skip=q.skip)
     bounds = _all_docs_range(ranges, q.descending)
     if bounds is None:
         return scan
@@ -575,8 +597,7 @@ def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Sca
     resume = None
     if q.after is not None:
         start = resume = q.after[0]
-    to_skip = q.skip
-    exhausted = q.limit == 0
+    exhausted = False
     while not exhausted:
         page = db.all_docs(
             startkey=start,
@@ -587,27 +608,21 @@ def _scan_all_docs(db: settee.Database, q: FindQuery, ranges: list[Any]) -> _Sca
         )["rows"]
         exhausted = len(page) <= _SCAN_PAGE
         rows = page[:_SCAN_PAGE]
-        if q.conflicts:
-            revs.add_conflicts(db, [row["doc"] for row in rows])
         if rows and rows[0]["id"] == resume:
             rows = rows[1:]  # the previous page's last document
+        if q.conflicts:
+            revs.add_conflicts(db, [row["doc"] for row in rows])
         for row in rows:
             start = resume = row["id"]
-            scan.keys += 1
-            if q.r > 1:
-                scan.quorum_docs += 1
-            else:
-                scan.docs += 1
-            if start.startswith("_design/") or not selector.matches(q.selector, row["doc"]):
+            scan.examined(doc=q.r == 1, quorum=q.r > 1)
+            if not selector.matches(q.selector, row["doc"]):
                 continue
-            if to_skip:
-                to_skip -= 1
+            if start.startswith("_design/"):
+                scan.dropped()
                 continue
-            found.append(row["doc"])
-            scan.last = [start]
-            if len(found) >= q.limit:
-                exhausted = True
-                break
+            if scan.take(q, row["doc"], [start]):
+                return scan
+    scan.sent()
     return scan
 
 
