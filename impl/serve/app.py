@@ -30,6 +30,7 @@ from settee.serve import (
     docs,
     explain,
     find,
+    indexes,
     node,
     purge,
     render,
@@ -280,7 +281,7 @@ async def _route_in_db(
     if head == "_compact" and len(rest) == 2:
         return await dbs.handle_compact_views(state, request, entry, rest[1])
     if head == "_index":
-        return await find.handle_index(state, request, entry, rest[1:])
+        return await indexes.handle_index(state, request, entry, rest[1:])
     if head in _NOT_SERVED:
         raise HTTPError(404, "not_found", f"settee serve does not serve {head} yet")
     if head == "_shards":
