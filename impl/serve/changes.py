@@ -400,7 +400,7 @@ async def handle_changes(
         if raw:
             body = await state.run(decode_object, raw)
     elif request.method not in ("GET", "HEAD"):
-        raise method_not_allowed("GET,HEAD,POST")
+        raise method_not_allowed("GET,POST,HEAD")  # chttpd_db:handle_changes_req's order
     q = _parse(request.query, body, state.options["changes_timeout"], request.method)
     if q.filter is not None and q.filter.kind in ("filters", "views"):
         req = _filter_request(request, entry, body)
@@ -420,6 +420,10 @@ async def serve_feed(
         tag = await state.run(_changes_etag, entry.db)
         if etag_matches(request.headers, tag):
             return web.Response(status=304, headers={"ETag": tag})
+        # After the ETag, as chttpd_db answers 304 before fabric validates since;
+        # descending starts from the update seq whatever since says (get_start_seq).
+        if not q.descending:
+            await state.run(_check_since, entry.db, q.since)
         page = await state.run(_page, entry.db, q, q.since)
         page.headers["ETag"] = tag
         return respond(page)
@@ -439,8 +443,16 @@ async def serve_feed(
     return await _continuous(state, request, lease, q, since)
 
 
+#: fabric_view_changes:validate_start_seq's answer to a since it cannot unpack.
+MALFORMED_SINCE = "Malformed sequence supplied in 'since' parameter."
+
+
 def _check_since(db: settee.Database, since: Any) -> None:
-    db.changes(since=since, limit=0)  # BadRequest for a token this database never gave
+    """400 for a ``since`` this database never gave, with CouchDB's reason."""
+    try:
+        db.changes(since=since, limit=0)
+    except settee.BadRequest:
+        raise HTTPError(400, "bad_request", MALFORMED_SINCE) from None
 
 
 def _descending(db: settee.Database, q: ChangesQuery) -> dict[str, Any]:
