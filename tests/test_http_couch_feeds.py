@@ -52,3 +52,57 @@ def test_changes_405_names_couchs_methods(client: Client, db: str) -> None:
     answer = client("PUT", f"{db}/_changes")
     assert answer.status == 405
     assert answer.json == {"error": "method_not_allowed", "reason": "Only GET,POST,HEAD allowed"}
+
+
+# -- _revs_diff and _missing_revs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", ["_revs_diff", "_missing_revs"])
+@pytest.mark.parametrize("rev", ["bad", 1, "1-" + "z" * 32])
+def test_unparsed_rev(client: Client, db: str, endpoint: str, rev: object) -> None:
+    # fabric:get_missing_revs parses each rev with couch_doc:parse_rev; a 32-character
+    # hash must be hex (parse_revid's list_to_integer(_, 16)).
+    answer = client("POST", f"{db}/{endpoint}", {"a": [rev]})
+    assert (answer.status, answer.json) == (400, INVALID_REV)
+
+
+def test_revs_diff_reads_revs_as_couch_writes_them(client: Client, db: str) -> None:
+    rev = put(client, db, "a", {})
+    asked = {"a": [rev.upper().replace("1-", "01-"), "0-x", "02-x"], "b": ["1-x"]}
+    answer = client("POST", f"{db}/_revs_diff", asked)
+    assert answer.status == 200
+    # 01-<upper hex> is the stored rev (parse_rev reads the integer and the hex);
+    # 0-x parses but no document can hold it; 02-x comes back as 2-x (rev_to_str).
+    assert answer.json["b"] == {"missing": ["1-x"]}
+    assert sorted(answer.json["a"]["missing"]) == ["0-x", "2-x"]
+    missing = client("POST", f"{db}/_missing_revs", asked).json["missing_revs"]
+    assert sorted(missing["a"]) == ["0-x", "2-x"]
+
+
+# -- _bulk_get -----------------------------------------------------------------------------------
+
+
+def test_bulk_get_flags_are_on_for_true_alone(client: Client, db: str) -> None:
+    # chttpd_db:bulk_get_parse_doc_query reads them with parse_doc_query: {"revs", "true"}
+    # turns revs on, any other value is ignored (no 400).
+    put(client, db, "a", {})
+    for value in ("maybe", "TRUE", "1"):
+        answer = client(
+            "POST", f"{db}/_bulk_get?revs={value}&latest={value}", {"docs": [{"id": "a"}]}
+        )
+        assert answer.status == 200
+        assert "_revisions" not in answer.json["results"][0]["docs"][0]["ok"]
+    on = client("POST", f"{db}/_bulk_get?revs=true", {"docs": [{"id": "a"}]})
+    assert "_revisions" in on.json["results"][0]["docs"][0]["ok"]
+
+
+def test_bulk_get_takes_an_empty_object_for_no_document(client: Client, db: str) -> None:
+    # bulk_get_parse_arg matches {[_ | _] = Props}: {} is not a document request.
+    answer = client("POST", f"{db}/_bulk_get", {"docs": [{}]})
+    error = answer.json["results"][0]["docs"][0]["error"]
+    assert error == {
+        "id": None,
+        "rev": None,
+        "error": "bad_request",
+        "reason": "document must be a JSON object",
+    }

@@ -6,6 +6,7 @@ parts), ``_revs_diff`` and ``_missing_revs``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from settee.serve.docchecks import check_doc, docid_problem, new_doc_id, revisio
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
-    query_bool,
+    query_true,
     reply,
     require_json_content,
     require_method,
@@ -28,6 +29,7 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.validation import validate_writes
 from settee.spec.attachments import since_position
+from settee.spec.revs import check_rev
 
 __all__ = ["handle_bulk_docs", "handle_bulk_get", "handle_missing_revs", "handle_revs_diff"]
 
@@ -162,7 +164,7 @@ def _bulk_get_one(
 ) -> dict[str, Any]:
     """One ``docs`` item's answer; ``stubs``: every attachment as a stub (the
     multipart answer sends the bytes as parts instead)."""
-    if not isinstance(item, dict):
+    if not isinstance(item, dict) or not item:  # bulk_get_parse_arg matches {[_ | _]}
         return _bulk_error(None, None, "bad_request", "document must be a JSON object")
     doc_id, rev = item.get("id"), item.get("rev")
     if "id" not in item:
@@ -181,9 +183,9 @@ def _bulk_get_one(
             db,
             doc_id,
             None if rev is None else [rev],
-            latest=query_bool(query, "latest"),
-            revisions=query_bool(query, "revs"),
-            attachments=not stubs and query_bool(query, "attachments"),
+            latest=query_true(query, "latest"),
+            revisions=query_true(query, "revs"),
+            attachments=not stubs and query_true(query, "attachments"),
             atts_since=None if stubs else since,
         )
     except settee.BadRequest as exc:
@@ -300,8 +302,48 @@ async def handle_bulk_get(
     return respond(await state.run(_bulk_get, entry.db, raw, request.query))
 
 
+def _couch_rev(value: Any) -> str:
+    """A revision as couch_doc:parse_rev reads it (fabric:get_missing_revs parses
+    each one) and couch_doc:rev_to_str writes it back: the position an integer, a
+    32-digit hash as hex in lower case; anything else 400 "Invalid rev format"."""
+    pos, dash, hash_ = value.partition("-") if isinstance(value, str) else ("", "", "")
+    if not dash or not re.fullmatch(r"[+-]?[0-9]+", pos):
+        raise HTTPError(400, "bad_request", revs.INVALID_REV)
+    if len(hash_) == 32:
+        if not re.fullmatch(r"[0-9a-fA-F]{32}", hash_):
+            raise HTTPError(400, "bad_request", revs.INVALID_REV)  # list_to_integer(_, 16)
+        hash_ = hash_.lower()
+    return f"{int(pos)}-{hash_}"
+
+
+def _storable(rev: str) -> bool:
+    try:
+        check_rev(rev)
+    except settee.BadRequest:
+        return False
+    return True
+
+
+def _checked_revs_diff(db: settee.Database, asked: dict[str, Any]) -> dict[str, Any]:
+    """``db.revs_diff`` of a request's revisions as CouchDB reads them: a rev it
+    parses but settee could never store (``0-x``, a position past 2**63 - 1) is
+    missing, as no document holds it, and one it cannot parse is a 400."""
+    known: dict[str, list[str]] = {}
+    unknown: dict[str, list[str]] = {}
+    for doc_id, value in asked.items():
+        if not isinstance(value, list):
+            raise HTTPError(400, "bad_request", "Invalid list of revisions")
+        for rev in map(_couch_rev, value):
+            (known if _storable(rev) else unknown).setdefault(doc_id, []).append(rev)
+    result = db.revs_diff(known)
+    for doc_id, extra in unknown.items():
+        entry = result.setdefault(doc_id, {"missing": []})
+        entry["missing"] = entry["missing"] + [r for r in extra if r not in entry["missing"]]
+    return result
+
+
 def _revs_diff(db: settee.Database, raw: bytes) -> Any:
-    return reply(200, db.revs_diff(decode_object(raw)))
+    return reply(200, _checked_revs_diff(db, decode_object(raw)))
 
 
 async def handle_revs_diff(
@@ -314,7 +356,8 @@ async def handle_revs_diff(
 
 
 def _missing_revs(db: settee.Database, raw: bytes) -> Any:
-    missing = {doc_id: e["missing"] for doc_id, e in db.revs_diff(decode_object(raw)).items()}
+    diff = _checked_revs_diff(db, decode_object(raw))
+    missing = {doc_id: e["missing"] for doc_id, e in diff.items()}
     return reply(200, {"missing_revs": missing})
 
 
