@@ -106,3 +106,19 @@ def test_bulk_get_takes_an_empty_object_for_no_document(client: Client, db: str)
         "error": "bad_request",
         "reason": "document must be a JSON object",
     }
+
+
+# -- attachments ---------------------------------------------------------------------------------
+
+
+def test_attachment_reads_carry_the_sandbox_policy(client: Client, db: str) -> None:
+    # chttpd_util:maybe_add_csp_header("attachments", _, "sandbox"), on by default.
+    rev = put(client, db, "a", {})
+    html = {"Content-Type": "text/html"}
+    assert (
+        client("PUT", f"{db}/a/page.html?rev={rev}", raw=b"<script>1</script>", headers=html).status
+        == 201
+    )
+    for method in ("GET", "HEAD"):
+        answer = client(method, f"{db}/a/page.html")
+        assert answer.headers["Content-Security-Policy"] == "sandbox"

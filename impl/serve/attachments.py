@@ -272,6 +272,9 @@ async def handle_attachment(
             "ETag": tag,
             "Content-MD5": att["digest"].removeprefix("md5-"),
             "Accept-Ranges": "bytes",
+            # chttpd_util:maybe_add_csp_header("attachments", ..., "sandbox"): on by
+            # default ([csp] attachments_enable), so an HTML attachment runs no script.
+            "Content-Security-Policy": "sandbox",
         }
         if etag_matches(request.headers, tag):
             return web.Response(
