@@ -122,3 +122,44 @@ def test_attachment_reads_carry_the_sandbox_policy(client: Client, db: str) -> N
     for method in ("GET", "HEAD"):
         answer = client(method, f"{db}/a/page.html")
         assert answer.headers["Content-Security-Policy"] == "sandbox"
+
+
+# -- _all_docs -----------------------------------------------------------------------------------
+
+_PARAMETERS = (
+    "limit",
+    "skip",
+    "descending",
+    "include_docs",
+    "inclusive_end",
+    "update_seq",
+    "conflicts",
+    "stale",
+    "stable",
+    "update",
+    "sorted",
+    "att_encoding_info",
+)
+_TEXTS = ("-1", "x", "TRUE")
+_VALUES = (-1, 1.5, "TRUE")
+
+
+def test_all_docs_parses_its_parameters_as_a_view_does(client: Client, db: str) -> None:
+    # chttpd_db:all_docs_view reads them with couch_mrview_http:parse_body_and_query,
+    # a view's own parser: each bad value is the view's 400 query_parse_error, with
+    # its reason, from the query string and from a POST body alike.
+    put(client, db, "_design/d", {"views": {"v": {"map": "function (doc) { emit(doc._id); }"}}})
+    view = f"{db}/_design/d/_view/v"
+    for name in _PARAMETERS:
+        for text in _TEXTS:
+            expected = client("GET", f"{view}?{name}={text}")
+            answer = client("GET", f"{db}/_all_docs?{name}={text}")
+            assert answer.status == expected.status, (name, text, answer.json)
+            if expected.status == 400:
+                assert answer.json == expected.json, (name, text)
+        for value in _VALUES:
+            expected = client("POST", view, {name: value})
+            answer = client("POST", f"{db}/_all_docs", {name: value})
+            assert answer.status == expected.status, (name, value, answer.json)
+            if expected.status == 400:
+                assert answer.json == expected.json, (name, value)

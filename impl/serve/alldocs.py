@@ -19,8 +19,6 @@ from settee.serve import revs
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
-    query_bool,
-    query_int,
     query_json,
     reply,
     require_json_content,
@@ -29,7 +27,13 @@ from settee.serve.protocol import (
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewquery import queries_of
+from settee.serve.viewquery import (
+    STALENESS,
+    parse_boolean,
+    parse_pos_int,
+    parse_staleness,
+    queries_of,
+)
 from settee.spec.arguments import check_all_docs
 from settee.spec.keys import in_range
 
@@ -89,6 +93,9 @@ _FLAGS = (
     "reduce",
 )
 _COUNTS = ("limit", "skip", "group_level")
+#: Parameters couch_mrview_http:parse_param checks that ``_all_docs`` has no use for:
+#: every document is read at once from the database itself (no index to be stale).
+_CHECKED = (*STALENESS, "sorted", "att_encoding_info")
 _JSON_PARAMS = ("key", "keys", "startkey", "start_key", "endkey", "end_key")
 #: couch_mrview_http:parse_param's doc id bounds (raw strings, not JSON) and the
 #: AllDocsQuery field each sets.
@@ -105,15 +112,10 @@ def decoded_query(query: Mapping[str, str]) -> list[tuple[str, Any]]:
     order, repeats included (parse_params folds over every one)."""
     out: list[tuple[str, Any]] = []
     for name, text in query.items():
-        one = {name: text}
-        if name in _FLAGS:
-            out.append((name, query_bool(one, name)))
-        elif name in _COUNTS:
-            out.append((name, query_int(one, name)))
-        elif name in _JSON_PARAMS:
-            out.append((name, query_json(one, name)))
-        elif name in _DOCIDS:
-            out.append((name, text))
+        if name in _JSON_PARAMS:
+            out.append((name, query_json({name: text}, name)))
+        elif name in _FLAGS or name in _COUNTS or name in _CHECKED or name in _DOCIDS:
+            out.append((name, text))  # parsed by _apply, as parse_param parses either source
     return out
 
 
@@ -135,13 +137,14 @@ def all_docs_query(
     sets both bounds and a later ``endkey`` moves one of them again."""
     q = base
     for source in sources:
+        decoded = isinstance(source, Mapping)  # a JSON body, not a query string's pairs
         pairs = source.items() if isinstance(source, Mapping) else source
         for name, value in pairs:
-            q = _apply(q, name, value)
+            q = _apply(q, name, value, decoded)
     return q
 
 
-def _apply(q: AllDocsQuery, name: str, value: Any) -> AllDocsQuery:
+def _apply(q: AllDocsQuery, name: str, value: Any, decoded: bool) -> AllDocsQuery:
     """One parameter over ``q`` (couch_mrview_http:parse_param). A one-key
     ``keys`` sets both bounds and leaves ``keys`` as it was: the request's own
     ``keys`` list (chttpd_db passes it in) still answers, any other bound is then
@@ -149,8 +152,15 @@ def _apply(q: AllDocsQuery, name: str, value: Any) -> AllDocsQuery:
     if name == "key" or (name == "keys" and isinstance(value, list) and len(value) == 1):
         key = value[0] if name == "keys" else value
         return replace(q, start=key, end=key)
-    if name in ("keys", "group", "group_level", "reduce", *_FLAGS, *_COUNTS):
-        return replace(q, **{name: value})
+    if name in _FLAGS:
+        return replace(q, **{name: parse_boolean(value)})
+    if name in _COUNTS:
+        return replace(q, **{name: parse_pos_int(value, decoded)})
+    if name in _CHECKED:  # read and refused as a view's are, then of no use here
+        _ = parse_staleness(name, value) if name in STALENESS else parse_boolean(value)
+        return q
+    if name == "keys":
+        return replace(q, keys=value)
     if name in ("startkey", "start_key"):
         return replace(q, start=value)
     if name in ("endkey", "end_key"):

@@ -51,13 +51,17 @@ from settee.spec.collation import collate_json
 from settee.tokens import encode_token
 
 __all__ = [
+    "STALENESS",
     "handle_temp_view",
     "handle_view",
     "handle_view_cleanup",
     "handle_view_queries",
     "live_signatures",
     "open_view",
+    "parse_boolean",
     "parse_multi_query",
+    "parse_pos_int",
+    "parse_staleness",
     "queries_of",
     "query_view",
     "retryable",
@@ -161,7 +165,7 @@ def _decoded(name: str, value: Any, decoded: bool) -> Any:
         raise _parse_error(f"Invalid JSON in {name}={value!r}: quote strings") from None
 
 
-def _boolean(value: Any) -> bool:
+def parse_boolean(value: Any) -> bool:
     """couch_mrview_http:parse_boolean: true/false, or their text in any case."""
     if isinstance(value, bool):
         return value
@@ -170,10 +174,14 @@ def _boolean(value: Any) -> bool:
     raise _parse_error(f"Invalid boolean parameter: {_shown(value)}")
 
 
-def _pos_int(value: Any) -> int:
-    """couch_mrview_http:parse_pos_int: an integer (or its decimal text) >= 0."""
+def parse_pos_int(value: Any, decoded: bool = False) -> int:
+    """couch_mrview_http:parse_pos_int: an integer >= 0, or its decimal text in a
+    query string (``decoded`` False): a JSON body's string is an Erlang binary,
+    which list_to_integer refuses, shown as ``<<"1">>``."""
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
+    elif decoded and isinstance(value, str):
+        raise _parse_error(f"Invalid value for integer: <<{_shown(value)}>>")
     elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
         try:
             number = int(value)
@@ -184,6 +192,28 @@ def _pos_int(value: Any) -> int:
     if number < 0:
         raise _parse_error(f"Invalid value for positive integer: {_shown(value)}")
     return number
+
+
+#: The parameters that say how fresh an index must be (parse_staleness).
+STALENESS = ("stale", "stable", "update")
+
+
+def parse_staleness(name: str, value: Any) -> str | None:
+    """``stale``, ``stable`` or ``update`` as couch_mrview_http:parse_param reads
+    them: the ``update`` they ask for ("true", "false" or "lazy"; None for
+    ``stable``, which a single node has no use for), or query_parse_error."""
+    if name == "stale":
+        if value not in ("ok", "update_after"):
+            raise _parse_error("Invalid value for `stale`.")
+        return "false" if value == "ok" else "lazy"
+    if name == "stable":
+        if value is not True and value is not False and value not in ("true", "false"):
+            raise _parse_error("Invalid value for `stable`.")
+        return None
+    update = str(value).lower() if isinstance(value, bool) else value
+    if update not in ("true", "false", "lazy"):
+        raise _parse_error("Invalid value for `update`.")
+    return str(update)
 
 
 def _docid(name: str, value: Any) -> str:
@@ -212,24 +242,16 @@ def _apply(args: dict[str, Any], name: str, value: Any, decoded: bool) -> None:
     elif name in _DOCIDS:
         args[_DOCIDS[name]] = _docid(name, value)
     elif name in _INTS:
-        args[_INTS[name]] = _pos_int(value)
+        args[_INTS[name]] = parse_pos_int(value, decoded)
     elif name in _BOOLEANS:
         field = _BOOLEANS[name]
-        parsed = _boolean(value)
+        parsed = parse_boolean(value)
         if field is not None:
             args[field] = parsed
-    elif name == "stale":
-        if value not in ("ok", "update_after"):
-            raise _parse_error("Invalid value for `stale`.")
-        args["update"] = "false" if value == "ok" else "lazy"
-    elif name == "stable":
-        if value is not True and value is not False and value not in ("true", "false"):
-            raise _parse_error("Invalid value for `stable`.")
-    elif name == "update":
-        update = str(value).lower() if isinstance(value, bool) else value
-        if update not in ("true", "false", "lazy"):
-            raise _parse_error("Invalid value for `update`.")
-        args["update"] = update
+    elif name in STALENESS:
+        update = parse_staleness(name, value)
+        if update is not None:
+            args["update"] = update
     # Anything else CouchDB keeps as an "extra" and ignores.
 
 
