@@ -9,6 +9,13 @@ chttpd_db:parse_doc_query, bulk_get_parse_arg), attachment headers
 
 from __future__ import annotations
 
+import base64
+import email.parser
+import gzip
+import json
+import zlib
+from typing import Any
+
 import pytest
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
@@ -163,3 +170,108 @@ def test_all_docs_parses_its_parameters_as_a_view_does(client: Client, db: str) 
             assert answer.status == expected.status, (name, value, answer.json)
             if expected.status == 400:
                 assert answer.json == expected.json, (name, value)
+
+
+# -- compressible attachments (settee.serve.encoding) --------------------------------------------
+
+_LOREM = b"Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 40
+_ATTACHED = {
+    "lorem.txt": ("text/plain", _LOREM),
+    "data.json": ("application/json; charset=utf-8", b'{"a": [1, 2, 3]}' * 20),
+    "data.bin": ("application/octet-stream", _LOREM),
+    "foo.test": ("application/test", b"this is 21 chars long"),
+}
+
+
+def _couch_gzip(data: bytes) -> bytes:
+    """What couch_stream:gzip_init stores: zlib's gzip wrapper at level 8."""
+    z = zlib.compressobj(8, zlib.DEFLATED, 16 + zlib.MAX_WBITS, 8)
+    return z.compress(data) + z.flush()
+
+
+def _attach_all(client: Client, db: str, doc_id: str) -> str:
+    atts = {
+        name: {"content_type": ctype, "data": base64.b64encode(data).decode()}
+        for name, (ctype, data) in _ATTACHED.items()
+    }
+    return put(client, db, doc_id, {"_attachments": atts})
+
+
+def _check_encoding_info(attachments: dict[str, Any]) -> None:
+    for name, (ctype, data) in _ATTACHED.items():
+        att = attachments[name]
+        if ctype.startswith(("text/", "application/json")):
+            assert att["encoding"] == "gzip", name
+            assert att["encoded_length"] == len(_couch_gzip(data)), name
+            assert att.get("length", len(data)) == len(data), name  # inline: no length
+        else:
+            assert "encoding" not in att and "encoded_length" not in att, name
+
+
+def test_att_encoding_info_shows_compressible_attachments_as_gzip(client: Client, db: str) -> None:
+    # couch_db:with_stream gzips the default compressible_types (text/*,
+    # application/json, ...) and couch_att:to_json shows it with att_encoding_info
+    # (attachments_multipart_test.exs: baz.txt, text/plain, is "gzip").
+    _attach_all(client, db, "d")
+    plain = client("GET", f"{db}/d").json["_attachments"]
+    assert all("encoding" not in att for att in plain.values())
+    _check_encoding_info(client("GET", f"{db}/d?att_encoding_info=true").json["_attachments"])
+    inline = client("GET", f"{db}/d?att_encoding_info=true&attachments=true").json
+    _check_encoding_info(inline["_attachments"])
+    assert base64.b64decode(inline["_attachments"]["lorem.txt"]["data"]) == _LOREM
+    revs = client("GET", f"{db}/d?att_encoding_info=true&open_revs=all").json
+    _check_encoding_info(revs[0]["ok"]["_attachments"])
+    put(client, db, "_design/v", {"views": {"all": {"map": "function (doc) { emit(null); }"}}})
+    rows = [
+        client("GET", f"{db}/_changes?include_docs=true&att_encoding_info=true").json["results"],
+        client("GET", f"{db}/_all_docs?include_docs=true&att_encoding_info=true").json["rows"],
+        client("GET", f"{db}/_design/v/_view/all?include_docs=true&att_encoding_info=true").json[
+            "rows"
+        ],
+    ]
+    for listed in rows:
+        (doc,) = [row["doc"] for row in listed if row["id"] == "d"]
+        _check_encoding_info(doc["_attachments"])
+    got = client("POST", f"{db}/_bulk_get?att_encoding_info=true", {"docs": [{"id": "d"}]})
+    _check_encoding_info(got.json["results"][0]["docs"][0]["ok"]["_attachments"])
+
+
+def test_a_compressible_attachment_is_sent_gzipped_and_never_by_ranges(
+    client: Client, db: str
+) -> None:
+    # chttpd_db:db_attachment_req: Content-Encoding: gzip when the client accepts it,
+    # the whole attachment otherwise, and ranges only of an identity-encoded one.
+    _attach_all(client, db, "d")
+    gz = client("GET", f"{db}/d/lorem.txt", headers={"Accept-Encoding": "gzip, deflate"})
+    assert gz.status == 200 and gz.headers["Content-Encoding"] == "gzip"
+    assert gz.headers["Accept-Ranges"] == "none"
+    assert gzip.decompress(gz.raw) == _LOREM
+    assert int(gz.headers["Content-Length"]) == len(_couch_gzip(_LOREM))
+    for accept in ({}, {"Accept-Encoding": "gzip;q=0, identity"}):
+        whole = client("GET", f"{db}/d/lorem.txt", headers=accept)
+        assert whole.raw == _LOREM and "Content-Encoding" not in whole.headers
+    ranged = client("GET", f"{db}/d/lorem.txt", headers={"Range": "bytes=0-4"})
+    assert (ranged.status, ranged.raw) == (200, _LOREM)
+    binary = client("GET", f"{db}/d/data.bin", headers={"Range": "bytes=0-4", **gz.headers})
+    assert (binary.status, binary.raw) == (206, _LOREM[:5])
+    assert binary.headers["Accept-Ranges"] == "bytes"
+
+
+def test_multipart_answers_send_compressible_attachments_gzipped(client: Client, db: str) -> None:
+    # chttpd_db:send_docs_multipart: att_encoding_info in the JSON, and the stored
+    # (encoded) bytes as the part, with Content-Encoding (couch_httpd_multipart).
+    rev = _attach_all(client, db, "d")
+    answer = client("GET", f'{db}/d?open_revs=["{rev}"]', headers={"Accept": "multipart/mixed"})
+    inner = email.parser.BytesParser().parsebytes(
+        b"Content-Type: " + answer.headers["Content-Type"].encode() + b"\r\n\r\n" + answer.raw
+    )
+    (related,) = inner.get_payload()
+    doc_part, *att_parts = related.get_payload()
+    doc = json.loads(doc_part.get_payload(decode=True))
+    _check_encoding_info(doc["_attachments"])
+    assert all(att["follows"] for att in doc["_attachments"].values())
+    sent = {p.get_filename(): p for p in att_parts}
+    assert sent["lorem.txt"]["Content-Encoding"] == "gzip"
+    assert gzip.decompress(sent["lorem.txt"].get_payload(decode=True)) == _LOREM
+    assert sent["data.bin"]["Content-Encoding"] is None
+    assert sent["data.bin"].get_payload(decode=True) == _LOREM

@@ -16,6 +16,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
+from settee.serve.encoding import with_encoding_info
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -77,6 +78,7 @@ class AllDocsQuery:
     conflicts: Any = False
     update_seq: Any = False
     attachments: Any = False
+    att_encoding_info: Any = False
 
 
 #: Parameters as a source gives them, in its order (a query string may repeat one).
@@ -89,13 +91,14 @@ _FLAGS = (
     "conflicts",
     "update_seq",
     "attachments",
+    "att_encoding_info",
     "group",
     "reduce",
 )
 _COUNTS = ("limit", "skip", "group_level")
 #: Parameters couch_mrview_http:parse_param checks that ``_all_docs`` has no use for:
 #: every document is read at once from the database itself (no index to be stale).
-_CHECKED = (*STALENESS, "sorted", "att_encoding_info")
+_CHECKED = (*STALENESS, "sorted")
 _JSON_PARAMS = ("key", "keys", "startkey", "start_key", "endkey", "end_key")
 #: couch_mrview_http:parse_param's doc id bounds (raw strings, not JSON) and the
 #: AllDocsQuery field each sets.
@@ -248,6 +251,9 @@ def all_docs_result(db: settee.Database, q: AllDocsQuery) -> dict[str, Any]:
         if q.attachments is True:
             for row in docs:
                 row["doc"] = with_attachment_data(db, row["doc"])
+        if q.att_encoding_info is True:
+            for row in docs:
+                row["doc"] = with_encoding_info(db, row["doc"])
         if q.conflicts is True:
             revs.add_conflicts(db, [row["doc"] for row in docs])
     if q.update_seq is True:

@@ -21,6 +21,7 @@ from aiohttp import web
 
 import settee
 from settee.serve.docchecks import check_doc
+from settee.serve.encoding import accepts_gzip, compressible, encoded_length, gzip_chunks
 from settee.serve.protocol import (
     MAX_LOCATION,
     HTTPError,
@@ -258,6 +259,27 @@ async def _stream_ranges(
     return response
 
 
+async def _send_encoded(
+    state: State,
+    request: web.BaseRequest,
+    entry: DbEntry,
+    where: tuple[str, str, str | None],
+    att: dict[str, Any],
+    chunks: Iterator[bytes],
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    """An attachment CouchDB would hold gzip-encoded (settee.serve.encoding): whole,
+    as chttpd_db serves no range of an encoded one (``Accept-Ranges: none``), and
+    encoded for a client whose ``Accept-Encoding`` takes gzip."""
+    headers = {**headers, "Accept-Ranges": "none"}
+    if not accepts_gzip(request.headers.get("Accept-Encoding")):
+        return await _stream(state, request, att["length"], chunks, headers)
+    doc_id, name, rev = where
+    length = await state.run(encoded_length, entry.db, doc_id, name, rev, att["digest"])
+    headers["Content-Encoding"] = "gzip"
+    return await _stream(state, request, length, gzip_chunks(chunks), headers)
+
+
 async def handle_attachment(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str, name: str
 ) -> web.StreamResponse:
@@ -279,6 +301,10 @@ async def handle_attachment(
         if etag_matches(request.headers, tag):
             return web.Response(
                 status=304, headers={k: headers[k] for k in ("ETag", "Cache-Control")}
+            )
+        if compressible(att["content_type"]):
+            return await _send_encoded(
+                state, request, entry, (doc_id, name, rev), att, chunks, headers
             )
         ranges = None
         # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;

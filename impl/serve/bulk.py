@@ -16,6 +16,7 @@ import settee
 from settee.docinfo import DocInfo
 from settee.serve import mime, revs
 from settee.serve.docchecks import check_doc, docid_problem, new_doc_id, revisions_win
+from settee.serve.encoding import with_encoding_info
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -192,6 +193,8 @@ def _bulk_get_one(
         return _bulk_error(doc_id, rev, "bad_request", str(exc))
     if not results:
         return _bulk_error(doc_id, "undefined" if rev is None else rev, "not_found", "missing")
+    if query_true(query, "att_encoding_info"):  # parse_doc_query's option
+        results = [{"ok": with_encoding_info(db, r["ok"])} if "ok" in r else r for r in results]
     docs = [
         r if "ok" in r else _bulk_error(doc_id, r["missing"], "not_found", "missing")["docs"][0]
         for r in results
@@ -246,7 +249,7 @@ def _bulk_get_related(db: settee.Database, raw: bytes, query: Mapping[str, str])
         info = revs.doc_info(db, item["id"]) if found else None
         for entry in answer["docs"]:
             if "ok" in entry:
-                out.append(mime.related(entry["ok"], _since_position(info, entry["ok"], since)))
+                out.append(mime.related(db, entry["ok"], _since_position(info, entry["ok"], since)))
             else:
                 out.append(entry["error"])
     return out

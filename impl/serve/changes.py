@@ -35,6 +35,7 @@ import settee
 from settee.serve import revs
 from settee.serve.alldocs import with_attachment_data
 from settee.serve.design import request_object
+from settee.serve.encoding import with_encoding_info
 from settee.serve.lease import Lease
 from settee.serve.protocol import (
     HTTPError,
@@ -78,6 +79,7 @@ class ChangesQuery:
     heartbeat: float | None  # seconds
     timeout: float  # seconds
     descending: bool = False  # the normal feed only (see read_changes)
+    encoding_info: bool = False  # with include_docs: att_encoding_info (settee.serve.encoding)
     seq_interval: int | None = None  # rows between those that carry their seq (_sparse_seqs)
     #: What the feed shows of its rows, when not the rows themselves: ``/_db_updates``
     #: is the ``_global_changes`` feed with each row as an event (dbupdates.py),
@@ -228,6 +230,7 @@ def _parse(
         # The normal feed only: the live feeds go forwards from since (README).
         descending=feed == "normal" and query_true(query, "descending"),
         seq_interval=_seq_interval(query),
+        encoding_info=query_true(query, "att_encoding_info"),
     )
 
 
@@ -296,6 +299,10 @@ def read_changes(db: settee.Database, q: ChangesQuery, since: Any) -> dict[str, 
         for row in result["results"]:
             if row.get("doc"):
                 row["doc"] = with_attachment_data(db, row["doc"])
+    if q.include_docs and q.encoding_info:
+        for row in result["results"]:
+            if row.get("doc"):
+                row["doc"] = with_encoding_info(db, row["doc"])
     with_conflicts = q.conflicts and q.include_docs
     if (q.all_leaves or with_conflicts) and result["results"]:
         infos = revs.doc_infos(db, [row["id"] for row in result["results"]])

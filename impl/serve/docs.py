@@ -29,6 +29,7 @@ from settee.serve.docchecks import (
     revisions_win,
 )
 from settee.serve.doccopy import handle_copy
+from settee.serve.encoding import with_encoding_info
 from settee.serve.formupload import handle_form_post
 from settee.serve.local import couch_rev, local_etag
 from settee.serve.protocol import (
@@ -83,6 +84,8 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         )
         if wanted is None and not results:
             raise settee.NotFound("missing")
+        if query_true(query, "att_encoding_info"):
+            results = [{"ok": with_encoding_info(db, r["ok"])} if "ok" in r else r for r in results]
         return results
     meta = query_true(query, "meta")
     rev = query.get("rev")
@@ -123,6 +126,8 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
                 doc["_local_seq"] = info.seq
                 break
             doc = _get_doc(db, doc_id, {k: v for k, v in query.items() if k != "local_seq"})
+    if query_true(query, "att_encoding_info"):
+        doc = with_encoding_info(db, doc)
     return doc
 
 
@@ -158,7 +163,7 @@ def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> 
         info = revs.doc_info(db, doc_id)
         if info is not None:
             position = since_position(info.tree, doc["_rev"], since)
-    return mime.related(doc, position), _has_meta(doc)
+    return mime.related(db, doc, position), _has_meta(doc)
 
 
 #: The members that come from a document's meta information (couch_db:doc_meta_info);
@@ -201,7 +206,7 @@ async def _send_open_revs(
     await response.write(b"--" + outer)
     for result in results:
         if "ok" in result:
-            doc = mime.related(result["ok"])
+            doc = await state.run(mime.related, db, result["ok"])
             head = f"\r\nContent-Type: {doc.content_type(inner)}\r\n\r\n".encode()
             await response.write(head)
             await mime.write_related(state, response, db, doc, inner)

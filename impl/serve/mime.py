@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 import settee
+from settee.serve.encoding import gzip_chunks, with_encoding_info
 from settee.serve.protocol import encode_json
 from settee.serve.state import State
 
@@ -82,7 +83,8 @@ class _Follower:
 
     name: str
     content_type: str
-    length: int
+    length: int  # of the bytes sent: gzip-encoded ones when ``encoded``
+    encoded: bool = False
 
     def head(self, boundary: bytes) -> bytes:
         # The name goes in a quoted header value: quotes escaped, line breaks
@@ -97,6 +99,7 @@ class _Follower:
             + header_value(self.content_type)
             + b"\r\nContent-Length: "
             + str(self.length).encode("ascii")
+            + (b"\r\nContent-Encoding: gzip" if self.encoded else b"")
             + b"\r\n\r\n"
         )
 
@@ -126,17 +129,27 @@ class Related:
         return opening + len(self.json) + parts + len(b"\r\n--" + boundary + b"--")
 
 
-def related(doc: dict[str, Any], above: int = 0) -> Related:
+#: The members couch_att:to_json adds after ``follows`` with att_encoding_info.
+_ENCODING_INFO = ("encoding", "encoded_length")
+
+
+def related(db: settee.Database, doc: dict[str, Any], above: int = 0) -> Related:
     """``doc`` (attachments as stubs) with the attachments whose revpos is above
     ``above`` (``atts_since``'s position; 0: all) marked ``"follows": true`` in
-    place of ``"stub": true``."""
+    place of ``"stub": true``. A compressible attachment is described and sent
+    gzip-encoded, as CouchDB sends its stored bytes (SendEncodedAtts, with
+    att_encoding_info: settee.serve.encoding); this reads it once to know the
+    encoded length, so call it on a worker."""
     attachments = doc.get("_attachments") or {}
     shown: dict[str, Any] = {}
     followers = []
-    for name, stub in attachments.items():
+    for name, stub in with_encoding_info(db, doc).get("_attachments", {}).items():
         if stub["revpos"] > above:
-            shown[name] = {k: v for k, v in stub.items() if k != "stub"} | {"follows": True}
-            followers.append(_Follower(name, stub["content_type"], stub["length"]))
+            fields = {k: v for k, v in stub.items() if k not in _ENCODING_INFO and k != "stub"}
+            encoding = {k: stub[k] for k in _ENCODING_INFO if k in stub}
+            shown[name] = fields | {"follows": True} | encoding
+            length = encoding.get("encoded_length", stub["length"])
+            followers.append(_Follower(name, stub["content_type"], length, bool(encoding)))
         else:
             shown[name] = stub
     body = {**doc, "_attachments": shown} if attachments else doc
@@ -161,6 +174,8 @@ async def write_related(
     for follower in doc.followers:
         await response.write(follower.head(boundary))
         _meta, chunks = await state.run(db.attachment_chunks, doc.doc_id, follower.name, doc.rev)
+        if follower.encoded:
+            chunks = gzip_chunks(chunks)
         while (chunk := await state.run(next, chunks, None)) is not None:
             await response.write(chunk)
     await response.write(b"\r\n--" + boundary + b"--")

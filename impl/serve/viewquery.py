@@ -32,6 +32,7 @@ from aiohttp import web
 import settee
 from settee.serve import mango, revs
 from settee.serve.design import ViewFunctions
+from settee.serve.encoding import with_encoding_info
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -94,6 +95,7 @@ class ViewQuery:
     update_seq: bool = False
     conflicts: bool | None = None  # None: not given
     attachments: bool = False  # with include_docs: attachment data inline, not stubs
+    att_encoding_info: bool = False  # with include_docs: settee.serve.encoding
     # Resolved by ``validated``: None: no grouping; -1: group=true (exact keys); N: a prefix.
     group_level: int | None = None
 
@@ -116,6 +118,7 @@ _DEFAULTS: dict[str, Any] = {
     "update_seq": False,
     "conflicts": None,
     "attachments": False,
+    "att_encoding_info": False,
 }
 
 #: Parameters parse_boolean reads, and the ViewQuery field each sets (None: parsed, unused).
@@ -128,7 +131,7 @@ _BOOLEANS = {
     "update_seq": "update_seq",
     "conflicts": "conflicts",
     "attachments": "attachments",
-    "att_encoding_info": None,
+    "att_encoding_info": "att_encoding_info",
     "sorted": None,
 }
 _INTS = {"limit": "limit", "skip": "skip", "group_level": "level"}
@@ -438,6 +441,10 @@ def _map_result(
         if q.include_docs:
             item["doc"] = _linked_doc(db, row, q.attachments)
         out.append(item)
+    if q.include_docs and q.att_encoding_info:
+        for item in out:
+            if item["doc"]:
+                item["doc"] = with_encoding_info(db, item["doc"])
     if q.include_docs and q.conflicts:
         # The doc's own id: a linked doc ({"_id"} in the value) is not the row's.
         revs.add_conflicts(db, [r["doc"] for r in out if r["doc"]])
