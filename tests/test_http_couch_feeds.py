@@ -131,6 +131,24 @@ def test_attachment_reads_carry_the_sandbox_policy(client: Client, db: str) -> N
         assert answer.headers["Content-Security-Policy"] == "sandbox"
 
 
+def test_an_attachment_request_reads_its_rev_as_couch_does(client: Client, db: str) -> None:
+    # db_attachment_req: ?rev= and a write's If-Match go through couch_doc:parse_rev
+    # (extract_header_rev); a GET reads rev alone (parse_doc_query), no If-Match.
+    rev = put(client, db, "d", {})
+    octets = {"Content-Type": "application/octet-stream"}
+    assert client("PUT", f"{db}/d/a.bin?rev={rev}", raw=b"abc", headers=octets).status == 201
+    answers = [
+        client("GET", f"{db}/d/a.bin?rev=junk"),
+        client("PUT", f"{db}/d/a.bin?rev=junk", raw=b"x", headers=octets),
+        client("PUT", f"{db}/d/a.bin", raw=b"x", headers={**octets, "If-Match": '"junk"'}),
+        client("DELETE", f"{db}/d/a.bin?rev=junk"),
+        client("DELETE", f"{db}/d/a.bin", headers={"If-Match": "junk"}),
+    ]
+    assert [(a.status, a.json) for a in answers] == [(400, INVALID_REV)] * len(answers)
+    read = client("GET", f"{db}/d/a.bin", headers={"If-Match": '"1-' + "0" * 32 + '"'})
+    assert (read.status, read.raw) == (200, b"abc")
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (
