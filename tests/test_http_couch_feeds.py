@@ -149,6 +149,17 @@ def test_an_attachment_request_reads_its_rev_as_couch_does(client: Client, db: s
     assert (read.status, read.raw) == (200, b"abc")
 
 
+def test_an_attachment_put_takes_gzip_and_identity_alone(client: Client, db: str) -> None:
+    # db_attachment_req: any other Content-Encoding is bad_ctype, with its own reason.
+    headers = {"Content-Type": "application/octet-stream", "Content-Encoding": "br"}
+    refused = client("PUT", f"{db}/d/a.bin", raw=b"x", headers=headers)
+    reason = "Only gzip and identity content-encodings are supported"
+    assert (refused.status, refused.json) == (415, {"error": "bad_content_type", "reason": reason})
+    headers["Content-Encoding"] = "gzip"
+    assert client("PUT", f"{db}/d/a.bin", raw=gzip.compress(b"abc"), headers=headers).status == 201
+    assert client("GET", f"{db}/d/a.bin").raw == b"abc"
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (

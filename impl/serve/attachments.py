@@ -326,6 +326,10 @@ async def handle_attachment(
         wanted = None if ranges is None else ranges[0]
         return await _stream(state, request, att["length"], chunks, headers, wanted)
     if method == "PUT":
+        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding not in ("identity", "gzip"):  # db_attachment_req's own refusal
+            reason = "Only gzip and identity content-encodings are supported"
+            raise HTTPError(415, "bad_content_type", reason)
         data = await state.spool_body(request)
         content_type = request.headers.get("Content-Type", "application/octet-stream")
         result = await state.run(_put, entry, doc_id, name, data, content_type, rev)
