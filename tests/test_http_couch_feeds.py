@@ -55,6 +55,17 @@ def test_descending_changes_ignore_since(client: Client, db: str) -> None:
     assert [row["id"] for row in answer.json["results"]] == ["a"]
 
 
+def test_a_posted_doc_ids_filter_reads_its_ids_from_the_body_alone(client: Client, db: str) -> None:
+    # couch_changes:get_doc_ids(#httpd{method = 'POST'}) reads the body's doc_ids.
+    put(client, db, "a", {})
+    path = f'{db}/_changes?filter=_doc_ids&doc_ids=["a"]'
+    refused = client("POST", path, {})
+    reason = "`doc_ids` filter parameter is not a list of doc ids."
+    assert (refused.status, refused.json) == (400, {"error": "bad_request", "reason": reason})
+    assert client("POST", path, {"doc_ids": []}).json["results"] == []
+    assert [row["id"] for row in client("GET", path).json["results"]] == ["a"]
+
+
 def test_changes_405_names_couchs_methods(client: Client, db: str) -> None:
     answer = client("PUT", f"{db}/_changes")
     assert answer.status == 405

@@ -147,7 +147,9 @@ def _parse_filter(
     if not name:
         return None
     if name == "_doc_ids":
-        ids = body.get("doc_ids", query_json(query, "doc_ids"))
+        # couch_changes:get_doc_ids: a POST's come from its body alone, a GET's from
+        # the query string.
+        ids = body.get("doc_ids") if method == "POST" else query_json(query, "doc_ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise HTTPError(
                 400, "bad_request", "`doc_ids` filter parameter is not a list of doc ids."
