@@ -267,8 +267,9 @@ def resolve(
     resolved: list[Stored | Inline] = []
     for att in attachments:
         if isinstance(att, Stub):
-            if previous is None:
-                raise MissingStub(f"Previous revision missing for document {doc_id}")
+            # No previous revision is an empty one: couch_db merges a new document's
+            # stubs against #doc{} (prep_and_validate_updates), never nil, so the
+            # reason names the stub.
             kept = on_disk.get(att.name)
             if kept is None or (att.revpos is not None and att.revpos != kept.revpos):
                 raise MissingStub(f"Invalid attachment stub in {doc_id} for {att.name}")

@@ -171,6 +171,23 @@ def test_an_attachment_put_takes_gzip_and_identity_alone(client: Client, db: str
     assert client("GET", f"{db}/d/a.bin").raw == b"abc"
 
 
+def test_a_stub_with_no_previous_revision_names_itself(client: Client, db: str) -> None:
+    # couch_db:prep_and_validate_updates (and the replicated kind) merge a new
+    # document's stubs against #doc{}: couch_doc:merge_stubs answers "Invalid
+    # attachment stub in <id> for <name>" (its nil clause is never reached in 3.5).
+    stub = {"_attachments": {"a.txt": {"stub": True}}}
+    put_answer = client("PUT", f"{db}/s1", stub)
+    reason = "Invalid attachment stub in s1 for a.txt"
+    assert (put_answer.status, put_answer.json) == (
+        412,
+        {"error": "missing_stub", "reason": reason},
+    )
+    rows = client("POST", f"{db}/_bulk_docs", {"docs": [{"_id": "s2", **stub}]}).json
+    assert rows == [
+        {"id": "s2", "error": "missing_stub", "reason": "Invalid attachment stub in s2 for a.txt"}
+    ]
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (
