@@ -230,10 +230,9 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
             raise ValueError("not whole groups of four")
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (UnicodeEncodeError, binascii.Error, ValueError):
-        # couch_att's words, so a client matching CouchDB's reason finds them.
-        raise BadRequest(
-            f"Invalid attachment data for {name}: give base64 in groups of four characters"
-        ) from None
+        # couch_att:inline_from_json's words exactly, so a client comparing CouchDB's
+        # reason finds it.
+        raise BadRequest(f"Invalid attachment data for {name}") from None
     return Inline(name, plain_str(content_type), raw, revpos)
 
 

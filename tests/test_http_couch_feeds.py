@@ -188,6 +188,14 @@ def test_a_stub_with_no_previous_revision_names_itself(client: Client, db: str) 
     ]
 
 
+def test_inline_data_that_is_not_base64_has_couchs_reason(client: Client, db: str) -> None:
+    # couch_att:inline_from_json: base64:decode fails -> "Invalid attachment data for N".
+    body = {"_attachments": {"a.txt": {"content_type": "text/plain", "data": "!!!"}}}
+    answer = client("PUT", f"{db}/d", body)
+    reason = "Invalid attachment data for a.txt"
+    assert (answer.status, answer.json) == (400, {"error": "bad_request", "reason": reason})
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (
