@@ -73,7 +73,8 @@ class _Failing:
         ({"a": {}}, "has no data"),
         ({"a": {"data": "not base64!"}}, "^Invalid attachment data for a$"),
         ({"a": {"data": "aGk"}}, "Invalid attachment data"),  # padding missing
-        ({"a": {"data": "aGk=\x0b"}}, "Invalid attachment data"),  # vertical tab: not what Erlang skips
+        # A vertical tab: not what Erlang skips.
+        ({"a": {"data": "aGk=\x0b"}}, "Invalid attachment data"),
         ({"a": {"data": "é"}}, "Invalid attachment data"),
         # A stray '=' after whole groups: Python's decoder takes these, Erlang's (and so
         # CouchDB, attachments_test.exs "errors for bad attachment") refuses them.
