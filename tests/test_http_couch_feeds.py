@@ -66,6 +66,23 @@ def test_a_posted_doc_ids_filter_reads_its_ids_from_the_body_alone(client: Clien
     assert [row["id"] for row in client("GET", path).json["results"]] == ["a"]
 
 
+def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -> None:
+    # couch_changes:filter passes chttpd_external:json_req_obj: a fresh uuid among
+    # its fields, and "undefined" as the body of a GET (mochiweb's recv_body).
+    pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
+    check = (
+        'req.method == "GET" && req.body == "undefined" && req.id === null'
+        ' && typeof req.uuid == "string" && req.uuid.length == 32 && req.query.x == "1"'
+        ' && req.path[1] == "_changes" && req.info.db_name == req.path[0]'
+    )
+    source = f"function (doc, req) {{ return {check}; }}"
+    put(client, db, "_design/r", {"filters": {"m": source}})
+    put(client, db, "a", {})
+    answer = client("GET", f"{db}/_changes?filter=r/m&x=1")
+    assert answer.status == 200, answer.json
+    assert [row["id"] for row in answer.json["results"]] == ["_design/r", "a"]
+
+
 def test_changes_405_names_couchs_methods(client: Client, db: str) -> None:
     answer = client("PUT", f"{db}/_changes")
     assert answer.status == 405

@@ -54,6 +54,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec import revtree, selector
+from settee.spec.docids import new_docid
 
 __all__ = ["handle_changes"]
 
@@ -194,9 +195,9 @@ def _filter_request(request: web.BaseRequest, entry: DbEntry, body: Any) -> dict
 def _resolve_filter(
     entry: DbEntry, f: ChangesFilter, req: dict[str, Any]
 ) -> Callable[[dict[str, Any]], bool]:
-    return entry.design.changes_filter(
-        entry.db, f.kind, f.ddoc, f.function, {**req, "secObj": entry.local.security()}
-    )
+    # chttpd_external:json_req_obj gives a filter a fresh uuid too (couch_uuids:new).
+    whole = {**req, "uuid": new_docid(), "secObj": entry.local.security()}
+    return entry.design.changes_filter(entry.db, f.kind, f.ddoc, f.function, whole)
 
 
 def _parse(
