@@ -68,12 +68,14 @@ def test_a_posted_doc_ids_filter_reads_its_ids_from_the_body_alone(client: Clien
 
 def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -> None:
     # couch_changes:filter passes chttpd_external:json_req_obj: a fresh uuid among
-    # its fields, and "undefined" as the body of a GET (mochiweb's recv_body).
+    # its fields, the database's info as GET /db answers it, and "undefined" as the
+    # body of a GET (mochiweb's recv_body).
     pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
     check = (
         'req.method == "GET" && req.body == "undefined" && req.id === null'
         ' && typeof req.uuid == "string" && req.uuid.length == 32 && req.query.x == "1"'
         ' && req.path[1] == "_changes" && req.info.db_name == req.path[0]'
+        ' && req.info.doc_count == 2 && typeof req.info.update_seq == "string"'
     )
     source = f"function (doc, req) {{ return {check}; }}"
     put(client, db, "_design/r", {"filters": {"m": source}})

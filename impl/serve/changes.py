@@ -34,6 +34,7 @@ from aiohttp import web
 import settee
 from settee.serve import revs
 from settee.serve.alldocs import with_attachment_data
+from settee.serve.dbs import db_info
 from settee.serve.design import request_object
 from settee.serve.encoding import with_encoding_info
 from settee.serve.lease import Lease
@@ -195,8 +196,9 @@ def _filter_request(request: web.BaseRequest, entry: DbEntry, body: Any) -> dict
 def _resolve_filter(
     entry: DbEntry, f: ChangesFilter, req: dict[str, Any]
 ) -> Callable[[dict[str, Any]], bool]:
-    # chttpd_external:json_req_obj gives a filter a fresh uuid too (couch_uuids:new).
-    whole = {**req, "uuid": new_docid(), "secObj": entry.local.security()}
+    # chttpd_external:json_req_obj: the database's info and a fresh uuid (couch_uuids:new).
+    info = db_info(entry)  # req.info is the database's info, as GET /{db} answers it
+    whole = {**req, "info": info, "uuid": new_docid(), "secObj": entry.local.security()}
     return entry.design.changes_filter(entry.db, f.kind, f.ddoc, f.function, whole)
 
 

@@ -41,6 +41,7 @@ from settee.spec.format import FORMAT_VERSION
 __all__ = [
     "MAX_DBS_INFO_KEYS",
     "check_security",
+    "db_info",
     "handle_active_tasks",
     "handle_all_dbs",
     "handle_compact",
@@ -178,7 +179,7 @@ async def _db_info_entry(state: State, name: Any) -> dict[str, Any]:
         # One database leased at a time: listing thousands of them opens each in
         # turn and leaves only the last max_dbs_open open.
         async with state.lease(name) as lease:
-            info = await state.run(_db_info, lease.entry)
+            info = await state.run(db_info, lease.entry)
     except HTTPError as exc:
         if exc.status != 404:
             raise  # all_dbs_active or stopping: no answer about this database
@@ -217,7 +218,8 @@ async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResp
 # -- /{db} ------------------------------------------------------------------------------------
 
 
-def _db_info(entry: DbEntry) -> dict[str, Any]:
+def db_info(entry: DbEntry) -> dict[str, Any]:
+    """``GET /{db}``'s answer (fabric:get_db_info), also a design function's ``req.info``."""
     info = entry.db.info()
     return {
         "db_name": entry.name,
@@ -281,7 +283,7 @@ async def handle_open_db(
     """``GET /{db}`` and ``POST /{db}`` (a new document) on the open ``entry``."""
     method = request.method
     if method in ("GET", "HEAD"):
-        return respond(reply(200, await state.run(_db_info, entry)))
+        return respond(reply(200, await state.run(db_info, entry)))
     if method == "POST":
         return await handle_post_doc(state, request, entry)
     raise method_not_allowed("DELETE,GET,HEAD,POST")  # chttpd_db:db_req's list
