@@ -46,6 +46,21 @@ def test_bad_since_is_malformed(client: Client, db: str, feed: str, since: str) 
     assert (answer.status, answer.json) == (400, MALFORMED_SINCE)
 
 
+def test_since_may_be_quoted_or_lack_its_number(client: Client, db: str) -> None:
+    # fabric_view_changes:unpack_seq_regex_match takes ^"?([0-9]+-)?(opaque)"?$ and
+    # decodes the opaque part alone.
+    for doc_id in ("a", "b"):
+        put(client, db, doc_id, {})
+    first = client("GET", f"{db}/_changes?limit=1").json["last_seq"]
+    rest = client("GET", f"{db}/_changes?since={first}").json["results"]
+    assert len(rest) == 1
+    number, _, opaque = first.partition("-")
+    for since in (f'"{first}"', opaque, f"{int(number) + 41}-{opaque}", f'"{opaque}'):
+        answer = client("GET", f"{db}/_changes?since={since}")
+        assert answer.status == 200, (since, answer.json)
+        assert answer.json["results"] == rest, since
+
+
 def test_descending_changes_ignore_since(client: Client, db: str) -> None:
     # fabric_view_changes:get_start_seq starts a descending feed at the update seq,
     # so since is never unpacked (nor refused).

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,7 +58,7 @@ from settee.serve.state import State
 from settee.spec import revtree, selector
 from settee.spec.docids import new_docid
 
-__all__ = ["handle_changes"]
+__all__ = ["handle_changes", "unpacked_since"]
 
 _FEEDS = {
     "normal": "normal",
@@ -223,7 +224,7 @@ def _parse(
     timeout = min(max_timeout_ms if timeout_ms is None else timeout_ms, max_timeout_ms) / 1000
     return ChangesQuery(
         feed=feed,
-        since=query.get("since", "0"),
+        since=unpacked_since(query.get("since", "0")),
         limit=_non_negative(query, "limit"),
         include_docs=query_true(query, "include_docs"),
         conflicts=query_true(query, "conflicts"),
@@ -263,6 +264,23 @@ def _seq_interval(query: Mapping[str, str]) -> int | None:
     if value is None or value <= 0:
         raise HTTPError(400, "bad_request", "invalid_seq_interval")
     return value
+
+
+#: fabric_view_changes:unpack_seq_regex_match: an optional quote each side and an
+#: optional ``N-`` before the opaque part, which alone is decoded.
+_PACKED_SEQ = re.compile(r'"?([0-9]+-)?(.*?)"?', re.S)
+
+
+def unpacked_since(since: str) -> str:
+    """``since`` as fabric reads it: a seq this database gave, even JSON-quoted or
+    without its ``N-`` prefix (which CouchDB ignores), in the form settee's tokens
+    take; ``0``, ``now`` and anything else as given."""
+    if since in ("0", "now"):
+        return since
+    match = _PACKED_SEQ.fullmatch(since)
+    assert match is not None  # every part of the pattern is optional
+    prefix, opaque = match.groups()
+    return f"{prefix or '0-'}{opaque}"
 
 
 #: couch_db.hrl's default ``#changes_args.limit``: what fabric counts rows down from

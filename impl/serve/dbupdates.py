@@ -118,7 +118,7 @@ def _query(query: Any, max_timeout_ms: int) -> changes.ChangesQuery:
     limit = query.get("limit")
     return changes.ChangesQuery(
         feed=feed,
-        since=query.get("since", "0"),
+        since=changes.unpacked_since(query.get("since", "0")),
         limit=None if limit is None else _non_negative(limit),
         include_docs=False,
         conflicts=False,
