@@ -61,6 +61,20 @@ def test_since_may_be_quoted_or_lack_its_number(client: Client, db: str) -> None
         assert answer.json["results"] == rest, since
 
 
+def test_changes_parameter_names_are_read_in_any_case(client: Client, db: str) -> None:
+    # chttpd_db:parse_changes_query folds over string:to_lower(Key): Since, LIMIT and
+    # Include_Docs are since, limit and include_docs, and last-event-id is a since.
+    put(client, db, "a", {})
+    put(client, db, "b", {})
+    now = client("GET", f"{db}/_changes").json["last_seq"]
+    assert client("GET", f"{db}/_changes?Since={now}").json["results"] == []
+    assert client("GET", f"{db}/_changes?last-event-id={now}").json["results"] == []
+    rows = client("GET", f"{db}/_changes?LIMIT=1&Include_Docs=true").json["results"]
+    assert len(rows) == 1 and rows[0]["doc"]["_id"] == rows[0]["id"]
+    refused = client("GET", f"{db}/_changes?Feed=sometimes")
+    assert refused.status == 400
+
+
 def test_descending_changes_ignore_since(client: Client, db: str) -> None:
     # fabric_view_changes:get_start_seq starts a descending feed at the update seq,
     # so since is never unpacked (nor refused).

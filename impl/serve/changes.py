@@ -203,40 +203,74 @@ def _resolve_filter(
     return entry.design.changes_filter(entry.db, f.kind, f.ddoc, f.function, whole)
 
 
+#: The parameters chttpd_db:parse_changes_query reads; it lower-cases their names.
+_ARGS = frozenset(
+    {
+        "feed",
+        "descending",
+        "since",
+        "limit",
+        "style",
+        "heartbeat",
+        "timeout",
+        "include_docs",
+        "conflicts",
+        "attachments",
+        "att_encoding_info",
+        "filter",
+        "seq_interval",
+    }
+)
+
+
+def _changes_args(query: Mapping[str, str]) -> dict[str, str]:
+    """The query string as parse_changes_query folds it: names in any case, a later
+    one over an earlier, and ``last-event-id`` as a ``since`` (the other names a
+    filter reads, such as ``doc_ids`` and ``view``, are read as they are)."""
+    args: dict[str, str] = {}
+    for name, value in query.items():
+        key = name.lower()
+        key = "since" if key == "last-event-id" else key
+        if key in _ARGS:
+            args[key] = value
+    return args
+
+
 def _parse(
     query: Mapping[str, str], body: Mapping[str, Any], max_timeout_ms: int, method: str
 ) -> ChangesQuery:
-    feed = _FEEDS.get(query.get("feed", "normal"))
+    args = _changes_args(query)
+    feed = _FEEDS.get(args.get("feed", "normal"))
     if feed is None:
         raise HTTPError(
             400,
             "bad_request",
             "Supported `feed` types: normal, continuous, live, longpoll, eventsource",
         )
-    style = query.get("style", "main_only")
+    style = args.get("style", "main_only")
     if style not in ("main_only", "all_docs"):
         raise HTTPError(400, "bad_request", "style must be main_only or all_docs")
-    changes_filter = _parse_filter(query.get("filter"), query, body, method)
+    changes_filter = _parse_filter(args.get("filter"), query, body, method)
     heartbeat = None
-    if "heartbeat" in query:
-        heartbeat = min(_heartbeat_ms(query["heartbeat"]), max_timeout_ms) / 1000
-    timeout_ms = _non_negative(query, "timeout")
+    if "heartbeat" in args:
+        heartbeat = min(_heartbeat_ms(args["heartbeat"]), max_timeout_ms) / 1000
+    timeout_ms = _non_negative(args, "timeout")
     timeout = min(max_timeout_ms if timeout_ms is None else timeout_ms, max_timeout_ms) / 1000
     return ChangesQuery(
         feed=feed,
-        since=unpacked_since(query.get("since", "0")),
-        limit=_non_negative(query, "limit"),
-        include_docs=query_true(query, "include_docs"),
-        conflicts=query_true(query, "conflicts"),
-        attachments=query_true(query, "attachments"),
+        since=unpacked_since(args.get("since", "0")),
+        limit=_non_negative(args, "limit"),
+        include_docs=query_true(args, "include_docs"),
+        conflicts=query_true(args, "conflicts"),
+        attachments=query_true(args, "attachments"),
         all_leaves=style == "all_docs",
         filter=changes_filter,
         heartbeat=heartbeat,
         timeout=timeout,
         # The normal feed only: the live feeds go forwards from since (README).
-        descending=feed == "normal" and query_true(query, "descending"),
-        seq_interval=_seq_interval(query),
-        encoding_info=query_true(query, "att_encoding_info"),
+        descending=feed == "normal" and query_true(args, "descending"),
+        seq_interval=_seq_interval(args),
+        encoding_info=query_true(args, "att_encoding_info"),
     )
 
 
