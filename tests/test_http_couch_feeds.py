@@ -114,6 +114,26 @@ def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -
     assert [row["id"] for row in answer.json["results"]] == ["_design/r", "a"]
 
 
+@pytest.mark.parametrize(
+    ("thrown", "error", "reason"),
+    [
+        ('"oops"', "unnamed_error", "oops"),
+        ('{error: "not_yet", reason: "come back later"}', "not_yet", "come back later"),
+        ('["error", "busy", "try again"]', "busy", "try again"),
+    ],
+    ids=["string", "object", "array"],
+)
+def test_filter_throws(client: Client, db: str, thrown: str, error: str, reason: str) -> None:
+    # share/server/loop.js handleError: a thrown {error, reason} or ["error", e, r]
+    # keeps its names, anything else is unnamed_error (its reason here the value's
+    # text: couchjs's toSource() varies with the engine). CouchDB answers 500; settee
+    # answers a design function's error with a 400, never a 5xx.
+    pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
+    put(client, db, "_design/r", {"filters": {"t": f"function (doc, req) {{ throw {thrown}; }}"}})
+    answer = client("GET", f"{db}/_changes?filter=r/t")
+    assert (answer.status, answer.json) == (400, {"error": error, "reason": reason})
+
+
 def test_changes_405_names_couchs_methods(client: Client, db: str) -> None:
     answer = client("PUT", f"{db}/_changes")
     assert answer.status == 405

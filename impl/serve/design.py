@@ -10,6 +10,7 @@ replication included, takes effect on the next write or feed.
 
 from __future__ import annotations
 
+import json
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -199,9 +200,9 @@ class DesignFunctions:
             view = functions[name]
             source = view.get("map") if isinstance(view, dict) else None
             mapper = self._function(ddoc, ddoc_id, ("views", name, "map"), source)
-            return lambda doc: bool(mapper.emitted(doc))
+            return _answering_throws(lambda doc: bool(mapper.emitted(doc)))
         function = self._function(ddoc, ddoc_id, ("filters", name), functions[name])
-        return lambda doc: _truthy(function(doc, req))
+        return _answering_throws(lambda doc: _truthy(function(doc, req)))
 
     # -- update functions ---------------------------------------------------------------------
 
@@ -233,6 +234,33 @@ class ViewFunctions:
     reduce: Any  # None, a builtin name ("_count", ...) or JavaScript source
     reducer: JsFunction | None  # the compiled JavaScript reduce
     language: str
+
+
+def _answering_throws(
+    passes: Callable[[dict[str, Any]], bool],
+) -> Callable[[dict[str, Any]], bool]:
+    """``passes``, a value it throws answered as couchjs's handleError names it: a
+    thrown ``{error, reason}`` or ``["error", error, reason]`` by its own names,
+    anything else ``unnamed_error``. The feed fails (couch_query_servers gets the
+    error for the whole batch); a 400, as settee answers a design function's
+    error, not CouchDB's 500."""
+
+    def checked(doc: dict[str, Any]) -> bool:
+        try:
+            return passes(doc)
+        except Thrown as thrown:
+            value = thrown.value
+            if isinstance(value, dict) and {"error", "reason"} <= value.keys():
+                raise HTTPError(400, str(value["error"]), _text(value["reason"])) from None
+            if isinstance(value, list) and len(value) == 3 and value[0] == "error":
+                raise HTTPError(400, str(value[1]), _text(value[2])) from None
+            raise HTTPError(400, "unnamed_error", _text(value)) from None
+
+    return checked
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _truthy(value: Any) -> bool:
