@@ -264,6 +264,19 @@ def test_inline_data_that_is_not_base64_has_couchs_reason(client: Client, db: st
     assert (answer.status, answer.json) == (400, {"error": "bad_request", "reason": reason})
 
 
+def test_a_map_that_throws_a_value_skips_the_document(client: Client, db: str) -> None:
+    # share/server/views.js map_doc catches what the map throws, Error or not, and
+    # handleViewError logs it and goes on: the document has no rows.
+    pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
+    source = 'function (doc) { if (doc._id == "a") { throw "no"; } emit(doc._id, null); }'
+    put(client, db, "_design/t", {"views": {"v": {"map": source}}})
+    put(client, db, "a", {})
+    put(client, db, "b", {})
+    answer = client("GET", f"{db}/_design/t/_view/v")
+    assert answer.status == 200, answer.json
+    assert [row["id"] for row in answer.json["rows"]] == ["b"]
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import settee
 from settee.serve import revs
+from settee.serve.js import Thrown
 from settee.serve.protocol import HTTPError
 from settee.spec.collation import code_point_key, sort_key
 from settee.spec.config import DEFAULTS
@@ -244,8 +245,10 @@ class ViewIndex:
             rows = normalise_body({"rows": [[key, value] for key, value in pairs]}, ROW_LIMIT)
             if sum(len(json.dumps(key)) for key, _ in rows["rows"]) > KEY_CHARS_LIMIT:
                 return {}
-        except (HTTPError, settee.BadRequest, ValueError):
-            return {}  # couchjs logs a map error and skips the document
+        except (HTTPError, Thrown, settee.BadRequest, ValueError):
+            # couchjs logs a map error, an Error or any thrown value, and skips the
+            # document (main.js handleViewError).
+            return {}
         return {
             row_id(key, doc_id, n): {"k": key, "v": value, "d": doc_id}
             for n, (key, value) in enumerate(rows["rows"])
