@@ -277,6 +277,24 @@ def test_a_map_that_throws_a_value_skips_the_document(client: Client, db: str) -
     assert [row["id"] for row in answer.json["rows"]] == ["b"]
 
 
+def test_a_reduce_that_throws_reduces_to_null(client: Client, db: str) -> None:
+    # share/server/views.js runReduce catches what a reduce throws (handleViewError
+    # logs it) and sets that reduction to null; the query still answers.
+    pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
+    emit = "function (doc) { emit(doc._id, 1); }"
+    views = {
+        "thrown": {"map": emit, "reduce": 'function (k, v, r) { throw "no"; }'},
+        "error": {"map": emit, "reduce": 'function (k, v, r) { throw new Error("no"); }'},
+    }
+    put(client, db, "_design/t", {"views": views})
+    put(client, db, "a", {})
+    for view in views:
+        whole = client("GET", f"{db}/_design/t/_view/{view}")
+        assert (whole.status, whole.json) == (200, {"rows": [{"key": None, "value": None}]})
+        grouped = client("GET", f"{db}/_design/t/_view/{view}?group=true").json["rows"]
+        assert grouped == [{"key": "a", "value": None}]
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (

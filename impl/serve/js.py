@@ -24,7 +24,7 @@ from typing import Any
 
 from settee.serve.protocol import HTTPError
 
-__all__ = ["JsFunction", "JsRuntime", "Thrown", "js_available", "runtime"]
+__all__ = ["FunctionError", "JsFunction", "JsRuntime", "Thrown", "js_available", "runtime"]
 
 #: Seconds one call may run (CouchDB's os_process_timeout is 5 s).
 CALL_SECONDS = 5.0
@@ -253,6 +253,10 @@ class Thrown(Exception):
         self.value = value
 
 
+class FunctionError(HTTPError):
+    """A function threw an ``Error`` (not a time or memory limit of the engine)."""
+
+
 def js_available() -> str | None:
     """None when the JavaScript engine imports, else how to install it."""
     try:
@@ -356,7 +360,7 @@ class JsRuntime:
                 400, "os_process_error", "the function's result nests too deeply"
             ) from None
         if "error" in answer:
-            raise HTTPError(400, "os_process_error", str(answer["error"]))
+            raise FunctionError(400, "os_process_error", str(answer["error"]))
         if "thrown" in answer:
             raise Thrown(answer["thrown"])
         return answer["ok"]

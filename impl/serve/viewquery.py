@@ -33,6 +33,7 @@ import settee
 from settee.serve import mango, revs
 from settee.serve.design import ViewFunctions
 from settee.serve.encoding import with_encoding_info
+from settee.serve.js import FunctionError, Thrown
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
@@ -559,7 +560,11 @@ def _reduce_rows(functions: ViewFunctions, rows: list[dict[str, Any]]) -> Any:
     if functions.reducer is None:
         raise HTTPError(400, "query_parse_error", f"unknown builtin reduce function {builtin!r}")
     keys = [[row["k"], row["d"]] for row in rows]
-    return _check_shrinks(keys, values, functions.reducer(keys, values, False))
+    try:
+        reduced = functions.reducer(keys, values, False)
+    except (FunctionError, Thrown):
+        return None  # views.js runReduce: handleViewError logs it, the reduction is null
+    return _check_shrinks(keys, values, reduced)
 
 
 async def handle_view(
