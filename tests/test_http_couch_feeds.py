@@ -1,10 +1,11 @@
-"""Replication-side requests as CouchDB 3.5 answers them, checked against its
-source: ``_changes``' refusals (chttpd_db:handle_changes_req,
-fabric_view_changes:validate_start_seq), ``_revs_diff``/``_missing_revs`` and
-``_bulk_get``'s reading of revisions and flags (couch_doc:parse_rev,
-chttpd_db:parse_doc_query, bulk_get_parse_arg), attachment headers
-(chttpd_db:db_attachment_req) and ``_all_docs``' parameters
-(couch_mrview_http:parse_param).
+"""Replication-side requests as CouchDB 3.5 answers them, each checked against the
+source function its comment names: ``_changes`` (chttpd_db:parse_changes_query,
+fabric_view_changes' since, couch_changes' filters and their ``req``, couchjs's
+handling of what a function throws), ``_revs_diff``/``_missing_revs`` and
+``_bulk_get`` (couch_doc:parse_rev, parse_doc_query, bulk_get_parse_arg),
+attachments (chttpd_db:db_attachment_req; the gzip encoding CouchDB gives its
+compressible types, couch_db:with_stream; stubs, couch_doc:merge_stubs) and
+``_all_docs``' parameters (couch_mrview_http:parse_param).
 """
 
 from __future__ import annotations
