@@ -285,6 +285,9 @@ async def _send_encoded(
         return await _stream(state, request, att["length"], chunks, headers)
     doc_id, name, rev = where
     length = await state.run(encoded_length, entry.db, doc_id, name, rev, att["digest"])
+    # Content-MD5 is of the body as sent (RFC 2616 14.15), which is no longer the
+    # attachment's bytes; CouchDB sends none at all.
+    headers = {k: v for k, v in headers.items() if k != "Content-MD5"}
     headers["Content-Encoding"] = "gzip"
     return await _stream(state, request, length, gzip_chunks(chunks), headers)
 
