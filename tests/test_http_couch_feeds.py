@@ -296,6 +296,20 @@ def test_a_reduce_that_throws_reduces_to_null(client: Client, db: str) -> None:
         assert grouped == [{"key": "a", "value": None}]
 
 
+def test_an_attachment_location_url_encodes_the_id_and_the_name(client: Client, db: str) -> None:
+    # db_attachment_req: Location is /db/ + couch_util:url_encode(DocId) + / +
+    # url_encode(FileName), which keeps letters, digits and _.-: alone.
+    octets = {"Content-Type": "application/octet-stream"}
+    for doc_id, path, tail in [
+        ("d", "d/dir/x%20y~.txt", "/d/dir%2Fx%20y%7E.txt"),
+        ("_design/x", "_design/x/a:b.txt", "/_design%2Fx/a:b.txt"),
+    ]:
+        answer = client("PUT", f"{db}/{path}", raw=b"x", headers=octets)
+        assert answer.status == 201, answer.json
+        assert answer.json["id"] == doc_id
+        assert answer.headers["Location"].endswith(db + tail), answer.headers["Location"]
+
+
 # -- _all_docs -----------------------------------------------------------------------------------
 
 _PARAMETERS = (

@@ -26,10 +26,10 @@ from settee.serve.encoding import accepts_gzip, compressible, encoded_length, gz
 from settee.serve.protocol import (
     MAX_LOCATION,
     HTTPError,
+    attachment_url,
     etag_matches,
     method_not_allowed,
     reply,
-    request_url,
     respond,
 )
 from settee.serve.registry import DbEntry
@@ -339,7 +339,7 @@ async def handle_attachment(
         state.notify(entry)
         # chttpd_db:db_attachment_req sends the attachment's URL as Location.
         headers = {"ETag": f'"{result["rev"]}"'}
-        location = request_url(request)
+        location = attachment_url(request, doc_id, name)
         if location is not None and len(location) <= MAX_LOCATION:  # as protocol.written
             headers["Location"] = location
         return respond(reply(201, result, headers))

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_LOCATION",
     "HTTPError",
     "Reply",
+    "attachment_url",
     "decode_json",
     "decode_object",
     "doc_url",
@@ -49,6 +50,7 @@ __all__ = [
     "require_json_content",
     "require_method",
     "respond",
+    "url_encode",
     "written",
 ]
 
@@ -319,6 +321,24 @@ def doc_url(request: web.BaseRequest, doc_id: str) -> str | None:
     # The first segment that is not empty, as the router reads it ("//db//doc").
     database = next((part for part in request.rel_url.raw_path.split("/") if part), "")
     return request_url(request, f"/{database}/{_url_encode_id(doc_id)}")
+
+
+def attachment_url(request: web.BaseRequest, doc_id: str, name: str) -> str | None:
+    """The absolute URL of attachment ``name`` of ``doc_id``, as chttpd_db's
+    attachment PUT builds its Location: the id and the name each through
+    couch_util:url_encode, every slash included (``request_url``)."""
+    database = next((part for part in request.rel_url.raw_path.split("/") if part), "")
+    return request_url(request, f"/{database}/{url_encode(doc_id)}/{url_encode(name)}")
+
+
+def url_encode(text: str) -> str:
+    """couch_util:url_encode: each UTF-8 byte but ASCII letters, digits and ``_.-:``
+    as ``%XX`` (upper case)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return "".join(
+        chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-:") else f"%{b:02X}"
+        for b in data
+    )
 
 
 def _url_encode_id(doc_id: str) -> str:
