@@ -98,7 +98,11 @@ def with_encoding_info(db: settee.Database, doc: dict[str, Any]) -> dict[str, An
     shown = {}
     for name, att in attachments.items():
         if compressible(att.get("content_type")):
-            length = encoded_length(db, doc["_id"], name, doc["_rev"], att["digest"])
+            try:
+                length = encoded_length(db, doc["_id"], name, doc["_rev"], att["digest"])
+            except settee.NotFound:  # the revision compacted away since it was read
+                shown[name] = att
+                continue
             att = {**att, "encoding": "gzip", "encoded_length": length}
         shown[name] = att
     return {**doc, "_attachments": shown}
