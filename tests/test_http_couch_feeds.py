@@ -13,11 +13,14 @@ from __future__ import annotations
 import base64
 import email.parser
 import gzip
+import itertools
 import json
 import zlib
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("aiohttp", reason="settee serve needs aiohttp: pip install -e '.[serve]'")
 
@@ -435,6 +438,51 @@ def test_a_compressible_attachment_is_sent_gzipped_and_never_by_ranges(
     binary = client("GET", f"{db}/d/data.bin", headers={"Range": "bytes=0-4", **gz.headers})
     assert (binary.status, binary.raw) == (206, _LOREM[:5])
     assert binary.headers["Accept-Ranges"] == "bytes"
+
+
+_EXAMPLES = itertools.count()
+_TYPES = st.sampled_from(
+    [
+        "text/plain",
+        "Text/HTML; charset=utf-8",
+        "application/json",
+        "application/javascript",
+        "application/xml",
+        "application/jsonp",
+        "application/octet-stream",
+        "image/svg+xml",
+        "textual/plain",
+    ]
+)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(content_type=_TYPES, data=st.binary(max_size=300))
+def test_what_att_encoding_info_says_is_what_a_gzip_get_sends(
+    client: Client, db: str, content_type: str, data: bytes
+) -> None:
+    """Oracle: CouchDB's compressible_types (couch_db:compressible_att_type) decide
+    the encoding; for an encoded attachment encoded_length is the body a GET that
+    accepts gzip sends, and it unzips to the bytes; an identity one is sent as is."""
+    doc_id = f"p{next(_EXAMPLES)}"  # the database is the test's, each example a document
+    put_answer = client("PUT", f"{db}/{doc_id}/f", raw=data, headers={"Content-Type": content_type})
+    assert put_answer.status == 201
+    att = client("GET", f"{db}/{doc_id}?att_encoding_info=true").json["_attachments"]["f"]
+    got = client("GET", f"{db}/{doc_id}/f", headers={"Accept-Encoding": "gzip"})
+    major = content_type.split(";")[0].strip().lower()
+    if major.startswith("text/") or major in _COMPRESSIBLE:
+        assert (att["encoding"], got.headers["Content-Encoding"]) == ("gzip", "gzip")
+        assert att["encoded_length"] == len(got.raw) == int(got.headers["Content-Length"])
+        assert gzip.decompress(got.raw) == data
+    else:
+        assert "encoding" not in att and "Content-Encoding" not in got.headers
+        assert got.raw == data
+    assert att["length"] == len(data)
+
+
+_COMPRESSIBLE = ("application/javascript", "application/json", "application/xml")
 
 
 def test_multipart_answers_send_compressible_attachments_gzipped(client: Client, db: str) -> None:
