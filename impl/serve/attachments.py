@@ -44,15 +44,16 @@ log = logging.getLogger("settee.serve")
 _MISSING = "Document is missing attachment"
 
 
-def _rev_of(method: str, query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
+def _rev_of(query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
     """The revision a request names, each form read by couch_doc:parse_rev (400
-    "Invalid rev format"): ``?rev=``, and for a write its ``If-Match`` too, which
-    must agree (chttpd_db:extract_header_rev; a GET reads ``rev`` alone, as
-    parse_doc_query)."""
+    "Invalid rev format"): ``?rev=`` or ``If-Match``, which must agree
+    (chttpd_db:extract_header_rev). [differs] A GET reads ``If-Match`` too, as
+    attachments.rst documents ("Alternative to rev query parameter");
+    chttpd_db's GET reads ``rev`` alone (parse_doc_query)."""
     rev = query.get("rev")
     rev = revs.request_rev(rev) if rev is not None else None
     match = headers.get("If-Match")
-    if method in ("GET", "HEAD") or match is None:
+    if match is None:
         return rev
     tag = revs.request_rev(match.strip('"'))
     if rev is not None and tag != rev:
@@ -296,7 +297,7 @@ async def handle_attachment(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str, name: str
 ) -> web.StreamResponse:
     method = request.method
-    rev = _rev_of(method, request.query, request.headers)
+    rev = _rev_of(request.query, request.headers)
     if method in ("GET", "HEAD"):
         att, chunks = await state.run(_open, entry.db, doc_id, name, rev)
         tag = '"' + att["digest"].removeprefix("md5-") + '"'
