@@ -492,6 +492,36 @@ def test_what_att_encoding_info_says_is_what_a_gzip_get_sends(
 _COMPRESSIBLE = ("application/javascript", "application/json", "application/xml")
 
 
+def _multipart_revisions(answer: Any) -> list[Any]:
+    """The revisions of an ``open_revs`` multipart/mixed answer, each its parts."""
+    outer = email.parser.BytesParser().parsebytes(
+        b"Content-Type: " + answer.headers["Content-Type"].encode() + b"\r\n\r\n" + answer.raw
+    )
+    return list(outer.get_payload())
+
+
+def test_open_revs_multipart_sends_only_attachments_after_atts_since(
+    client: Client, db: str
+) -> None:
+    # couch_db:open_doc_revs applies atts_since (stubs at or below the ancestor's
+    # position) and send_docs_multipart sends what is not a stub: a port of
+    # attachments_multipart_test.exs's atts_since check.
+    first = put(client, db, "d", {})
+    octets = {"Content-Type": "application/octet-stream"}
+    second = client("PUT", f"{db}/d/one.bin?rev={first}", raw=b"one", headers=octets).json["rev"]
+    third = client("PUT", f"{db}/d/two.bin?rev={second}", raw=b"two", headers=octets).json["rev"]
+    path = f'{db}/d?open_revs=["{third}"]&atts_since=["{second}"]'
+    (related,) = _multipart_revisions(client("GET", path, headers={"Accept": "multipart/mixed"}))
+    doc_part, *att_parts = related.get_payload()
+    atts = json.loads(doc_part.get_payload(decode=True))["_attachments"]
+    assert atts["one.bin"]["stub"] is True and atts["two.bin"]["follows"] is True
+    assert [p.get_filename() for p in att_parts] == ["two.bin"]
+    assert att_parts[0].get_payload(decode=True) == b"two"
+    every = f'{db}/d?open_revs=["{third}"]'
+    (related,) = _multipart_revisions(client("GET", every, headers={"Accept": "multipart/mixed"}))
+    assert len(related.get_payload()) == 3
+
+
 def test_multipart_answers_send_compressible_attachments_gzipped(client: Client, db: str) -> None:
     # chttpd_db:send_docs_multipart: att_encoding_info in the JSON, and the stored
     # (encoded) bytes as the part, with Content-Encoding (couch_httpd_multipart).

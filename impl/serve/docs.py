@@ -166,6 +166,18 @@ def _doc_related(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> 
     return mime.related(db, doc, position), _has_meta(doc)
 
 
+def _related_since(
+    db: settee.Database, doc: dict[str, Any], since: list[str] | None
+) -> mime.Related:
+    """``doc`` as multipart/related, its attachments above ``since`` following."""
+    position = 0
+    if since is not None:
+        info = revs.doc_info(db, doc["_id"])
+        if info is not None:
+            position = since_position(info.tree, doc["_rev"], since)
+    return mime.related(db, doc, position)
+
+
 #: The members that come from a document's meta information (couch_db:doc_meta_info);
 #: each is present only when the document has some (no _conflicts without any).
 _META_MEMBERS = ("_revs_info", "_conflicts", "_deleted_conflicts", "_local_seq")
@@ -196,9 +208,16 @@ async def _send_related(
 
 
 async def _send_open_revs(
-    state: State, request: web.BaseRequest, db: settee.Database, results: list[dict[str, Any]]
+    state: State,
+    request: web.BaseRequest,
+    db: settee.Database,
+    results: list[dict[str, Any]],
+    since: list[str] | None,
 ) -> web.StreamResponse:
-    """``open_revs`` as multipart/mixed: each revision with all its attachments."""
+    """``open_revs`` as multipart/mixed: each revision with its attachments above
+    ``atts_since`` (all without it) as parts, the others stubs: couch_db:open_doc_revs
+    applies atts_since, and send_docs_multipart sends what is not a stub
+    (attachments_multipart_test.exs)."""
     outer, inner = mime.new_boundary(), mime.new_boundary()
     content_type = f'multipart/mixed; boundary="{outer.decode()}"'
     response = web.StreamResponse(status=200, headers={"Content-Type": content_type})
@@ -206,7 +225,7 @@ async def _send_open_revs(
     await response.write(b"--" + outer)
     for result in results:
         if "ok" in result:
-            doc = await state.run(mime.related, db, result["ok"])
+            doc = await state.run(_related_since, db, result["ok"], since)
             head = f"\r\nContent-Type: {doc.content_type(inner)}\r\n\r\n".encode()
             await response.write(head)
             await mime.write_related(state, response, db, doc, inner)
@@ -226,11 +245,11 @@ async def _handle_get(
     accept = request.headers.get("Accept")
     if "open_revs" in query:
         if mime.wants_multipart(accept, _MULTIPART, unless_json=False):
-            attachment_options(query)  # atts_since is checked, then ignored, as CouchDB 3
+            since = attachment_options(query).get("atts_since")
             plain = _without_attachments(query)
             results = await state.run(_get_doc, entry.db, doc_id, plain)
             if isinstance(results, list):  # open_revs=[] is a plain read, answered below
-                return await _send_open_revs(state, request, entry.db, results)
+                return await _send_open_revs(state, request, entry.db, results, since)
     elif mime.wants_multipart(accept, ["multipart/related"], unless_json=False):
         wanted = attachment_options(query)
         if wanted["attachments"] or "atts_since" in wanted:
