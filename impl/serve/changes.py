@@ -494,9 +494,8 @@ async def serve_feed(
     since = q.since
     if q.feed == "eventsource" and "Last-Event-ID" in request.headers:
         # A reconnecting EventSource resumes after the last event it got (chttpd_db).
-        since = request.headers["Last-Event-ID"]
-        if len(since) > 1 and since[0] == since[-1] == '"':
-            since = since[1:-1]  # the id: line is the seq as JSON, quotes and all
+        # The id: line is the seq as JSON, quotes and all, which fabric takes off.
+        since = unpacked_since(request.headers["Last-Event-ID"])
     if since == "now":
         since = (await state.run(entry.db.info))["update_seq"]
     # Checked before a live feed's headers go out: a refusal after them could only
