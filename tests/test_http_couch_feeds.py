@@ -158,15 +158,16 @@ def test_unparsed_rev(client: Client, db: str, endpoint: str, rev: object) -> No
 
 def test_revs_diff_reads_revs_as_couch_writes_them(client: Client, db: str) -> None:
     rev = put(client, db, "a", {})
-    asked = {"a": [rev.upper().replace("1-", "01-"), "0-x", "02-x"], "b": ["1-x"]}
+    long = "9" * 5000 + "-x"  # a position no int() converts, and no store holds
+    asked = {"a": [rev.upper().replace("1-", "+01-"), "0-x", "02-x", long], "b": ["1-x"]}
     answer = client("POST", f"{db}/_revs_diff", asked)
     assert answer.status == 200
     # 01-<upper hex> is the stored rev (parse_rev reads the integer and the hex);
     # 0-x parses but no document can hold it; 02-x comes back as 2-x (rev_to_str).
     assert answer.json["b"] == {"missing": ["1-x"]}
-    assert sorted(answer.json["a"]["missing"]) == ["0-x", "2-x"]
+    assert sorted(answer.json["a"]["missing"]) == ["0-x", "2-x", long]
     missing = client("POST", f"{db}/_missing_revs", asked).json["missing_revs"]
-    assert sorted(missing["a"]) == ["0-x", "2-x"]
+    assert sorted(missing["a"]) == ["0-x", "2-x", long]
 
 
 # -- _bulk_get -----------------------------------------------------------------------------------

@@ -310,13 +310,14 @@ def _couch_rev(value: Any) -> str:
     each one) and couch_doc:rev_to_str writes it back: the position an integer, a
     32-digit hash as hex in lower case; anything else 400 "Invalid rev format"."""
     pos, dash, hash_ = value.partition("-") if isinstance(value, str) else ("", "", "")
-    if not dash or not re.fullmatch(r"[+-]?[0-9]+", pos):
+    if not dash or not re.fullmatch(r"\+?[0-9]+", pos):  # list_to_integer's syntax
         raise HTTPError(400, "bad_request", revs.INVALID_REV)
     if len(hash_) == 32:
         if not re.fullmatch(r"[0-9a-fA-F]{32}", hash_):
             raise HTTPError(400, "bad_request", revs.INVALID_REV)  # list_to_integer(_, 16)
         hash_ = hash_.lower()
-    return f"{int(pos)}-{hash_}"
+    # The integer's digits, written without int(): a position may have any length.
+    return f"{pos.lstrip('+').lstrip('0') or '0'}-{hash_}"
 
 
 def _storable(rev: str) -> bool:
@@ -341,7 +342,8 @@ def _checked_revs_diff(db: settee.Database, asked: dict[str, Any]) -> dict[str, 
     result = db.revs_diff(known)
     for doc_id, extra in unknown.items():
         entry = result.setdefault(doc_id, {"missing": []})
-        entry["missing"] = entry["missing"] + [r for r in extra if r not in entry["missing"]]
+        listed = set(entry["missing"])
+        entry["missing"] = entry["missing"] + [r for r in dict.fromkeys(extra) if r not in listed]
     return result
 
 
