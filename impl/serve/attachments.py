@@ -63,12 +63,16 @@ def _rev_of(query: Mapping[str, str], headers: Mapping[str, str]) -> str | None:
 
 def _open(
     db: settee.Database, doc_id: str, name: str, rev: str | None
-) -> tuple[dict[str, Any], Iterator[bytes]]:
-    db.get(doc_id, rev=rev)  # NotFound "missing"/"deleted" for the document itself
+) -> tuple[dict[str, Any], Iterator[bytes], str]:
+    """The attachment's record and bytes, and the revision they are of: the one the
+    document read names, so every later read of this answer (another range, the
+    encoded length) is of these same bytes whatever is written meanwhile."""
+    doc = db.get(doc_id, rev=rev)  # NotFound "missing"/"deleted" for the document itself
     try:
-        return db.attachment_chunks(doc_id, name, rev=rev)
+        att, chunks = db.attachment_chunks(doc_id, name, rev=doc["_rev"])
     except settee.NotFound:
         raise HTTPError(404, "not_found", _MISSING) from None
+    return att, chunks, doc["_rev"]
 
 
 def _stubs(doc: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +235,7 @@ async def _stream_ranges(
     state: State,
     request: web.BaseRequest,
     att: dict[str, Any],
-    reopen: Callable[[], tuple[dict[str, Any], Iterator[bytes]]],
+    reopen: Callable[[], tuple[dict[str, Any], Iterator[bytes], str]],
     headers: dict[str, str],
     ranges: list[tuple[int, int]],
 ) -> web.StreamResponse:
@@ -256,7 +260,7 @@ async def _stream_ranges(
                 f"Content-Range: bytes {first}-{last}/{length}\r\n\r\n"
             )
             await response.write(head.encode("utf-8", "surrogatepass"))
-            _att, chunks = await state.run(reopen)
+            _att, chunks, _rev = await state.run(reopen)
             await _send_bytes(state, response, chunks, first, last)
             await response.write(b"\r\n")
     except (settee.SetteeError, _StoppedShort) as exc:
@@ -273,7 +277,7 @@ async def _send_encoded(
     state: State,
     request: web.BaseRequest,
     entry: DbEntry,
-    where: tuple[str, str, str | None],
+    where: tuple[str, str, str],
     att: dict[str, Any],
     chunks: Iterator[bytes],
     headers: dict[str, str],
@@ -299,7 +303,7 @@ async def handle_attachment(
     method = request.method
     rev = _rev_of(request.query, request.headers)
     if method in ("GET", "HEAD"):
-        att, chunks = await state.run(_open, entry.db, doc_id, name, rev)
+        att, chunks, pinned = await state.run(_open, entry.db, doc_id, name, rev)
         tag = '"' + att["digest"].removeprefix("md5-") + '"'
         headers = {
             "Content-Type": att["content_type"],
@@ -317,7 +321,7 @@ async def handle_attachment(
             )
         if compressible(att["content_type"]):
             return await _send_encoded(
-                state, request, entry, (doc_id, name, rev), att, chunks, headers
+                state, request, entry, (doc_id, name, pinned), att, chunks, headers
             )
         ranges = None
         # If-Range (RFC 9110 §13.1.5): a range of the version the client holds only;
@@ -325,7 +329,7 @@ async def handle_attachment(
         if request.headers.get("If-Range", tag) == tag:
             ranges = _byte_ranges(request.headers.get("Range"), att["length"])
         if ranges is not None and len(ranges) > 1:
-            reopen = functools.partial(_open, entry.db, doc_id, name, rev)
+            reopen = functools.partial(_open, entry.db, doc_id, name, pinned)
             return await _stream_ranges(state, request, att, reopen, headers, ranges)
         wanted = None if ranges is None else ranges[0]
         return await _stream(state, request, att["length"], chunks, headers, wanted)
