@@ -118,6 +118,19 @@ def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -
     assert [row["id"] for row in answer.json["results"]] == ["_design/r", "a"]
 
 
+def test_a_posted_filter_gets_the_body_as_an_object(client: Client, db: str) -> None:
+    # chttpd_db:handle_changes_req keeps a POST's decoded JSON as req_body, which
+    # chttpd_external:json_req_obj_field(<<"body">>) passes on as it is: an object.
+    pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
+    check = 'typeof req.body == "object" && req.body.want == doc._id'
+    put(client, db, "_design/r", {"filters": {"b": f"function (doc, req) {{ return {check}; }}"}})
+    put(client, db, "a", {})
+    put(client, db, "b", {})
+    answer = client("POST", f"{db}/_changes?filter=r/b", {"want": "b"})
+    assert answer.status == 200, answer.json
+    assert [row["id"] for row in answer.json["results"]] == ["b"]
+
+
 @pytest.mark.parametrize(
     ("thrown", "error", "reason"),
     [

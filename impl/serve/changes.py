@@ -188,10 +188,16 @@ def _ddoc_filter(kind: str, name: str, form: str) -> ChangesFilter | None:
     return ChangesFilter(kind, ddoc=parts[0], function=parts[1])
 
 
-def _filter_request(request: web.BaseRequest, entry: DbEntry, body: Any) -> dict[str, Any]:
-    """The ``req`` object CouchDB passes to a filter function."""
-    text = "undefined" if request.method == "GET" else json.dumps(body)
-    return request_object(request, entry.name, body=text)
+def _filter_request(
+    request: web.BaseRequest, entry: DbEntry, body: Any, raw: bytes
+) -> dict[str, Any]:
+    """The ``req`` object CouchDB passes to a filter function. Its ``body``:
+    ``"undefined"`` for a GET (mochiweb's recv_body of no body), the decoded JSON
+    object for a POST that sent one (handle_changes_req keeps it as req_body, which
+    chttpd_external:json_req_obj passes as it is), else the empty string."""
+    if request.method != "POST":
+        return request_object(request, entry.name, body="undefined")
+    return request_object(request, entry.name, body=body if raw else "")
 
 
 def _resolve_filter(
@@ -458,6 +464,7 @@ async def handle_changes(
     while it waits (see the module's docstring)."""
     entry = lease.entry
     body: dict[str, Any] = {}
+    raw = b""
     if request.method == "POST":
         require_json_content(request.headers)
         raw = await state.read_body(request)
@@ -467,7 +474,7 @@ async def handle_changes(
         raise method_not_allowed("GET,POST,HEAD")  # chttpd_db:handle_changes_req's order
     q = _parse(request.query, body, state.options["changes_timeout"], request.method)
     if q.filter is not None and q.filter.kind in ("filters", "views"):
-        req = _filter_request(request, entry, body)
+        req = _filter_request(request, entry, body, raw)
         passes = await state.run(_resolve_filter, entry, q.filter, req)
         q = dataclasses.replace(q, filter=dataclasses.replace(q.filter, passes=passes))
     return await serve_feed(state, request, lease, q)

@@ -34,7 +34,7 @@ def user_ctx(db_name: str) -> dict[str, Any]:
 
 
 def request_object(
-    request: web.BaseRequest, db_name: str, *, body: str, doc_id: str | None = None
+    request: web.BaseRequest, db_name: str, *, body: Any, doc_id: str | None = None
 ) -> dict[str, Any]:
     """CouchDB's request object for design functions (chttpd_external:json_req_obj),
     but ``uuid`` and ``secObj``, which the caller adds where a function gets them:
@@ -43,7 +43,8 @@ def request_object(
     raw_path = request.rel_url.raw_path
     form: dict[str, str] = {}
     content_type = request.headers.get("Content-Type", "").lower()
-    if request.method in ("POST", "PUT") and content_type.startswith(_FORM):
+    form_body = isinstance(body, str) and request.method in ("POST", "PUT")
+    if form_body and content_type.startswith(_FORM):
         form = dict(urllib.parse.parse_qsl(body, keep_blank_values=True))
     return {
         "info": {"db_name": db_name},
