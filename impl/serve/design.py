@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from aiohttp import web
 
 import settee
 from settee.serve.js import JsFunction, Thrown, runtime
-from settee.serve.protocol import HTTPError
+from settee.serve.protocol import HTTPError, query_json
 from settee.serve.viewindex import MapOptions, ViewMapper
 
 __all__ = ["DesignFunctions", "ViewFunctions", "request_object", "user_ctx"]
@@ -53,7 +53,7 @@ def request_object(
         "path": [p for p in request.rel_url.path.split("/") if p],
         "raw_path": str(request.rel_url),
         "requested_path": [p for p in raw_path.split("/") if p],
-        "query": dict(request.query),
+        "query": _query_object(request.query),
         "headers": dict(request.headers),
         "body": body,
         "peer": request.remote or "",
@@ -64,6 +64,19 @@ def request_object(
 
 
 _FORM = "application/x-www-form-urlencoded"
+
+#: The parameters chttpd_external:json_query_keys decodes from JSON for a function.
+_JSON_QUERY = frozenset({"startkey", "endkey", "key", "descending"})
+
+
+def _query_object(query: Mapping[str, str]) -> dict[str, Any]:
+    """``req.query``: the query string, ``startkey``, ``endkey``, ``key`` and
+    ``descending`` decoded from JSON (a value that is not JSON is a 400, as
+    json_query_keys' ?JSON_DECODE throws), the others as sent."""
+    return {
+        name: query_json({name: value}, name) if name in _JSON_QUERY else value
+        for name, value in query.items()
+    }
 
 
 @dataclass
