@@ -103,7 +103,7 @@ def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -
     # couch_changes:filter passes chttpd_external:json_req_obj: a fresh uuid among
     # its fields, the database's info as GET /db answers it, "undefined" as the body
     # of a GET (mochiweb's recv_body), and key, startkey, endkey and descending
-    # decoded from JSON in req.query (json_query_keys).
+    # decoded from JSON in req.query (json_query_keys), the cookies in req.cookie.
     pytest.importorskip("py_mini_racer", reason="JavaScript needs pip install -e '.[js]'")
     check = (
         'req.method == "GET" && req.body == "undefined" && req.id === null'
@@ -111,12 +111,14 @@ def test_a_filter_function_gets_couchs_request_object(client: Client, db: str) -
         ' && req.path[1] == "_changes" && req.info.db_name == req.path[0]'
         ' && req.info.doc_count == 2 && typeof req.info.update_seq == "string"'
         ' && req.query.key[0] == 1 && req.query.startkey === "s" && req.query.other == "[1]"'
+        ' && req.cookie.flavour == "oat" && req.cookie.size == "2"'
     )
     source = f"function (doc, req) {{ return {check}; }}"
     put(client, db, "_design/r", {"filters": {"m": source}})
     put(client, db, "a", {})
     query = "x=1&key=[1]&startkey=%22s%22&other=[1]"
-    answer = client("GET", f"{db}/_changes?filter=r/m&{query}")
+    cookie = {"Cookie": 'flavour=oat; size="2"'}
+    answer = client("GET", f"{db}/_changes?filter=r/m&{query}", headers=cookie)
     assert answer.status == 200, answer.json
     assert [row["id"] for row in answer.json["results"]] == ["_design/r", "a"]
 

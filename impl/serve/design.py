@@ -58,12 +58,26 @@ def request_object(
         "body": body,
         "peer": request.remote or "",
         "form": form,
-        "cookie": {},
+        "cookie": _cookies(request.headers.get("Cookie", "")),
         "userCtx": user_ctx(db_name),
     }
 
 
 _FORM = "application/x-www-form-urlencoded"
+
+
+def _cookies(header: str) -> dict[str, str]:
+    """``req.cookie``: the ``Cookie`` header's pairs (mochiweb's parse_cookie), a
+    value's surrounding quotes off."""
+    cookies: dict[str, str] = {}
+    for pair in header.split(";"):
+        name, eq, value = pair.strip().partition("=")
+        if name and eq:
+            value = value.strip()
+            quoted = len(value) > 1 and value[0] == value[-1] == '"'
+            cookies[name.strip()] = value[1:-1] if quoted else value
+    return cookies
+
 
 #: The parameters chttpd_external:json_query_keys decodes from JSON for a function.
 _JSON_QUERY = frozenset({"startkey", "endkey", "key", "descending"})
