@@ -108,6 +108,8 @@ def test_an_update_creates_a_missing_document_and_sees_the_request(
     assert re.fullmatch(r"[0-9a-f]{32}", req["uuid"])
     assert req["secObj"] == client("GET", f"{db}/_security").json
     assert req["userCtx"]["roles"] == ["_admin"] and req["info"]["db_name"] == db[1:]
+    # json_req_obj's info is get_db_info's answer, as GET /{db} gives it.
+    assert req["info"]["doc_count"] >= 1 and "update_seq" in req["info"]
 
 
 def test_query_and_form_fields_reach_the_function(client: Client, db: str, ddoc: str) -> None:

@@ -30,6 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 import settee
+from settee.serve.dbs import db_info
 from settee.serve.design import request_object
 from settee.serve.docchecks import check_doc
 from settee.serve.docs import write_doc
@@ -58,6 +59,7 @@ async def handle_update(
     doc_id = "/".join(parts[1:]) or None
     req = request_object(request, entry.name, body=_text(raw), doc_id=doc_id)
     req["uuid"] = new_docid()
+    req["info"] = await state.run(db_info, entry)  # json_req_obj's get_db_info
     req["secObj"] = await state.run(entry.local.security)
     status, headers, body = await state.run(_update, state, entry, ddoc, parts[0], doc_id, req)
     return web.Response(status=status, headers=headers, body=body)
