@@ -205,6 +205,22 @@ def test_bulk_get_flags_are_on_for_true_alone(client: Client, db: str) -> None:
     assert "_revisions" in on.json["results"][0]["docs"][0]["ok"]
 
 
+def test_bulk_get_finds_no_local_document(client: Client, db: str) -> None:
+    # couch_db:open_doc_revs_int looks ids up in the id tree, where no _local
+    # document is: not_found missing, as for any document the database lacks.
+    assert client("PUT", f"{db}/_local/l", {"a": 1}).status == 201
+    put(client, db, "d", {})
+    docs = [{"id": "_local/l"}, {"id": "_local/l", "rev": "0-1"}, {"id": "d", "rev": "00-1"}]
+    rows = client("POST", f"{db}/_bulk_get", {"docs": docs}).json["results"]
+    errors = [row["docs"][0]["error"] for row in rows]
+    # A rev couch_doc:parse_rev reads (0-1, 00-1) is missing, written back by rev_to_str.
+    assert errors == [
+        {"id": "_local/l", "rev": "undefined", "error": "not_found", "reason": "missing"},
+        {"id": "_local/l", "rev": "0-1", "error": "not_found", "reason": "missing"},
+        {"id": "d", "rev": "0-1", "error": "not_found", "reason": "missing"},
+    ]
+
+
 def test_bulk_get_takes_an_empty_object_for_no_document(client: Client, db: str) -> None:
     # bulk_get_parse_arg matches {[_ | _] = Props}: {} is not a document request.
     answer = client("POST", f"{db}/_bulk_get", {"docs": [{}]})

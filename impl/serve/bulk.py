@@ -173,12 +173,20 @@ def _bulk_get_one(
     problem = docid_problem(doc_id)  # chttpd_db:bulk_get_parse_doc_id
     if problem is not None:
         return _bulk_error(doc_id, None, "illegal_docid", problem)
-    if rev is not None and revs.parse_rev_list([rev]) is None:
-        return _bulk_error(doc_id, rev, "bad_request", "Invalid rev format")
+    if rev is not None:
+        try:
+            rev = _couch_rev(rev)  # bulk_get_parse_revs: couch_doc:parse_rev
+        except HTTPError:
+            return _bulk_error(doc_id, rev, "bad_request", revs.INVALID_REV)
     refusal = _atts_since_error(doc_id, item)
     if refusal is not None:
         return refusal
     since = item.get("atts_since") or None  # [] names no revision: stubs, as when absent
+    if doc_id.startswith("_local/") or (rev is not None and not _storable(rev)):
+        # No revision tree holds a _local document, nor a rev settee cannot store
+        # (0-x): couch_db:open_doc_revs_int finds none, and bulk_get_docs answers
+        # that as any missing document or revision.
+        return _bulk_error(doc_id, "undefined" if rev is None else rev, "not_found", "missing")
     try:
         results = revs.open_revs(
             db,
