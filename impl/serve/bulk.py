@@ -182,7 +182,7 @@ def _bulk_get_one(
     if refusal is not None:
         return refusal
     since = item.get("atts_since") or None  # [] names no revision: stubs, as when absent
-    if doc_id.startswith("_local/") or (rev is not None and not _storable(rev)):
+    if str(doc_id).startswith("_local/") or (rev is not None and not _storable(rev)):
         # No revision tree holds a _local document, nor a rev settee cannot store
         # (0-x): couch_db:open_doc_revs_int finds none, and bulk_get_docs answers
         # that as any missing document or revision.
