@@ -228,6 +228,8 @@ def test_show_gets_couchdbs_request_object_and_the_design_document_as_this(
     assert req["headers"]["X-Foo"] == "bar" and req["query"] == {"foo": "bar"}
     assert req["method"] == "GET" and req["path"][5] == "test-doc-id"
     assert req["info"]["db_name"] == shows[1:] and req["id"] == "test-doc-id"
+    assert req["info"]["doc_count"] == 2 and req["body"] == "undefined"  # get_db_info, recv_body
+    assert len(req["uuid"]) == 32
     assert _show(client, shows, "this-ddoc").raw == b"_design/template hi"
     assert client("PUT", f"{shows}/_security", {"foo": True}).status == 200
     assert _show(client, shows, "secObj").json["foo"] is True

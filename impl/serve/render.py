@@ -38,6 +38,7 @@ from settee.serve.alldocs import (
     decoded_query,
     query_keys,
 )
+from settee.serve.dbs import db_info
 from settee.serve.design import request_object
 from settee.serve.js import JsFunction, Thrown
 from settee.serve.protocol import HTTPError, decode_object, require_json_content
@@ -158,13 +159,18 @@ def _list(
 async def _request_object(
     state: State, request: web.BaseRequest, entry: DbEntry, doc_id: str | None, raw: bytes
 ) -> dict[str, Any]:
-    """CouchDB's request object for a show or list function (the body as text)."""
+    """CouchDB's request object for a show or list function (chttpd_external:
+    json_req_obj): the body as text, ``"undefined"`` for a GET without one (what
+    mochiweb's recv_body gives), the database's info, a fresh uuid."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPError(400, "bad_request", "the request body is not UTF-8") from None
+    if not raw and request.method in ("GET", "HEAD", "OPTIONS"):
+        text = "undefined"
     req = request_object(request, entry.name, body=text, doc_id=doc_id)
     req["uuid"] = new_docid()
+    req["info"] = await state.run(db_info, entry)
     req["secObj"] = await state.run(entry.local.security)
     return req
 
