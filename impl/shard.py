@@ -816,10 +816,20 @@ def _write_failed(path: str, exc: BaseException) -> SetteeError:
 
 
 def _write_refused(path: str, exc: BaseException) -> SetteeError:
-    error = SetteeError(
-        f"{path}: the writer could not apply this write ({exc!r}); nothing of it was "
-        "stored and the shard goes on accepting other writes"
-    )
+    if isinstance(exc, CorruptionError):
+        # Damage the write had to read (a tree node) is still damage: a CorruptionError
+        # naming the bytes, which serve answers 410 (a plain SetteeError was a 500).
+        error: SetteeError = CorruptionError(
+            exc.path,
+            exc.offset,
+            f"{exc.detail}; this write needed those bytes and was not stored (the shard "
+            "goes on accepting other writes): restore the file from a backup",
+        )
+    else:
+        error = SetteeError(
+            f"{path}: the writer could not apply this write ({exc!r}); nothing of it was "
+            "stored and the shard goes on accepting other writes"
+        )
     error.__cause__ = exc
     return error
 
