@@ -5,8 +5,12 @@ regression test named after what broke.
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +54,82 @@ def test_a_write_that_needs_a_damaged_node_is_a_corruption_error(tmp_path: Path)
             db.put({"_id": "new"})
         assert caught.value.offset == pos and caught.value.path.endswith("shard-000.settee")
         assert db.get("d1")["v"] == 1  # by_id is intact
+
+
+# -- settee serve ----------------------------------------------------------------------------
+
+
+def _serve(root: Path, requests: list[tuple[str, str, Any]]) -> list[tuple[int, Any]]:
+    """Start a server on ``root``, make ``requests``, stop it; each (status, JSON)."""
+    from settee.serve import start_server
+
+    handle = start_server(str(root), "127.0.0.1", 0, fsync=True)
+    try:
+        answers = []
+        for method, path, body in requests:
+            conn = http.client.HTTPConnection("127.0.0.1", handle.port, timeout=30)
+            try:
+                data = None if body is None else json.dumps(body)
+                conn.request(method, path, data, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                answers.append((resp.status, json.loads(resp.read())))
+            finally:
+                conn.close()
+        return answers
+    finally:
+        handle.stop()
+
+
+_VIEW = "/v/_design/d/_view/n?reduce=false"
+
+
+def _view_db(root: Path) -> Path:
+    """A database ``v`` of one shard with a view queried once; the index's folder."""
+    map_fn = "function(doc){ if (doc.n !== undefined) emit(doc.n, null); }"
+    made = _serve(
+        root,
+        [
+            ("PUT", "/v?q=1", None),
+            *[("PUT", f"/v/d{i}", {"n": i}) for i in range(4)],
+            ("PUT", "/v/_design/d", {"views": {"n": {"map": map_fn}}}),
+            ("GET", _VIEW, None),
+            ("PUT", "/v/d9", {"n": 9}),
+            ("GET", _VIEW, None),
+        ],
+    )
+    assert [status for status, _ in made] == [201] * 6 + [200, 201, 200], made
+    [index] = (root / "_views" / "v").iterdir()
+    return index
+
+
+def test_a_view_index_missing_its_shard_file_is_410_not_500(tmp_path: Path) -> None:
+    """A view index whose shard file was deleted answered 500 unknown_error (the
+    engine's DamagedDirectory was mapped to 410 for databases only)."""
+    index = _view_db(tmp_path)
+    (index / "shard-000.settee").unlink()
+    [(status, body)] = _serve(tmp_path, [("GET", _VIEW, None)])
+    assert (status, body["error"]) == (410, "corruption"), body
+    assert str(index) in body["reason"]
+
+
+@pytest.mark.parametrize("kind", ["database", "view index"])
+def test_a_shard_cut_before_its_durable_commit_is_refused_until_restored(
+    tmp_path: Path, kind: str
+) -> None:
+    """A shard file cut short before the commit HEADS names as durable opened at its
+    older commit: serve answered 200 with acknowledged writes missing (a purged or
+    updated document's old view row, a document gone), and once its writer had
+    republished HEADS nothing said so any more. It is 410 naming the file, on every
+    request and restart, until HEADS is removed to accept the older state."""
+    index = _view_db(tmp_path)
+    folder = tmp_path / "v" if kind == "database" else index
+    shard = folder / "shard-000.settee"
+    os.truncate(shard, shard.stat().st_size - 1)  # the newest header torn
+    path = "/v/d9" if kind == "database" else _VIEW
+    for _ in range(2):  # the refusal outlives a restart: HEADS still names the commit
+        [(status, body)] = _serve(tmp_path, [("GET", path, None)])
+        assert (status, body["error"]) == (410, "corruption"), body
+        assert str(shard) in body["reason"] and "HEADS" in body["reason"]
+    (folder / "HEADS").unlink()
+    [(status, body)] = _serve(tmp_path, [("GET", "/v", None)])
+    assert status == 200, body

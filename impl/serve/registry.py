@@ -46,12 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import settee
-from settee.layout import META_NAME, DamagedDirectory, DatabaseInUse
+from settee.layout import META_NAME
 from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.lru import LeasedLru
+from settee.serve.opening import open_database
 from settee.serve.options import db_options
-from settee.serve.protocol import HTTPError, damaged
+from settee.serve.protocol import HTTPError
 from settee.serve.viewindex import ViewIndex
 from settee.spec.config import validate_options
 from settee.spec.errors import BadRequest, CorruptionError
@@ -100,21 +101,6 @@ def check_db_name(name: str) -> None:
 
 def _dir_name(name: str) -> str:
     return name.replace("/", "%2F")
-
-
-def _open_existing(path: str, options: dict[str, Any]) -> settee.Database:
-    """``settee.open`` of a database the server found on disk. One refused as damaged
-    (``DamagedDirectory``: a shard file missing, files not its own) is
-    ``protocol.damaged``, like a file that fails its checks (CorruptionError, which
-    error_reply answers so); one another process holds is 503 (retry once it
-    closes); any other refusal (a permission, a format this settee cannot read)
-    stays the server's own error."""
-    try:
-        return settee.open(path, **options)
-    except DamagedDirectory as exc:
-        raise damaged(str(exc)) from exc
-    except DatabaseInUse as exc:
-        raise HTTPError(503, "service_unavailable", str(exc)) from exc
 
 
 #: The file beside a database's view indexes while a purge may have made them stale.
@@ -269,7 +255,7 @@ class Registry:
                 if not self._exists(name):
                     raise db_missing()
                 self._make_room()
-                db = _open_existing(self._path(name), self._reopen_options(name))
+                db = open_database(self._path(name), **self._reopen_options(name))
                 entry = DbEntry(name, db, self._local(name))
                 try:
                     self._finish_interrupted_purge(entry)

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import settee
 from settee.serve import revs
 from settee.serve.js import Thrown
+from settee.serve.opening import open_database
 from settee.serve.protocol import HTTPError
 from settee.spec.collation import code_point_key, sort_key
 from settee.spec.config import DEFAULTS
@@ -127,7 +128,10 @@ class ViewIndex:
 
     def __init__(self, path: str, fsync: bool) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.db = settee.open(path, shards=1, fsync=fsync)
+        # Damaged, it is refused (410) like a database; removing its folder rebuilds it.
+        self.db = open_database(
+            path, what=f"view index (remove {path} to rebuild it)", shards=1, fsync=fsync
+        )
         self._lock = threading.Lock()
 
     @property
