@@ -133,3 +133,36 @@ def test_a_shard_cut_before_its_durable_commit_is_refused_until_restored(
     (folder / "HEADS").unlink()
     [(status, body)] = _serve(tmp_path, [("GET", "/v", None)])
     assert status == 200, body
+
+
+def test_every_bit_flip_of_the_settings_file_is_corruption(tmp_path: Path) -> None:
+    """The settings file carried no checksum: a flipped bit that kept it valid JSON
+    (``"revs_limit":7`` read as 5, or 3) was served as the database's setting. Now
+    each of its bits flipped either reads as written or is a CorruptionError naming
+    the file, never another setting."""
+    from settee.serve.options import merge_options
+    from settee.serve.registry import Registry
+
+    made = _serve(
+        tmp_path,
+        [("PUT", "/s", None), ("PUT", "/s/_revs_limit", 7), ("PUT", "/s/_purged_infos_limit", 50)],
+    )
+    assert [status for status, _ in made] == [201, 200, 200], made
+    [settings] = (tmp_path / "_settings").iterdir()
+    pristine = settings.read_bytes()
+    registry = Registry(str(tmp_path), merge_options(fsync=False))
+    assert registry._settings("s") == {"revs_limit": 7, "purged_infos_limit": 50}
+    served = []
+    for offset in range(len(pristine)):
+        for bit in range(8):
+            damaged = bytearray(pristine)
+            damaged[offset] ^= 1 << bit
+            settings.write_bytes(bytes(damaged))
+            try:
+                found = registry._settings("s")
+            except settee.CorruptionError as exc:
+                assert exc.path == str(settings)
+                continue
+            if found != {"revs_limit": 7, "purged_infos_limit": 50}:
+                served.append((offset, bit, found))
+    assert not served, served[:5]

@@ -5,7 +5,7 @@
   <name>/             a settee database (``/`` in a name is stored as ``%2F``)
   _local/<name>.json  its _local documents (local.py)
   _settings/<name>.json  its settings the engine does not store (``revs_limit``,
-                         ``purged_infos_limit``)
+                         ``purged_infos_limit``), with their checksum (checked.py)
 ```
 
 CouchDB database names start with a lowercase letter or are one of its system
@@ -47,6 +47,7 @@ from typing import Any
 
 import settee
 from settee.layout import META_NAME
+from settee.serve import checked
 from settee.serve.design import DesignFunctions
 from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.lru import LeasedLru
@@ -316,10 +317,11 @@ class Registry:
         the file's place a raw OSError, each a 500 with a traceback on every request
         to the database; a stored value settee.open refuses was a 400 blaming the
         client for what the disk holds. An unknown member is damage too (a flipped
-        bit in a name would otherwise drop the setting silently)."""
+        bit in a name would otherwise drop the setting silently); so is a file whose
+        checksum fails (``checked``: a flipped digit kept it valid JSON)."""
         path = self._settings_path(name)
         try:
-            stored = LocalDocs.read_json(path)
+            stored = checked.unwrap(path, LocalDocs.read_json(path))
         except FileNotFoundError:
             return {}
         try:
@@ -339,7 +341,8 @@ class Registry:
         if self._open.peek(entry.name) is not entry:
             raise db_missing()  # deleted while the request ran
         stored = {**self._settings(entry.name), key: value}
-        write_json_durably(self._settings_path(entry.name), stored, fsync=self.options["fsync"])
+        path = self._settings_path(entry.name)
+        write_json_durably(path, checked.wrap(stored), fsync=self.options["fsync"])
 
     def set_revs_limit(self, entry: DbEntry, limit: int) -> None:
         """CouchDB's ``PUT /{db}/_revs_limit`` on the caller's leased ``entry``. The
