@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,75 @@ def test_every_bit_flip_of_the_settings_file_is_corruption(tmp_path: Path) -> No
             if found != {"revs_limit": 7, "purged_infos_limit": 50}:
                 served.append((offset, bit, found))
     assert not served, served[:5]
+
+
+def test_a_database_made_again_after_a_half_finished_delete_starts_clean(
+    tmp_path: Path,
+) -> None:
+    """A DELETE that crashed after the database's directory went leaves its view
+    indexes and _local documents: the database next created under the name served
+    the old _local documents (a replicator's checkpoint of another database) and
+    reused the old view index, every query of it 400 ("since value ... names changes
+    this database has not made"). Creating the database clears them first."""
+    _view_db(tmp_path)
+    assert _serve(tmp_path, [("PUT", "/v/_local/ck", {"seq": "old"})])[0][0] == 201
+    shutil.rmtree(tmp_path / "v")  # the crash: the rest of the DELETE never ran
+    map_fn = "function(doc){ if (doc.n !== undefined) emit(doc.n, null); }"
+    answers = _serve(
+        tmp_path,
+        [
+            ("PUT", "/v?q=1", None),
+            ("PUT", "/v/new", {"n": 1}),
+            ("PUT", "/v/_design/d", {"views": {"n": {"map": map_fn}}}),
+            ("GET", _VIEW, None),
+            ("GET", "/v/_local/ck", None),
+        ],
+    )
+    assert [status for status, _ in answers] == [201, 201, 201, 200, 404], answers
+    assert [row["id"] for row in answers[3][1]["rows"]] == ["new"]
+
+
+def test_a_view_index_ahead_of_its_restored_database_is_rebuilt(tmp_path: Path) -> None:
+    """A database restored from an older copy (its HEADS with it) left its view index
+    ahead of it: every query was 400, blaming the client for the index's checkpoint.
+    The index starts over, as CouchDB resets an index ahead of its database."""
+    _serve(tmp_path, [("PUT", "/v?q=1", None), ("PUT", "/v/d0", {"n": 0})])
+    backup = tmp_path.parent / "backup"
+    shutil.copytree(tmp_path / "v", backup)
+    map_fn = "function(doc){ if (doc.n !== undefined) emit(doc.n, null); }"
+    made = _serve(
+        tmp_path,
+        [
+            *[("PUT", f"/v/d{i}", {"n": i}) for i in range(1, 5)],
+            ("PUT", "/v/_design/d", {"views": {"n": {"map": map_fn}}}),
+            ("GET", _VIEW, None),
+        ],
+    )
+    assert made[-1][1]["total_rows"] == 5, made
+    shutil.rmtree(tmp_path / "v")
+    shutil.copytree(backup, tmp_path / "v")  # the design document is gone with it
+    answers = _serve(
+        tmp_path,
+        [("PUT", "/v/_design/d", {"views": {"n": {"map": map_fn}}}), ("GET", _VIEW, None)],
+    )
+    assert answers[0][0] == 201, answers
+    assert answers[1][0] == 200, answers
+    assert [row["id"] for row in answers[1][1]["rows"]] == ["d0"]
+
+
+@pytest.mark.parametrize("where", ["_views", "_views/v", "index"])
+def test_a_file_in_place_of_a_view_folder_is_410_not_a_raw_error(
+    tmp_path: Path, where: str
+) -> None:
+    """A file where a view folder should be was a raw NotADirectoryError or
+    FileExistsError (500, a traceback in the log) on every view query, Mango query
+    and purge; the index's own folder a 503 "retry", which no retry mends."""
+    index = _view_db(tmp_path)
+    folder = index if where == "index" else tmp_path / where
+    shutil.rmtree(folder)
+    folder.write_text("not a folder")
+    answers = _serve(tmp_path, [("GET", _VIEW, None), ("POST", "/v/_purge", {"d1": ["1-x"]})])
+    for status, body in answers[: 1 if where == "index" else 2]:
+        assert (status, body["error"]) == (410, "corruption"), answers
+        assert str(folder) in body["reason"]
+    assert folder.read_text() == "not a folder"

@@ -14,6 +14,9 @@ turns what a client could not act on into CouchDB answers:
   happened (found by the fault sweep). Refusing before the writer republishes
   that shard's HEADS slot keeps the evidence, so the database stays refused
   until the shard is restored, or HEADS deleted to accept the older state;
+* a directory where a file should be, a file where a directory should be, a
+  symlink loop (``EISDIR``, ``ENOTDIR``, ``EEXIST``, ``ELOOP``) is damage too: it
+  was a 500, or for a view index a 503 "retry", which no retry mends;
 * a database another process holds is 503 (retry once it closes).
 
 Any other refusal (a permission, a format this settee cannot read) stays the
@@ -22,6 +25,7 @@ server's own error.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import warnings
@@ -33,7 +37,10 @@ from settee.heads import HEADS_NAME
 from settee.layout import DamagedDirectory, DatabaseInUse
 from settee.serve.protocol import HTTPError, damaged
 
-__all__ = ["open_database"]
+__all__ = ["DAMAGE_ERRNOS", "open_database"]
+
+#: What the file system answers when a path holds the wrong kind of entry.
+DAMAGE_ERRNOS = frozenset({errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ELOOP})
 
 #: ``warnings.catch_warnings`` changes the process's filters: opens that change them
 #: one at a time restore them in order.
@@ -57,3 +64,8 @@ def open_database(path: str, *, what: str = "database", **options: Any) -> sette
         raise damaged(str(exc)) from exc
     except DatabaseInUse as exc:
         raise HTTPError(503, "service_unavailable", str(exc)) from exc
+    except settee.SetteeError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in DAMAGE_ERRNOS:
+            raise damaged(str(exc)) from exc
+        raise

@@ -53,7 +53,7 @@ from settee.serve.local import LocalDocs, write_json_durably
 from settee.serve.lru import LeasedLru
 from settee.serve.opening import open_database
 from settee.serve.options import db_options
-from settee.serve.protocol import HTTPError
+from settee.serve.protocol import HTTPError, damaged
 from settee.serve.viewindex import ViewIndex
 from settee.spec.config import validate_options
 from settee.spec.errors import BadRequest, CorruptionError
@@ -218,6 +218,10 @@ class Registry:
             return any(_SHARD_FILE.fullmatch(entry) for entry in os.listdir(path))
         except (FileNotFoundError, NotADirectoryError):
             return False
+        except OSError:
+            # Something is there that cannot be listed (a symlink loop): opening it says
+            # what (was a raw OSError, a 500 with a traceback, on every request).
+            return True
 
     def cached(self, name: str) -> DbEntry | None:
         """The open entry, neither leased nor counted as a use (safe on the event loop)."""
@@ -380,7 +384,7 @@ class Registry:
                     "The database could not be created, the file already exists.",
                 )
             self._make_room()  # couch_server makes room before a create too
-            self._forget_settings(name)
+            self._forget_leftovers(name)
             opts = db_options(self.options, creating=True)
             if shards is not None:
                 opts["shards"] = shards
@@ -426,8 +430,25 @@ class Registry:
             self._forget_settings(name)
 
     def _forget_settings(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(self._settings_path(name))
+        path = self._settings_path(name)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if os.path.lexists(path):
+                raise damaged(f"{path}: cannot be removed ({exc}): remove it") from None
+            # No file there (_settings is a file, or a symlink loop): nothing to forget.
+
+    def _forget_leftovers(self, name: str) -> None:
+        """Remove what a DELETE of ``name`` that did not finish (a crash after the
+        database's directory went) left beside it, before a database is made under
+        the name: found by the fault sweep, the new database served the old one's
+        ``_local`` documents (a replicator's checkpoint of another database) and
+        reused its view indexes (every query 400)."""
+        shutil.rmtree(self._views_dir(name), ignore_errors=True)
+        self._local(name).destroy()
+        self._forget_settings(name)
 
     def names(self) -> list[str]:
         """Every database, sorted."""
@@ -489,10 +510,7 @@ class Registry:
 
     def _drop_views(self, entry: DbEntry, live: set[str]) -> list[str]:
         folder = self._views_dir(entry.name)
-        try:
-            found = {name for name in os.listdir(folder) if not name.startswith(".")}
-        except FileNotFoundError:
-            found = set()
+        found = {name for name in _listdir(folder) if not name.startswith(".")}
         stale = sorted((found | set(entry.views)) - live)
         for signature in stale:
             index = entry.views.pop(signature, None)
@@ -515,6 +533,7 @@ class Registry:
             self._purges[name] = self._purges.get(name, 0) + 1
         finished = False
         try:
+            _listdir(os.path.dirname(marker))  # a file in the folder's place is damage (410)
             with self._marker_lock:
                 write_json_durably(marker, {}, fsync=self.options["fsync"])
             yield
@@ -576,10 +595,7 @@ class Registry:
         the documents of ``ids`` it no longer holds (``ViewIndex.forget``), opening
         the indexes not open now."""
         with self._lock:
-            try:
-                found = os.listdir(self._views_dir(entry.name))
-            except FileNotFoundError:
-                found = []
+            found = _listdir(self._views_dir(entry.name))
             signatures = sorted({n for n in found if not n.startswith(".")} | set(entry.views))
         for signature in signatures:
             self.view_index(entry, signature).forget(entry.db, ids)
@@ -590,3 +606,15 @@ class Registry:
     def _check_running(self) -> None:
         if self._closed:
             raise HTTPError(503, "service_unavailable", "the server is stopping")
+
+
+def _listdir(folder: str) -> list[str]:
+    """The entries of a database's view folder (none when it is missing); one that
+    cannot be listed (a file, a symlink loop in its place) is damage, 410 naming it
+    (was a raw OSError, a 500 with a traceback)."""
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise damaged(f"{folder}: cannot be listed ({exc}): remove it") from None

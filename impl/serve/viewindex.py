@@ -10,8 +10,10 @@ character of their ids (so each kind is one ``_all_docs`` range):
   so the engine's id order *is* the view's order and a key range is an id range;
 * ``b`` + doc id: the rows a source document emitted, ``{"rows": [[id, rev]]}``,
   so an update or a deletion removes exactly them;
-* ``c``: the checkpoint, ``{"since": token, "rows": n, "docs": n}`` — the
-  source's changes seq the index has seen, and counts for ``total_rows``/``offset``.
+* ``c``: the checkpoint, ``{"since": token, "rows": n, "docs": n, "db": uuid}`` —
+  the source's changes seq the index has seen, counts for ``total_rows``/``offset``,
+  and the source database's uuid (an index whose checkpoint names another
+  database, or changes its database never made, starts over: ``_reset``).
 
 An update reads the source's ``_changes`` after the checkpoint a page at a
 time, runs the map function on each changed document (as CouchDB gives it to
@@ -29,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -37,8 +40,8 @@ from typing import Any, Protocol
 import settee
 from settee.serve import revs
 from settee.serve.js import Thrown
-from settee.serve.opening import open_database
-from settee.serve.protocol import HTTPError
+from settee.serve.opening import DAMAGE_ERRNOS, open_database
+from settee.serve.protocol import HTTPError, damaged
 from settee.spec.collation import code_point_key, sort_key
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
@@ -127,12 +130,26 @@ class ViewIndex:
     lock, reads use the index database's snapshots."""
 
     def __init__(self, path: str, fsync: bool) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # Damaged, it is refused (410) like a database; removing its folder rebuilds it.
-        self.db = open_database(
-            path, what=f"view index (remove {path} to rebuild it)", shards=1, fsync=fsync
-        )
+        self.path = path
+        self._fsync = fsync
+        self.db = self._open()
         self._lock = threading.Lock()
+
+    def _open(self) -> settee.Database:
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        except OSError as exc:
+            if exc.errno not in DAMAGE_ERRNOS:
+                raise  # a full disk, a permission: not damage
+            # A file or a symlink loop where the folder should be: a raw OSError was a 500.
+            raise damaged(f"{os.path.dirname(self.path)}: cannot be made ({exc})") from None
+        # Damaged, it is refused (410) like a database; removing its folder rebuilds it.
+        return open_database(
+            self.path,
+            what=f"view index (remove {self.path} to rebuild it)",
+            shards=1,
+            fsync=self._fsync,
+        )
 
     @property
     def failed(self) -> bool:
@@ -156,16 +173,36 @@ class ViewIndex:
 
     def update(self, source: settee.Database, mapper: Mapper) -> None:
         """Bring the index up to the source's current changes."""
+        source_uuid = source.shards[0].identity.db_uuid
         with self._lock:
             while True:
                 state = self.checkpoint()
-                page = source.changes(since=state["since"], limit=UPDATE_PAGE)
+                if state.get("db", source_uuid) != source_uuid:
+                    self._reset()  # an index of another database of this name
+                    continue
+                state["db"] = source_uuid
+                try:
+                    page = source.changes(since=state["since"], limit=UPDATE_PAGE)
+                except settee.BadRequest:
+                    self._reset()  # the checkpoint names changes the database never made
+                    continue
                 if page["results"]:
                     self._apply(source, mapper, state, page)
                 if len(page["results"]) < UPDATE_PAGE:
                     if not page["results"] and page["last_seq"] != state["since"]:
                         self._write([], {**state, "since": page["last_seq"]})
                     return
+
+    def _reset(self) -> None:
+        """Start the index over, empty. Its checkpoint names another database (one
+        deleted, whose index a crash mid-DELETE left, and made again under the same
+        name) or changes this one never made (restored from an older copy): found by
+        the fault sweep, such an index answered 400 on every query, or kept the
+        other database's rows. CouchDB resets an index that is ahead of its database
+        too. A query reading the old one meanwhile answers 503 (retry)."""
+        self.db.close()
+        shutil.rmtree(self.path)
+        self.db = self._open()
 
     def forget(self, source: settee.Database, ids: list[str]) -> None:
         """Remove the rows of the documents of ``ids`` that ``source`` no longer holds
