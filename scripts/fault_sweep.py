@@ -519,6 +519,18 @@ def kill_serve_round(root: Path, run: int, writes: int, acked: dict[str, Any]) -
                 acked["_security"] = sec
             if n % 5 == 1:
                 assert c("GET", "/k/_design/v/_view/n?limit=1")[0] == 200
+            if n % 3 == 2:
+                victim = f"{run}-{n}-0"
+                status, body = c("GET", f"/k/{victim}")
+                status, body = c("POST", "/k/_purge", {victim: [body["_rev"]]})
+                assert status == 201, body
+                acked["docs"].discard(victim)
+                acked.setdefault("purged", set()).add(victim)
+                status, body = c("PUT", "/k/_revs_limit", raw=str(10 + n).encode())
+                assert status == 200, body
+                acked["_revs_limit"] = 10 + n
+        if run % 2:
+            assert c("POST", "/k/_compact")[0] == 202
         # Requests in flight when the kill lands: sent, answers never read.
         conns = []
         for n in range(4):
@@ -554,6 +566,17 @@ def verify_after_kill(root: Path, acked: dict[str, Any], run: int) -> list[str]:
         lost = [r["key"] for r in body["rows"] if "error" in r or r["value"].get("deleted")]
         if lost:
             problems.append(f"run {run}: acknowledged documents lost: {lost[:5]}")
+        purged = sorted(acked.get("purged", ()))
+        status, body = c("POST", "/k/_all_docs", {"keys": purged})
+        back = [r["key"] for r in body["rows"] if "error" not in r]
+        if status != 200 or back:
+            problems.append(f"run {run}: purged documents back: {status} {back[:5]}")
+        if "_revs_limit" in acked and c("GET", "/k/_revs_limit")[1] != acked["_revs_limit"]:
+            problems.append(f"run {run}: _revs_limit is not the acknowledged one")
+        status, body = c("GET", "/k/_design/v/_view/n")
+        rows = {r["id"] for r in body.get("rows", [])}
+        if status != 200 or not set(ids) <= rows or rows & set(purged):
+            problems.append(f"run {run}: the view is {status}, missing or keeping purged rows")
         for key, want in acked.items():
             if key.startswith("_local/") or key == "_security":
                 status, body = c("GET", f"/k/{key}")
