@@ -9,6 +9,11 @@ import http.client
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -239,3 +244,80 @@ def test_a_file_in_place_of_a_view_folder_is_410_not_a_raw_error(
         assert (status, body["error"]) == (410, "corruption"), answers
         assert str(folder) in body["reason"]
     assert folder.read_text() == "not a folder"
+
+
+def _serve_process(root: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``settee serve`` (fsync on) in a process of its own; it and its port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    argv = [sys.executable, "-m", "settee", "serve", "--dir", str(root), "--port", str(port)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(3000):  # until it listens, or it exited
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, port
+        except OSError:
+            assert proc.poll() is None, "settee serve exited"
+            time.sleep(0.01)
+    proc.kill()
+    raise AssertionError("settee serve did not listen")
+
+
+def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body)
+        conn.request(method, path, data, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_kill_9_of_settee_serve_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    """``settee serve`` killed with SIGKILL while bulk writes are in flight: every
+    write it acknowledged (documents, a _local checkpoint, _security) is there after
+    a restart, and every shard still takes a write (scripts/fault_sweep.py
+    kill-serve runs many more kills, with purges, compactions and views)."""
+    acked: set[str] = set()
+    local: dict[str, Any] = {}
+    for run in range(2):
+        proc, port = _serve_process(tmp_path)
+        try:
+            if run == 0:
+                assert _call(port, "PUT", "/k?q=4")[0] == 201
+            for n in range(3):
+                docs = [{"_id": f"{run}-{n}-{k}"} for k in range(8)]
+                status, rows = _call(port, "POST", "/k/_bulk_docs", {"docs": docs})
+                assert status == 201 and all("ok" in row for row in rows), rows
+                acked.update(doc["_id"] for doc in docs)
+                local = {"run": run, "n": n}
+                assert _call(port, "PUT", "/k/_local/ck", local)[0] == 201
+            in_flight = []
+            for n in range(3):  # sent, never answered: the kill lands among them
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                docs = [{"_id": f"{run}-x{n}-{k}"} for k in range(40)]
+                body = json.dumps({"docs": docs})
+                conn.request("POST", "/k/_bulk_docs", body, {"Content-Type": "application/json"})
+                in_flight.append(conn)
+            time.sleep(0.003 * run)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for conn in in_flight:
+            conn.close()
+    proc, port = _serve_process(tmp_path)
+    try:
+        status, body = _call(port, "POST", "/k/_all_docs", {"keys": sorted(acked)})
+        assert status == 200, body
+        assert [row["key"] for row in body["rows"] if "error" in row] == []
+        status, body = _call(port, "GET", "/k/_local/ck")
+        assert {k: v for k, v in body.items() if not k.startswith("_")} == local
+        docs = [{"_id": f"after-{i}"} for i in range(16)]  # every shard of four
+        status, rows = _call(port, "POST", "/k/_bulk_docs", {"docs": docs})
+        assert status == 201 and all("ok" in row for row in rows), rows
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
