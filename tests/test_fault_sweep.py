@@ -321,3 +321,15 @@ def test_kill_9_of_settee_serve_keeps_every_acknowledged_write(tmp_path: Path) -
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_directory_in_place_of_the_purge_marker_is_410(tmp_path: Path) -> None:
+    """A directory where the purge marker (``_views/<db>/.purging``) should be could
+    not be removed, so every view query dropped every index of the database and
+    built it again, silently; it is damage, named."""
+    index = _view_db(tmp_path)
+    marker = index.parent / ".purging"
+    marker.mkdir()
+    [(status, body), (again, _)] = _serve(tmp_path, [("GET", _VIEW, None), ("GET", _VIEW, None)])
+    assert (status, body["error"], again) == (410, "corruption", 410), body
+    assert str(marker) in body["reason"] and index.is_dir()

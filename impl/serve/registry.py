@@ -480,13 +480,21 @@ class Registry:
             if self._open.peek(entry.name) is not entry:
                 raise db_missing()  # deleted while the request ran: leave no index open
             marker = os.path.join(self._views_dir(entry.name), PURGE_MARKER)
-            if not self._purges.get(entry.name) and os.path.exists(marker):
+            if not self._purges.get(entry.name) and os.path.lexists(marker):
                 # A purge did not finish removing what it made stale from the indexes
-                # (a crash, an error): they go now, before any is read.
+                # (a crash, an error): they go now, before any is read. A marker that
+                # cannot be removed (a directory in its place) is damage: left alone,
+                # it had every query drop and rebuild every index.
+                if not os.path.isfile(marker):
+                    raise damaged(f"{marker}: not a file: remove it")
                 self._drop_views(entry, set())
                 self._stale_views.discard(entry.name)
-                with contextlib.suppress(OSError):
+                try:
                     os.remove(marker)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise damaged(f"{marker}: cannot be removed ({exc}): remove it") from None
             index = entry.views.get(signature)
             if index is not None and index.failed:
                 # Its writes failed (a full disk): reopened from its last durable commit,
