@@ -330,6 +330,11 @@ def _serve_workload(c: Client) -> None:
     idx = {"index": {"fields": ["name"]}, "name": "byname", "ddoc": "m"}
     assert c("POST", "/db/_index", idx)[0] == 200
     assert c("POST", "/db/_find", {"selector": {"name": "n1"}, "use_index": "m"})[0] == 200
+    _, doc = c("GET", "/db/d5")
+    att = f"/db/d5/att?rev={doc['_rev']}"
+    assert c("PUT", att, raw=bytes(range(256)) * 300)[0] == 201
+    other = {"_id": "d6", "_rev": "2-" + "c" * 32, "v": "other"}
+    assert c("POST", "/db/_bulk_docs", {"docs": [other], "new_edits": False})[0] == 201
     _, doc = c("GET", "/db/d3")
     assert c("POST", "/db/_purge", {"d3": [doc["_rev"]]})[0] == 201
     assert c("PUT", "/db/_security", {"admins": {"names": ["bob"]}, "members": {}})[0] == 200
@@ -342,6 +347,8 @@ SERVE_REQUESTS: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/db", None),
     ("GET", "/db/_all_docs?include_docs=true", None),
     ("GET", "/db/_changes", None),
+    ("GET", "/db/d5/att", None),
+    ("GET", "/db/d6?conflicts=true&revs=true", None),
     ("GET", "/db/_local/ck", None),
     ("GET", "/db/_local_docs", None),
     ("GET", "/db/_security", None),
@@ -421,7 +428,10 @@ def check_http_case(
     problems = [f"logged {t}" for t in tracebacks]
     for (method, path, _), got, want in zip(SERVE_REQUESTS, answers, expected, strict=True):
         status, body = got
-        if isinstance(body, bytes):
+        if "/att" in path and status == 200:
+            if got != want:
+                problems.append(f"{method} {path}: 200 but not the bytes written")
+        elif isinstance(body, bytes):
             problems.append(f"{method} {path}: {status} not JSON: {body[:100]!r}")
         elif status >= 500 and status != 507 and "unknown_error" in json.dumps(body):
             problems.append(f"{method} {path}: {status} {json.dumps(body)[:200]}")
