@@ -333,3 +333,29 @@ def test_a_directory_in_place_of_the_purge_marker_is_410(tmp_path: Path) -> None
     [(status, body), (again, _)] = _serve(tmp_path, [("GET", _VIEW, None), ("GET", _VIEW, None)])
     assert (status, body["error"], again) == (410, "corruption", 410), body
     assert str(marker) in body["reason"] and index.is_dir()
+
+
+def test_a_damaged_attachment_of_one_chunk_is_410_not_a_200_cut_at_0_bytes(
+    tmp_path: Path,
+) -> None:
+    """The status and length were sent before the first chunk was read, so a damaged
+    attachment of one chunk (up to 64 KiB, most of them) was a 200 whose body
+    stopped at 0 bytes; the first chunk is read first, and damage in it is 410."""
+    from settee.serve import start_server
+
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=True)
+    try:
+        assert _call(handle.port, "PUT", "/a?q=1")[0] == 201
+        rev = _call(handle.port, "PUT", "/a/d", {})[1]["rev"]
+        conn = http.client.HTTPConnection("127.0.0.1", handle.port, timeout=30)
+        conn.request("PUT", f"/a/d/f?rev={rev}", b"Z" * 1000, {"Content-Type": "x/y"})
+        assert conn.getresponse().status == 201
+        conn.close()
+    finally:
+        handle.stop()
+    shard = tmp_path / "a" / "shard-000.settee"
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"Z" * 1000) + 500] ^= 0x01
+    shard.write_bytes(bytes(data))
+    [(status, body)] = _serve(tmp_path, [("GET", "/a/d/f", None)])
+    assert (status, body["error"]) == (410, "corruption"), body
