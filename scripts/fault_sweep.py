@@ -30,6 +30,11 @@ with fsync on under a client doing ``_bulk_docs``, ``_local`` and ``_security``
 writes and view queries, kills it with SIGKILL at many points, restarts it and
 checks every acknowledged write and that every shard still takes a write.
 
+``python scripts/fault_sweep.py kill-embedded [--kills N]`` does the same to an
+embedded writer process (bulk writes, attachments, replicated conflicts, purges,
+compactions): every acknowledged write is there after each kill, nothing purged
+comes back, and both shards take a write.
+
 The test suite runs a deterministic sample of each (``tests/test_fault_sweep.py``);
 this script is the full sweep. Exit status 1 when anything was reported.
 """
@@ -37,8 +42,10 @@ this script is the full sweep. Exit status 1 when anything was reported.
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
+import functools
 import http.client
 import json
 import logging
@@ -629,9 +636,104 @@ def sweep_kill_serve(kills: int) -> list[str]:
     return found
 
 
+# -- kill -9 of an embedded writer ---------------------------------------------------------------
+
+ATT = bytes(range(256)) * 40
+
+
+def embedded_writer(path: str, run: int) -> None:
+    """The child of ``kill-embedded``: writes forever (fsync on, 2 shards), printing
+    each acknowledgement as one JSON line after the call returns."""
+    db = settee.open(path, shards=2, fsync=True)
+    n = 0
+    while True:
+        ids = [f"{run}-{n}-{k}" for k in range(4)]
+        db.bulk_docs([{"_id": i, "n": n} for i in ids])
+        print(json.dumps({"docs": ids}), flush=True)
+        rev = db.get(ids[0])["_rev"]
+        att = {"a": {"content_type": "x/y", "data": base64.b64encode(ATT).decode()}}
+        rev = db.put({"_id": ids[0], "_rev": rev, "_attachments": att})["rev"]
+        print(json.dumps({"att": ids[0]}), flush=True)
+        other = {"_id": ids[1], "_rev": "2-" + "e" * 32, "x": 1}
+        db.bulk_docs([other], new_edits=False)
+        print(json.dumps({"conflict": ids[1]}), flush=True)
+        print(json.dumps({"purging": ids[2]}), flush=True)  # gone or not after a kill
+        db.purge({ids[2]: [db.get(ids[2])["_rev"]]})
+        print(json.dumps({"purged": ids[2]}), flush=True)
+        if n % 7 == 6:
+            db.compact()
+        n += 1
+
+
+def sweep_kill_embedded(kills: int) -> list[str]:
+    found = []
+    kinds = ("docs", "att", "conflict", "purging", "purged")
+    acked: dict[str, set[str]] = {kind: set() for kind in kinds}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "db")
+        for run in range(kills):
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "embedded-writer", path, str(run)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout is not None
+            for _ in range(1 + run * 7 % 61):  # up to twelve rounds: compactions too
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                for key, value in json.loads(line).items():
+                    acked[key].update(value if isinstance(value, list) else [value])
+            time.sleep((run % 5) * 0.004)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            # Whole lines only: what was acknowledged before the kill (a cut one was not).
+            for line in proc.stdout.read().split("\n")[:-1]:
+                for key, value in json.loads(line).items():
+                    acked[key].update(value if isinstance(value, list) else [value])
+            proc.stdout.close()
+            problems = watchdog(functools.partial(_check_embedded_kill, path, acked, run))
+            for p in problems:
+                print(p, flush=True)
+            found += problems
+    print(f"{kills} kills, {len(acked['docs'])} acknowledged documents", flush=True)
+    return found
+
+
+def _check_embedded_kill(path: str, acked: dict[str, set[str]], run: int) -> list[str]:
+    problems = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a torn tail after the kill is expected
+        db = settee.open(path)
+    with db:
+        for doc_id in sorted(acked["docs"] - acked["purging"]):
+            try:
+                doc = db.get(doc_id, conflicts=True)
+            except settee.NotFound:
+                problems.append(f"run {run}: acknowledged {doc_id} lost")
+                continue
+            if doc_id in acked["att"]:
+                _, chunks = db.attachment_chunks(doc_id, "a")
+                if b"".join(chunks) != ATT:
+                    problems.append(f"run {run}: {doc_id}'s attachment differs")
+            if doc_id in acked["conflict"] and "_conflicts" not in doc and doc.get("x") != 1:
+                problems.append(f"run {run}: {doc_id}'s replicated revision lost")
+        for doc_id in sorted(acked["purged"]):
+            with contextlib.suppress(settee.NotFound):
+                db.get(doc_id)
+                problems.append(f"run {run}: purged {doc_id} is back")
+        ids = _writes_after(db, f"w{run}")
+        for doc_id in ids:
+            db.get(doc_id)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("embedded", "http", "kill-serve"))
+    if argv is None and sys.argv[1:2] == ["embedded-writer"]:
+        embedded_writer(sys.argv[2], int(sys.argv[3]))
+        return 0
+    parser.add_argument("what", choices=("embedded", "http", "kill-serve", "kill-embedded"))
     parser.add_argument(
         "--stride", type=int, default=7, help="offsets between faults in large files"
     )
@@ -642,8 +744,10 @@ def main(argv: list[str] | None = None) -> int:
         found = sweep_embedded(args.stride, args.only)
     elif args.what == "http":
         found = sweep_http(args.stride, args.only)
-    else:
+    elif args.what == "kill-serve":
         found = sweep_kill_serve(args.kills)
+    else:
+        found = sweep_kill_embedded(args.kills)
     print(f"{len(found)} problems")
     return 1 if found else 0
 
