@@ -359,3 +359,18 @@ def test_a_damaged_attachment_of_one_chunk_is_410_not_a_200_cut_at_0_bytes(
     shard.write_bytes(bytes(data))
     [(status, body)] = _serve(tmp_path, [("GET", "/a/d/f", None)])
     assert (status, body["error"]) == (410, "corruption"), body
+
+
+def test_a_view_index_of_another_format_version_is_500_not_503_retry(tmp_path: Path) -> None:
+    """A view index the engine refuses to open (another format version; a permission
+    alike) answered 503 "an index closed while this query ran; retry", which no
+    retry mends: it is the server's 500 naming the refusal, as for a database."""
+    from settee.spec.format import decode_frame, decode_payload, encode_frame, encode_payload
+
+    index = _view_db(tmp_path)
+    meta = index / "settee.meta"
+    found = decode_payload(decode_frame(meta.read_bytes()))
+    meta.write_bytes(encode_frame(encode_payload({**found, "format": found["format"] - 1})))
+    [(status, body)] = _serve(tmp_path, [("GET", _VIEW, None)])
+    assert (status, body["error"]) == (500, "unknown_error"), body
+    assert "format version" in body["reason"]

@@ -20,7 +20,7 @@ turns what a client could not act on into CouchDB answers:
 * a database another process holds is 503 (retry once it closes).
 
 Any other refusal (a permission, a format this settee cannot read) stays the
-server's own error.
+server's own error, a 500 (a full disk a 507).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import settee
 from settee.file import LostCommitWarning
 from settee.heads import HEADS_NAME
 from settee.layout import DamagedDirectory, DatabaseInUse
-from settee.serve.protocol import HTTPError, damaged
+from settee.serve.protocol import HTTPError, damaged, out_of_space
 
 __all__ = ["DAMAGE_ERRNOS", "open_database"]
 
@@ -68,4 +68,9 @@ def open_database(path: str, *, what: str = "database", **options: Any) -> sette
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno in DAMAGE_ERRNOS:
             raise damaged(str(exc)) from exc
+        if type(exc) is settee.SetteeError and not out_of_space(exc):
+            # Answered as it is, a plain SetteeError reads as "closed meanwhile": a view
+            # query answered a 503 "retry" that no retry mends (found probing an index
+            # of another format version).
+            raise HTTPError(500, "unknown_error", str(exc)) from exc
         raise
