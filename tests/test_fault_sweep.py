@@ -374,3 +374,51 @@ def test_a_view_index_of_another_format_version_is_500_not_503_retry(tmp_path: P
     [(status, body)] = _serve(tmp_path, [("GET", _VIEW, None)])
     assert (status, body["error"]) == (500, "unknown_error"), body
     assert "format version" in body["reason"]
+
+
+def test_every_bit_flip_of_a_local_side_file_is_corruption(tmp_path: Path) -> None:
+    """The ``_local`` documents, ``_security`` and the purge records carried no
+    checksum: a flipped bit that kept one valid JSON was served (a replication
+    checkpoint's ``seq`` 5 read back as 4). Now each bit of each, flipped, either
+    reads as written or is a CorruptionError naming the file, never another value."""
+    from settee.serve.local import LocalDocs
+
+    made = _serve(
+        tmp_path,
+        [
+            ("PUT", "/s", None),
+            ("PUT", "/s/_local/ck", {"seq": 5, "name": "ab"}),
+            ("PUT", "/s/_security", {"admins": {"names": ["x"]}}),
+            ("POST", "/s/_purge", {"gone": ["1-" + "a" * 32]}),
+        ],
+    )
+    assert [status for status, _ in made] == [201, 201, 200, 201], made
+    local = LocalDocs(str(tmp_path / "_local" / "s.json"), fsync=False)
+    reads = {
+        "_security.json": local.security,
+        "_purged_infos.json": local.purged_infos,
+    }
+    files = sorted((tmp_path / "_local" / "s").iterdir())
+    assert len(files) == 3, files
+    served = []
+    for path in files:
+        read = reads.get(path.name, lambda: local.get("_local/ck"))
+        pristine = path.read_bytes()
+        expected = read()
+        for offset in range(len(pristine)):
+            for bit in range(8):
+                damaged = bytearray(pristine)
+                damaged[offset] ^= 1 << bit
+                path.write_bytes(bytes(damaged))
+                local._cache.clear()
+                try:
+                    found = read()
+                except settee.CorruptionError as exc:
+                    assert exc.path == str(path)
+                    continue
+                except settee.NotFound:
+                    found = None
+                if found != expected:
+                    served.append((path.name, offset, bit, found))
+        path.write_bytes(pristine)
+    assert not served, served[:5]

@@ -9,7 +9,9 @@ CRC-32C of ``V`` encoded as ``encode`` encodes it, which reading it back
 re-encodes to the same bytes (JSON numbers, strings and member order survive a
 decode and encode unchanged), so any change to ``V`` or ``N`` is a
 ``CorruptionError`` naming the file. ``unwrap`` still reads a file of an earlier
-release, which holds the bare value (the caller checks its shape, as before).
+release, which holds the bare value (the caller checks its shape, as before):
+one with either member but not both is a damaged envelope, as no bare value
+stored here had a ``crc32c`` or ``value`` member.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ def wrap(value: Any) -> dict[str, Any]:
 def unwrap(path: str, stored: Any) -> Any:
     """The value a file at ``path`` holds (``stored``, as parsed): checked when it
     carries a checksum, as found when it is an earlier release's bare value."""
-    if not (isinstance(stored, dict) and set(stored) == _MEMBERS):
+    if not (isinstance(stored, dict) and set(stored) & _MEMBERS):
         return stored
+    if set(stored) != _MEMBERS:
+        # A member's name flipped: no value this server stored as bare has either
+        # name (found sweeping bits: "brc32c" read as a _security object).
+        raise CorruptionError(path, 0, f"members {sorted(stored)}: restore or remove it")
     crc = stored["crc32c"]
     if type(crc) is not int or crc != crc32c.crc32c(encode(stored["value"])):
         raise CorruptionError(path, 0, "checksum mismatch: restore or remove it")

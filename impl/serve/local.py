@@ -28,6 +28,7 @@ import shutil
 import threading
 from typing import Any
 
+from settee.serve import checked
 from settee.serve.protocol import HTTPError, encode_json, etag_of
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
@@ -161,6 +162,17 @@ class LocalDocs:
         except (ValueError, RecursionError) as exc:
             raise CorruptionError(path, 0, f"not JSON ({exc}): restore or remove it") from None
 
+    def _read(self, path: str) -> Any:
+        """A side file's value, its checksum checked (``checked.unwrap``; an earlier
+        release's bare file reads as it is)."""
+        return checked.unwrap(path, self.read_json(path))
+
+    def _write(self, path: str, value: Any) -> None:
+        """Replace a side file with ``value`` and its checksum (``checked.wrap``): a
+        flipped bit that keeps the JSON valid was served as written (found by the
+        fault sweep: a ``_local`` checkpoint's seq 5 read back as 4)."""
+        write_json_durably(path, checked.wrap(value), fsync=self._fsync)
+
     def _file(self, doc_id: str) -> str:
         digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()
         return os.path.join(self.path, digest[:40] + ".json")
@@ -172,7 +184,7 @@ class LocalDocs:
             return self._cache[doc_id]
         try:
             entry: dict[str, Any] | None = _checked(
-                self._file(doc_id), self.read_json(self._file(doc_id))
+                self._file(doc_id), self._read(self._file(doc_id))
             )
         except FileNotFoundError:
             entry = None
@@ -198,7 +210,7 @@ class LocalDocs:
             for i, old in docs.items()
         ]
         for entry in entries:
-            write_json_durably(self._file(entry["id"]), entry, fsync=self._fsync)
+            self._write(self._file(entry["id"]), entry)
         # Only once every document has its own file; a crash before this repeats the
         # split, which nothing can have changed in between (writes wait for it).
         os.replace(self.legacy, self.legacy + ".migrated")
@@ -246,7 +258,7 @@ class LocalDocs:
                     self._remove(doc_id)
                 return {"_id": doc_id, "_rev": "0-0"}
             entry = {"id": doc_id, "rev": given + 1, "body": body}
-            write_json_durably(self._file(doc_id), entry, fsync=self._fsync)
+            self._write(self._file(doc_id), entry)
             self._cache[doc_id] = entry
         return {"_id": doc_id, "_rev": f"0-{given + 1}", **body}
 
@@ -274,7 +286,7 @@ class LocalDocs:
                 try:
                     # A file that does not parse is damage, as a get of it says: never
                     # torn (write_json_durably renames it whole), so not skipped.
-                    entry = _checked(path, self.read_json(path))
+                    entry = _checked(path, self._read(path))
                 except FileNotFoundError:
                     continue  # removed meanwhile
                 docs.append({"_id": entry["id"], "_rev": f"0-{entry['rev']}", **entry["body"]})
@@ -284,7 +296,7 @@ class LocalDocs:
         """The stored ``_security`` object, or CouchDB 3's admin-only default."""
         with self._lock:
             try:
-                value = self.read_json(self._security_file())
+                value = self._read(self._security_file())
             except FileNotFoundError:
                 return {"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}}
         if not isinstance(value, dict):
@@ -297,7 +309,7 @@ class LocalDocs:
         body = normalise_body(value, DEFAULTS["max_document_size"])
         with self._lock:
             self._check_not_destroyed()
-            write_json_durably(self._security_file(), body, fsync=self._fsync)
+            self._write(self._security_file(), body)
 
     def _check_not_destroyed(self) -> None:
         """404 once ``destroy`` ran (registry.db_missing's answer, as if the write had
@@ -325,7 +337,7 @@ class LocalDocs:
             self._check_not_destroyed()
             target = self._purged_infos()["purge_seq"] + len(requests)
             pending = {"purge_seq": target, "requests": requests}
-            write_json_durably(self._pending_purge_file(), pending, fsync=self._fsync)
+            self._write(self._pending_purge_file(), pending)
 
     def pending_purge(self) -> dict[str, list[str]] | None:
         """The requests of a purge ``begin_purge`` wrote down and ``record_purges``
@@ -347,7 +359,7 @@ class LocalDocs:
                 infos = stored["infos"] + [{"id": i, "revs": r} for i, r in requests.items()]
                 seq = stored["purge_seq"] + len(requests)
                 value = {"purge_seq": seq, "infos": infos[-limit:]}
-                write_json_durably(self._purged_infos_file(), value, fsync=self._fsync)
+                self._write(self._purged_infos_file(), value)
             if pending is not None:
                 os.remove(self._pending_purge_file())
                 if self._fsync:
@@ -356,7 +368,7 @@ class LocalDocs:
     def _pending_purge(self) -> dict[str, Any] | None:
         path = self._pending_purge_file()
         try:
-            pending = self.read_json(path)
+            pending = self._read(path)
         except FileNotFoundError:
             return None
         if not _is_pending_purge(pending):
@@ -369,7 +381,7 @@ class LocalDocs:
     def _purged_infos(self) -> dict[str, Any]:
         path = self._purged_infos_file()
         try:
-            stored = self.read_json(path)
+            stored = self._read(path)
         except FileNotFoundError:
             return {"purge_seq": 0, "infos": []}
         if not _is_purged_infos(stored):
