@@ -422,3 +422,20 @@ def test_every_bit_flip_of_a_local_side_file_is_corruption(tmp_path: Path) -> No
                     served.append((path.name, offset, bit, found))
         path.write_bytes(pristine)
     assert not served, served[:5]
+
+
+def test_a_directory_in_place_of_a_side_file_is_410_on_write(tmp_path: Path) -> None:
+    """A directory where ``_security.json`` (or a ``_local`` document's file) should
+    be made the write a 500 with the server's own error; it is damage to restore."""
+    made = _serve(tmp_path, [("PUT", "/s", None), ("PUT", "/s/_local/ck", {"seq": 1})])
+    assert [status for status, _ in made] == [201, 201], made
+    folder = tmp_path / "_local" / "s"
+    (folder / "_security.json").mkdir()
+    [local_doc] = [p for p in folder.iterdir() if p.suffix == ".json" and p.is_file()]
+    local_doc.unlink()
+    local_doc.mkdir()
+    answers = _serve(
+        tmp_path, [("PUT", "/s/_security", {"admins": {}}), ("PUT", "/s/_local/ck", {"seq": 2})]
+    )
+    for status, body in answers:
+        assert (status, body["error"]) == (410, "corruption"), answers

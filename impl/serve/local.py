@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 from settee.serve import checked
+from settee.serve.opening import DAMAGE_ERRNOS
 from settee.serve.protocol import HTTPError, encode_json, etag_of
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
@@ -107,6 +108,10 @@ def write_json_durably(path: str, value: Any, *, fsync: bool) -> None:
     try:
         _write_json(path, value, fsync=fsync)
     except OSError as exc:
+        if exc.errno in DAMAGE_ERRNOS:
+            # A directory or a symlink loop in the file's place: damage (410), not
+            # the server's error (found by the fault sweep: PUT _security was a 500).
+            raise CorruptionError(path, 0, f"cannot be written ({exc.strerror})") from None
         raise SetteeError(f"{path}: cannot be written ({exc}): fix or remove it") from None
 
 
