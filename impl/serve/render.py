@@ -40,11 +40,16 @@ from settee.serve.alldocs import (
 )
 from settee.serve.dbs import db_info
 from settee.serve.design import request_object
-from settee.serve.js import JsFunction, Thrown
+from settee.serve.js import JsFunction
 from settee.serve.protocol import HTTPError, decode_object, require_json_content
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.updates import external_response, render_error, stored_doc, thrown_error
+from settee.serve.updates import (
+    external_response,
+    render_error,
+    run_design_function,
+    stored_doc,
+)
 from settee.serve.viewquery import (
     open_view,
     parse_view_query,
@@ -179,14 +184,7 @@ def _rendered(
     function: JsFunction, kind: str, args: list[Any], design: dict[str, Any], rows: Any = None
 ) -> Any:
     """The function's answer; what it throws as render.js renderError passes it on."""
-    try:
-        return function.render(kind, args, design, rows)
-    except Thrown as thrown:
-        raise thrown_error(thrown.value) from None
-    except HTTPError as exc:
-        if exc.error != "os_process_error":  # an Error thrown, a time or memory limit
-            raise
-        raise render_error(f"function raised error: {exc.reason}") from None
+    return run_design_function(lambda: function.render(kind, args, design, rows))
 
 
 def _etag(parts: list[Any]) -> str:

@@ -24,7 +24,8 @@ import binascii
 import json
 import re
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -40,7 +41,16 @@ from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.spec.docids import new_docid
 
-__all__ = ["external_response", "handle_update", "render_error", "stored_doc", "thrown_error"]
+__all__ = [
+    "external_response",
+    "handle_update",
+    "render_error",
+    "run_design_function",
+    "stored_doc",
+    "thrown_error",
+]
+
+T = TypeVar("T")
 
 #: The response object's members (chttpd_external:parse_external_response).
 _RESPONSE_KEYS = frozenset({"code", "json", "body", "base64", "headers", "stop"})
@@ -77,14 +87,7 @@ def _update(
 ) -> tuple[int, CIMultiDict[str], bytes]:
     function = entry.design.update_function(entry.db, ddoc, name)
     stored = stored_doc(entry, doc_id)
-    try:
-        result = function(stored, req)
-    except Thrown as thrown:
-        raise thrown_error(thrown.value) from None
-    except HTTPError as exc:
-        if exc.error != "os_process_error":  # an Error thrown, a time or memory limit
-            raise
-        raise render_error(f"function raised error: {exc.reason}") from None
+    result = run_design_function(lambda: function(stored, req))
     # render.js runUpdate: result[0] and result[1], whatever else the array holds.
     if not isinstance(result, list):
         raise render_error("undefined response from update function")
@@ -192,6 +195,20 @@ def _body(response: dict[str, Any]) -> tuple[str, bytes]:
     if not isinstance(text, str):
         raise _external_error("body must be a string")
     return "text/html; charset=utf-8", text.encode("utf-8", "surrogatepass")
+
+
+def run_design_function(call: Callable[[], T]) -> T:
+    """``call()`` of an update, show or list function, what it throws passed on as
+    render.js renderError passes it (``thrown_error``); an ``Error`` thrown, or a
+    time or memory limit, is a render error."""
+    try:
+        return call()
+    except Thrown as thrown:
+        raise thrown_error(thrown.value) from None
+    except HTTPError as exc:
+        if exc.error != "os_process_error":
+            raise
+        raise render_error(f"function raised error: {exc.reason}") from None
 
 
 def thrown_error(value: Any) -> HTTPError:
