@@ -41,6 +41,17 @@ def _conflicted(client: Client, db: str, doc_id: str) -> tuple[str, str]:
     return (theirs, mine) if theirs > mine else (mine, theirs)
 
 
+def _fails_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, why: str) -> None:
+    """``owner.name`` raises OSError(``why``) on its next call, then is itself again."""
+    real = getattr(owner, name)
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(owner, name, real)
+        raise OSError(why)
+
+    monkeypatch.setattr(owner, name, fails)
+
+
 def _view_keys(client: Client, db: str) -> list[Any]:
     r = client("GET", f"{db}/_design/v/_view/by_n")
     assert r.status == 200, r.raw
@@ -316,13 +327,7 @@ def test_a_later_purge_does_not_clear_the_marker_a_failed_one_left(
     rev_b = put(client, db, "b", {"n": 2})
     put(client, db, "c", {"n": 3})
     assert _view_keys(client, db) == [1, 2, 3]
-    real = Registry.forget_in_views
-
-    def fails_once(self: Registry, entry: Any, ids: Any) -> None:
-        monkeypatch.setattr(Registry, "forget_in_views", real)
-        raise OSError("crashed before the indexes forgot the purged document")
-
-    monkeypatch.setattr(Registry, "forget_in_views", fails_once)
+    _fails_once(monkeypatch, Registry, "forget_in_views", "crashed before the indexes forgot")
     assert client("POST", f"{db}/_purge", {"a": [rev_a]}).status >= 400
     # The view's index is still open (entry.views): a purge that succeeds reaches it
     # through forget_in_views, but a was purged by the one that failed.
@@ -663,13 +668,7 @@ def test_a_purge_a_failure_left_unrecorded_is_recorded_by_the_next_purge(
 
     rev_a = put(client, db, "a", {})
     rev_b = put(client, db, "b", {})
-    real = LocalDocs.record_purges
-
-    def fails_once(self: LocalDocs, requests: Any, limit: int) -> None:
-        monkeypatch.setattr(LocalDocs, "record_purges", real)
-        raise OSError("no space left for the record")
-
-    monkeypatch.setattr(LocalDocs, "record_purges", fails_once)
+    _fails_once(monkeypatch, LocalDocs, "record_purges", "no space left for the record")
     assert client("POST", f"{db}/_purge", {"a": [rev_a]}).status >= 500
     assert client("POST", f"{db}/_purge", {"b": [rev_b]}).status == 201
     infos = client("GET", f"{db}/_purged_infos").json["purged_infos"]
