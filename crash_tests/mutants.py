@@ -9,16 +9,20 @@ crash suite's meta-test (test_mutants.py), which shows each one is caught.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import settee
+import settee.file
 from settee.file import TornTailWarning
 from settee.io import FileSystemWrapper, OsFileSystem
+from settee.layout import COMPACT_SUFFIX
 from settee.shard import Shard
 from settee.snapshot import Snapshot
 from settee.spec import format as fmt
+from settee.walker import header_candidates, read_header_at
 
 __all__ = ["ENGINE_MUTANTS", "IO_MUTANTS", "MUTANTS", "tracking"]
 
@@ -66,6 +70,24 @@ class _HeaderBeforeData(_Mutant):
     """(vi) the header is written and synced first, the data after it."""
 
     def intercept(self, op: str, path: str, call: Any) -> Any:
+        return call()
+
+
+class _CompactTargetUnsynced(_Mutant):
+    """(viii) compaction renames its target over the shard file without syncing the
+    target first: the new name can reach the disk before the bytes it names."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.renamed: set[str] = set()
+
+    def intercept(self, op: str, path: str, call: Any) -> Any:
+        if op == "rename":
+            self.renamed.add(path)
+        if op == "fsync" and path.endswith(COMPACT_SUFFIX) and path not in self.renamed:
+            return None
+        if op == "open" and path.endswith(COMPACT_SUFFIX):
+            self.renamed.discard(path)  # the next compaction's target, not yet renamed
         return call()
 
 
@@ -122,6 +144,7 @@ IO_MUTANTS = {
     "no_data_fsync_before_header": _SkipDataFsync,
     "no_fsync_dir": _SkipFsyncDir,
     "header_before_data": _HeaderBeforeData,
+    "compact_target_unsynced": _CompactTargetUnsynced,
 }
 
 
@@ -175,10 +198,70 @@ def spin_on_torn_tail(path: str, fs: Any = None, **options: Any) -> Any:
     return db
 
 
+def _newest_but_wary(handle: Any, size: int) -> Any:
+    """Recovery that distrusts the newest header when bytes follow it (a torn tail, it
+    reasons, may mean that commit was cut short too) and opens at the one before."""
+    found = _NEWEST_HEADER(handle, size)
+    if found is None or found.end >= size:
+        return found
+    for offset in header_candidates(handle, size, below=found.offset):
+        older = read_header_at(handle, offset, size)
+        if older is not None:
+            return older
+    return found
+
+
+_NEWEST_HEADER = settee.file.newest_header
+
+
+@contextlib.contextmanager
+def _recovery(finder: Callable[..., Any]) -> Iterator[None]:
+    settee.file.newest_header = finder  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        settee.file.newest_header = _NEWEST_HEADER  # type: ignore[attr-defined]
+
+
+def older_header_after_torn_tail(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine whose recovery opens a shard with a torn tail at the header
+    before its newest valid one: an acknowledged commit is dropped."""
+    with _recovery(_newest_but_wary):
+        return settee.Database(path, fs=fs, **options)
+
+
+def chunk_crc_unchecked(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine whose reads of attachment chunks skip the crc (the chunk reader
+    decodes the payload itself, "it is only bytes"): a flipped bit in a chunk is
+    returned as data. Bodies and nodes are still checked."""
+    db = settee.Database(path, fs=fs, **options)
+    for shard in db.shards:
+        file = shard.snapshot.file
+        file.read_term = _chunks_unchecked(file, file.read_term)
+    return db
+
+
+def _chunks_unchecked(file: Any, checked: Callable[..., Any]) -> Callable[..., Any]:
+    def read_term(pos: int, payload_size: int | None = None) -> Any:
+        if payload_size is None:
+            return checked(pos)
+        raw = file.handle.pread(pos, fmt.laid_out_size(pos, fmt.FRAME_SIZE + payload_size))
+        payload = file._logical(raw, pos)[fmt.FRAME_SIZE :]
+        with contextlib.suppress(Exception):
+            term = fmt.decode_payload(payload)
+            if isinstance(term, bytes):
+                return term
+        return checked(pos, payload_size)
+
+    return read_term
+
+
 #: Mutants that change the engine itself rather than its io layer: name -> factory.
 ENGINE_MUTANTS: dict[str, Factory] = {
     "publish_before_header_fsync": publish_before_header_fsync,
     "spin_on_torn_tail": spin_on_torn_tail,
+    "older_header_after_torn_tail": older_header_after_torn_tail,
+    "chunk_crc_unchecked": chunk_crc_unchecked,
 }
 
 #: Every mutant of this module: name -> engine factory.

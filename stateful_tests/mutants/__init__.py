@@ -355,4 +355,9 @@ MUTANTS: dict[str, tuple[type[Wrapper], str]] = {
     "unanswered_delete": (UnansweredDelete, "a delete waits forever for its answer"),
 }
 
+# The careless optimiser's mistakes (careless.py) subclass Wrapper, so they come last.
+from settee.proof.stateful.mutants.careless import CARELESS  # noqa: E402
+
+MUTANTS.update(CARELESS)
+
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})
