@@ -260,8 +260,12 @@ class EquivalenceMachine(RuleBasedStateMachine):
         revs_limit=st.sampled_from([1000, 3, 2, 1]),
         node_size=st.sampled_from([128, 256, 4096]),
         body_cache=st.sampled_from([None, 0, 700]),
-        ids=st.lists(st.sampled_from(IDS), unique=True, max_size=len(IDS)),
+        # At least three documents: a range query of none or one row cannot show a
+        # skip taken from the wrong end, or an end key kept that should not be
+        # (found by mutation testing: descending ranges with a skip never had rows).
+        ids=st.lists(st.sampled_from(IDS), unique=True, min_size=3, max_size=len(IDS)),
         body=bodies(),
+        attached=st.booleans(),
     )
     def open_both(
         self,
@@ -272,6 +276,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
         body_cache: int | None,
         ids: list[str],
         body: dict[str, Any],
+        attached: bool,
     ) -> None:
         """Open both, and start most runs with live documents so that range queries
         have rows to get wrong (one initializer: Hypothesis orders initializers freely)."""
@@ -293,7 +298,18 @@ class EquivalenceMachine(RuleBasedStateMachine):
         self._open()
         self.book_eng = ChangesBook(shards)
         self.book_ref = ChangesBook(shards)
-        self.both("bulk_docs", [{"_id": i, **body} for i in ids])
+        # Half the runs start with every other document holding an attachment, so that
+        # edits keep stubs, reads send stubs or data and atts_since has a revpos to
+        # compare (found by mutation testing: drawn attachments seldom came out whole,
+        # and in 100 runs no edit ever named a revision holding one).
+        held = {"a.txt": {"content_type": "text/plain", "data": "aGk="}}
+        self.both(
+            "bulk_docs",
+            [
+                {"_id": i, **body} | ({"_attachments": held} if attached and n % 2 else {})
+                for n, i in enumerate(ids)
+            ],
+        )
 
     def _open(self) -> None:
         self.eng = load_factory(self.engine_spec)(f"{self.tmp}/engine", **self.options)
@@ -417,8 +433,9 @@ class EquivalenceMachine(RuleBasedStateMachine):
         pos = data.draw(st.integers(1, 4), label="pos")
         return f"{pos}-{data.draw(st.sampled_from(HASHES), label='hash')}"
 
-    def draw_doc(self, data: Any) -> dict[str, Any]:
-        doc_id = data.draw(st.sampled_from(IDS), label="id")
+    def draw_doc(self, data: Any, doc_id: str | None = None) -> dict[str, Any]:
+        if doc_id is None:
+            doc_id = data.draw(st.sampled_from(IDS), label="id")
         doc: dict[str, Any] = {"_id": doc_id, **data.draw(bodies(), label="body")}
         rev = self.draw_rev(data, doc_id)
         if rev is not None:
@@ -494,7 +511,16 @@ class EquivalenceMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def bulk_docs(self, data: Any) -> None:
-        docs = [self.draw_doc(data) for _ in range(data.draw(st.integers(0, 5), label="docs"))]
+        count = data.draw(st.integers(0, 5), label="docs")
+        if data.draw(st.integers(0, 3), label="one id?") == 0 and count > 1:
+            # Entries of one id: each is judged against the state before the call and
+            # against the entries before it (SEMANTICS.md §7.1), which differ only here
+            # (found by mutation testing: a writer judging rule 1 against the running
+            # state let a batch delete and recreate a document; mixed ids never drew it).
+            first = self.draw_doc(data)
+            docs = [first] + [self.draw_doc(data, first["_id"]) for _ in range(count - 1)]
+        else:
+            docs = [self.draw_doc(data) for _ in range(count)]
         self.both("bulk_docs", docs)
 
     @rule(data=st.data())
@@ -567,6 +593,18 @@ class EquivalenceMachine(RuleBasedStateMachine):
     )
     def all_docs_range(self, **query: Any) -> None:
         self.both("all_docs", **query)
+        # And its mirror: the same bounds walked the other way, with the same skip,
+        # limit and inclusive_end. A range the draw left empty (bounds the wrong way
+        # round for its direction) has rows the other way, and a bug of one direction
+        # gets the other direction's draws too (found by mutation testing: in 100 runs
+        # no descending range with a skip ever had more rows than it skipped).
+        mirror = {"startkey": query["endkey"], "endkey": query["startkey"]}
+        self.both("all_docs", **query | mirror | {"descending": not query["descending"]})
+        if query["startkey"] is not None or query["endkey"] is not None:
+            # And its skip and limit over every document: drawn bounds leave a row or
+            # none as often as not, where a skip and a limit taken in the wrong order
+            # agree (found by mutation testing: limit applied before skip went unseen).
+            self.both("all_docs", **query | {"startkey": None, "endkey": None})
 
     @rule(
         keys=st.lists(st.sampled_from(KEYS), max_size=6),
