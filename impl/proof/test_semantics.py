@@ -856,6 +856,16 @@ def test_all_docs_keys_keep_order_and_duplicates(engine: Any, abcde: dict[str, s
     assert res["rows"][0] == {"id": "d", "key": "d", "value": {"rev": abcde["d"]}}
 
 
+def test_all_docs_keys_descending_skips_the_reversed_list(
+    engine: Any, abcde: dict[str, str]
+) -> None:
+    """descending=True reverses the asked keys, then skip and limit cut that list
+    (SEMANTICS.md §8.2, fabric_view_all_docs:go with keys). Found by mutation testing:
+    an engine that cut the keys first, then reversed them, passed the semantic suite."""
+    res = engine.all_docs(keys=["a", "b", "c", "d", "zz"], descending=True, skip=1, limit=2)
+    assert [row["key"] for row in res["rows"]] == ["d", "c"]
+
+
 def test_all_docs_keys_unknown_id(engine: Any, abcde: dict[str, str]) -> None:
     """An unknown key gives {"key", "error": "not_found"} (fabric_view_all_docs
     open_doc_int not_found -> #view_row{key=Id}; api/database/bulk-api)."""
