@@ -519,6 +519,10 @@ class EquivalenceMachine(RuleBasedStateMachine):
             # state let a batch delete and recreate a document; mixed ids never drew it).
             first = self.draw_doc(data)
             docs = [first] + [self.draw_doc(data, first["_id"]) for _ in range(count - 1)]
+            if data.draw(st.booleans(), label="delete, then create again?"):
+                # The pair where the two states differ: a delete, then a create (no
+                # _rev) that only the state the delete left would accept.
+                docs[:2] = [{**first, "_deleted": True}, {"_id": first["_id"]}]
         else:
             docs = [self.draw_doc(data) for _ in range(count)]
         self.both("bulk_docs", docs)
