@@ -317,6 +317,12 @@ def test_every_careless_mutant_has_a_catch() -> None:
     assert covered >= set(CARELESS), sorted(set(CARELESS) - covered)
 
 
+#: The seed that catches a careless mutant first, where seed 0 takes long: seed 0 needs
+#: about 25 times the examples for batch_checks_running_state (5.2 s against 0.5 s
+#: idle, 13 s in a loaded gate), which the gate cannot spare.
+_FIRST_SEED = {"batch_checks_running_state": 1}
+
+
 @pytest.mark.parametrize("name", CARELESS_MACHINE)
 def test_careless_mutant_is_caught_by_the_equivalence_machine(name: str) -> None:
     """Seed 0 catches each within 60 examples when run alone or after the other tests
@@ -324,7 +330,8 @@ def test_careless_mutant_is_caught_by_the_equivalence_machine(name: str) -> None
     not kept), so a miss is followed by two other seeds, each of which catches all but
     one of them, as test_fractured_read_is_caught_by_the_ci_interleavings does."""
     spec = f"settee.proof.stateful.mutants:{name}"
-    for seed in (0, 1, 2):
+    first = _FIRST_SEED.get(name, 0)
+    for seed in (first, *(other for other in (0, 1, 2) if other != first)):
         summary = run_equivalence(spec, max_examples=100, seed=seed, shrink=False)
         if summary.failures:
             break
