@@ -510,7 +510,7 @@ class Shard:
         """Decide every edit of ``writes`` against the latest state. A request whose
         edits raise is failed alone and the group decided again without it."""
         while True:
-            group = _Group(self.snapshot, self._revs_limit)
+            group = self._new_group()
             results: list[Any] = []  # per request: its docs' results, or a purge's answer
             for i, w in enumerate(writes):
                 try:
@@ -524,6 +524,11 @@ class Shard:
                     break
             else:
                 return writes, results, group
+
+    def _new_group(self) -> _Group:
+        """The group that decides a batch of requests against the latest state (a
+        broken engine of the proof overrides it to decide another way)."""
+        return _Group(self.snapshot, self._revs_limit)
 
     def _retry_alone(self, writes: list[_Write], cause: BaseException) -> None:
         """Nothing of a failed group reached the file: commit each request on its own,

@@ -17,7 +17,7 @@ from typing import Any
 from settee.docinfo import DocInfo
 from settee.proof.stateful.mutants import Wrapper
 from settee.proof.stateful.mutants.lifecycle import plant
-from settee.shard import Shard, _Group, _write_refused
+from settee.shard import Shard, _Group
 from settee.spec import revtree
 from settee.spec.attachments import since_position
 from settee.spec.errors import NotFound
@@ -522,22 +522,8 @@ class _GroupShard(Shard):
 
     group_class: type[_Group] = _Group
 
-    def _decide(self, writes: list[Any]) -> tuple[list[Any], list[Any], _Group]:
-        while True:
-            group = self.group_class(self.snapshot, self._revs_limit)
-            results: list[Any] = []
-            for i, w in enumerate(writes):
-                try:
-                    if w.purge is not None:
-                        results.append(group.purge(w.purge))
-                    else:
-                        results.append(group.apply(w.docs, w.encoded, w.new_edits, w.deleting))
-                except Exception as exc:
-                    w.future.set_exception(_write_refused(self.path, exc))
-                    writes = writes[:i] + writes[i + 1 :]
-                    break
-            else:
-                return writes, results, group
+    def _new_group(self) -> _Group:
+        return self.group_class(self.snapshot, self._revs_limit)
 
 
 class _RunningStateGroup(_Group):
