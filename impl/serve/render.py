@@ -22,7 +22,6 @@ CouchDB's; it has no ETag. A list may read ``_all_docs`` as its view.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -41,7 +40,13 @@ from settee.serve.alldocs import (
 from settee.serve.dbs import db_info
 from settee.serve.design import request_object
 from settee.serve.js import JsFunction
-from settee.serve.protocol import HTTPError, decode_object, require_json_content
+from settee.serve.protocol import (
+    HTTPError,
+    decode_object,
+    etag_matches,
+    etag_of,
+    require_json_content,
+)
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.updates import (
@@ -90,8 +95,10 @@ def _show(
 ) -> Rendered:
     function, design = entry.design.named_function(entry.db, ddoc, "shows", name)
     doc = stored_doc(entry, doc_id)
-    etag = _etag([design.get("_rev"), doc and doc.get("_rev"), headers.get("Accept")])
-    if _etag_matches(headers.get("If-None-Match"), etag):
+    # chttpd:make_etag of what the answer depends on (show_etag's parts).
+    parts = [design.get("_rev"), doc and doc.get("_rev"), headers.get("Accept")]
+    etag = etag_of(json.dumps(parts, ensure_ascii=False))
+    if etag_matches(headers, etag):
         return 304, CIMultiDict({"ETag": etag}), b""
     response = _rendered(function, "show", [doc, req], design)
     if not isinstance(response, dict):
@@ -185,17 +192,3 @@ def _rendered(
 ) -> Any:
     """The function's answer; what it throws as render.js renderError passes it on."""
     return run_design_function(lambda: function.render(kind, args, design, rows))
-
-
-def _etag(parts: list[Any]) -> str:
-    """chttpd:make_etag: a quoted digest of what the answer depends on."""
-    text = json.dumps(parts, sort_keys=True, ensure_ascii=False)
-    return '"' + hashlib.md5(text.encode("utf-8", "surrogatepass")).hexdigest() + '"'
-
-
-def _etag_matches(header: str | None, etag: str) -> bool:
-    """chttpd:etag_match: ``If-None-Match`` names the ETag (or is ``*``)."""
-    if header is None:
-        return False
-    given = [part.strip() for part in header.split(",")]
-    return etag in given or "*" in given
