@@ -161,7 +161,7 @@ def test_node_names_itself_and_shows_its_configuration(
 @pytest.mark.parametrize(
     "path",
     ["/_node/_local/_stats", "/_node/_local/_system",
-     "/_scheduler/docs", "/_utils/", "/_config"],
+     "/_scheduler/other", "/_utils/", "/_config"],
 )  # fmt: skip
 def test_server_endpoints_not_served_say_so(client: Client, path: str) -> None:
     """Where their names, taken as databases, answered "Database does not exist."."""

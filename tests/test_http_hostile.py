@@ -94,6 +94,8 @@ _QUERY_ENDPOINTS = [
     ("GET", "/{db}/_design/v/_list/l/v?{k}={v}", ["keys", "startkey", "limit", "group_level"]),
     ("GET", "/{db}/_design/v/_show/s/doc?{k}={v}", ["format", "rev"]),
     ("GET", "/{db}/_design/v/_show/p/{v}?{k}=html", ["format"]),
+    ("GET", "/_scheduler/docs?{k}={v}", ["states", "limit", "skip"]),
+    ("GET", "/_scheduler/docs/_replicator/{v}?{k}=1", ["states"]),
 ]
 _BAD_JSON_VALUES = st.sampled_from(
     [
@@ -137,6 +139,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Client, 
     client = _Client(handle.port)
     assert client("PUT", "/target")[0] == 201
     assert client("PUT", "/target/doc", b'{"v": 1}')[0] == 201
+    assert client("PUT", "/_replicator")[0] == 201
     views = {
         "v": {"map": "function(doc) { emit([doc.v, doc._id], doc.v); }", "reduce": "_stats"},
         "m": {"map": "function(doc) { emit(doc._id, {_id: 'doc'}); }"},
@@ -289,6 +292,11 @@ _BODY_ENDPOINTS = [
     ("POST", "/target/_find", "use_index"),
     ("POST", "/target/_explain", "selector"),
     ("POST", "/target/_explain", "sort"),
+    # A _replicator database's documents must describe a replication (403 otherwise).
+    ("PUT", "/_replicator/r", None),
+    ("PUT", "/_replicator/r", "source"),
+    ("PUT", "/_replicator/r", "doc_ids"),
+    ("POST", "/_replicator/_bulk_docs", "docs"),
 ]
 
 

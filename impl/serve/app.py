@@ -34,6 +34,7 @@ from settee.serve import (
     node,
     purge,
     render,
+    repdocs,
     replicate,
     updates,
     viewquery,
@@ -203,6 +204,8 @@ async def _route(state: State, request: web.BaseRequest) -> web.StreamResponse:
         return await _SERVER_ROUTES[first](state, request)
     if first == "_node":
         return await node.handle_node(state, request, parts[1:])
+    if first == "_scheduler" and parts[1:2] == ["docs"]:
+        return await repdocs.handle_scheduler_docs(state, request, parts[1:])
     if first == "_scheduler":
         return await replicate.handle_scheduler(state, request, parts[1:])
     if first in _SERVER_NOT_SERVED:

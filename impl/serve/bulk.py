@@ -65,7 +65,7 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
         prepared.append(doc)
     if new_edits and payload.get("all_or_nothing") is True:
         return reply(417, _not_atomic(_with_local(local_docs, prepared, new_edits=True)))
-    verdicts = validate_writes(entry, prepared)
+    verdicts = validate_writes(entry, prepared, replicated=not new_edits)
     accepted = [doc for doc, refusal in zip(prepared, verdicts, strict=True) if refusal is None]
     results = entry.db.bulk_docs(accepted, new_edits=new_edits) if accepted else []
     if accepted:

@@ -19,6 +19,7 @@ import settee
 from settee.serve.alldocs import all_docs_query, decoded_query
 from settee.serve.cluster import check_partitioned_param
 from settee.serve.docs import handle_post_doc
+from settee.serve.notifier import REPLICATOR_WAKE
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -33,7 +34,7 @@ from settee.serve.protocol import (
     require_method,
     respond,
 )
-from settee.serve.registry import DbEntry
+from settee.serve.registry import DbEntry, is_replicator_db
 from settee.serve.replicate import active_tasks
 from settee.serve.state import State
 from settee.spec.format import FORMAT_VERSION
@@ -258,6 +259,8 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         check_partitioned_param(request.query)
         await state.run(state.registry.create, name, int(shards) if shards else None)
         state.db_events.record("created", name)
+        if is_replicator_db(name):
+            state.notifier.bump(REPLICATOR_WAKE)
         location = request_url(request)
         headers = {} if location is None else {"Location": location}
         return respond(reply(201, {"ok": True}, headers))
@@ -272,6 +275,8 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         await state.run(state.registry.delete, name)
         state.db_events.record("deleted", name)
         state.notifier.bump(name)  # its live feeds wake, find it gone and end
+        if is_replicator_db(name):
+            state.notifier.bump(REPLICATOR_WAKE)  # its replications stop
         return respond(reply(200, {"ok": True}))
     async with state.lease(name) as lease:
         return await handle_open_db(state, request, lease.entry)

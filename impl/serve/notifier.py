@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["Notifier"]
+__all__ = ["REPLICATOR_WAKE", "Notifier"]
+
+#: Bumped after a write to any ``_replicator`` database, and when one is created or
+#: deleted: what repdocs.py's processor waits on. No database has this name (a name
+#: starts with a letter or "_").
+REPLICATOR_WAKE = " replicator"
 
 
 class Notifier:

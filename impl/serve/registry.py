@@ -65,6 +65,7 @@ __all__ = [
     "check_db_name",
     "db_missing",
     "is_db_name",
+    "is_replicator_db",
 ]
 
 # couch_db:validate_dbname: a lowercase letter, then lowercase letters, digits, _$()+-/
@@ -87,6 +88,13 @@ def is_db_name(name: str) -> bool:
         return True
     prefix, slash, base = name.rpartition("/")
     return base in _SYSTEM_DBS and (not slash or _DB_NAME.fullmatch(prefix) is not None)
+
+
+def is_replicator_db(name: str) -> bool:
+    """Whether documents written to database ``name`` start replications: the
+    ``_replicator`` database and any whose name ends ``/_replicator``
+    (replicator.rst, "Additional Replicator Databases")."""
+    return name == "_replicator" or name.endswith("/_replicator")
 
 
 def check_db_name(name: str) -> None:

@@ -49,7 +49,21 @@ from settee.serve.repspec import Spec, parse_spec, quote_id, replication_id, use
 from settee.serve.state import State
 from settee.spec.errors import SetteeError
 
-__all__ = ["MAX_JOBS", "ONE_SHOT_LIMIT", "active_tasks", "handle_replicate", "handle_scheduler"]
+__all__ = [
+    "INFO_FIELDS",
+    "MAX_JOBS",
+    "ONE_SHOT_LIMIT",
+    "Job",
+    "active_tasks",
+    "filter_replication_id",
+    "handle_replicate",
+    "handle_scheduler",
+    "in_thread",
+    "iso8601",
+    "start_doc_job",
+    "stop_job",
+    "task",
+]
 
 log = logging.getLogger("settee.serve.replicate")
 
@@ -72,6 +86,8 @@ class Job:
     replication: Replication
     stop: threading.Event
     result: concurrent.futures.Future[dict[str, Any]]
+    #: ``(database, doc_id)`` of the ``_replicator`` document that started it (repdocs.py).
+    doc: tuple[str, str] | None = None
 
 
 class Jobs:
@@ -121,11 +137,13 @@ def _jobs(state: State) -> Jobs:
 
 def active_tasks(state: State) -> list[dict[str, Any]]:
     """The running replications as ``/_active_tasks`` lists them."""
-    return [_task(job.replication) for job in _jobs(state).all()]
+    return [task(job) for job in _jobs(state).all()]
 
 
-def _task(rep: Replication) -> dict[str, Any]:
+def task(job: Job) -> dict[str, Any]:
     """A job as ``_active_tasks`` lists it (couch_replicator_scheduler_job's task)."""
+    rep = job.replication
+    database, doc_id = job.doc or (None, None)
     with rep.lock:
         stats = asdict(rep.stats)
         return {
@@ -135,8 +153,8 @@ def _task(rep: Replication) -> dict[str, Any]:
             "target": rep.target_ep.uri,
             "continuous": rep.spec.continuous,
             "user": None,
-            "database": None,
-            "doc_id": None,
+            "database": database,
+            "doc_id": doc_id,
             "revisions_checked": stats["missing_checked"],
             "missing_revisions_found": stats["missing_found"],
             "docs_read": stats["docs_read"],
@@ -172,42 +190,46 @@ async def handle_scheduler(
             raise HTTPError(404, "not_found", "missing")
         return respond(reply(200, _job_json(found[0])))
     what = "/".join(["/_scheduler", *parts])
-    raise HTTPError(404, "not_found", f"settee serve does not serve {what} (no _replicator)")
+    raise HTTPError(404, "not_found", f"settee serve does not serve {what}")
+
+
+#: The counters a job's ``info`` shows (couch_replicator_scheduler_job:rep_stats and
+#: the seqs), in ``/_scheduler/jobs`` and ``/_scheduler/docs``.
+INFO_FIELDS = (
+    "revisions_checked",
+    "missing_revisions_found",
+    "docs_read",
+    "docs_written",
+    "changes_pending",
+    "doc_write_failures",
+    "bulk_get_docs",
+    "bulk_get_attempts",
+    "checkpointed_source_seq",
+    "source_seq",
+    "through_seq",
+)
 
 
 def _job_json(job: Job) -> dict[str, Any]:
-    """couch_replicator_scheduler:job_ejson for a job ``/_replicate`` started."""
-    task = _task(job.replication)
-    info_fields = (
-        "revisions_checked",
-        "missing_revisions_found",
-        "docs_read",
-        "docs_written",
-        "changes_pending",
-        "doc_write_failures",
-        "bulk_get_docs",
-        "bulk_get_attempts",
-        "checkpointed_source_seq",
-        "source_seq",
-        "through_seq",
-    )
-    started = _iso8601(task["started_on"])
+    """couch_replicator_scheduler:job_ejson."""
+    listed = task(job)
+    started = iso8601(listed["started_on"])
     return {
         "id": job.id,
         "pid": None,
-        "source": task["source"],
-        "target": task["target"],
-        "database": None,
+        "source": listed["source"],
+        "target": listed["target"],
+        "database": listed["database"],
         "user": None,
-        "doc_id": None,
-        "info": {name: task[name] for name in info_fields},
+        "doc_id": listed["doc_id"],
+        "info": {name: listed[name] for name in INFO_FIELDS},
         "history": [{"timestamp": started, "type": t} for t in ("started", "added")],
         "node": NODE,
         "start_time": started,
     }
 
 
-def _iso8601(seconds: int) -> str:
+def iso8601(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
@@ -221,7 +243,7 @@ async def handle_replicate(state: State, request: web.BaseRequest) -> web.Stream
     if user_filter(spec) is None:
         base, ext = replication_id(spec, state.uuid, None)
     else:  # the filter's code is read from the source, which may be this server
-        base, ext = await _in_thread(_replication_id, spec, state.uuid)
+        base, ext = await in_thread(filter_replication_id, spec, state.uuid)
     job_id = base + ext
     if spec.cancel:
         return await _cancel(state, job_id)
@@ -260,7 +282,30 @@ async def _outcome(job: Job) -> dict[str, Any]:
         raise HTTPError(500, "timeout", reason) from None
 
 
-def _new_job(state: State, spec: Spec, rep_id: tuple[str, str]) -> Job:
+def start_doc_job(
+    state: State, spec: Spec, rep_id: tuple[str, str], doc: tuple[str, str]
+) -> tuple[Job, bool]:
+    """The replication the ``_replicator`` document ``doc`` asks for: started (True),
+    or the job already running under its id (False: a duplicate, unless it is
+    ``doc``'s own). 503 HTTPError past ``MAX_JOBS``."""
+    job, new = _jobs(state).start_or_join(
+        "".join(rep_id), lambda: _new_job(state, spec, rep_id, doc)
+    )
+    if new:
+        _start(state, job)
+    return job, new
+
+
+def stop_job(state: State, job: Job) -> None:
+    """Stop ``job`` without waiting for it: it checkpoints what it did and ends."""
+    _jobs(state).discard(job)
+    job.stop.set()
+    job.replication.stop()
+
+
+def _new_job(
+    state: State, spec: Spec, rep_id: tuple[str, str], doc: tuple[str, str] | None = None
+) -> Job:
     stop = threading.Event()
 
     def should_stop() -> bool:
@@ -269,7 +314,7 @@ def _new_job(state: State, spec: Spec, rep_id: tuple[str, str]) -> Job:
     result: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
     # Running from the start, so a waiter that is cancelled cannot cancel the result.
     result.set_running_or_notify_cancel()
-    return Job("".join(rep_id), Replication(spec, rep_id, should_stop), stop, result)
+    return Job("".join(rep_id), Replication(spec, rep_id, should_stop), stop, result, doc)
 
 
 def _start(state: State, job: Job) -> None:
@@ -292,7 +337,7 @@ def _start(state: State, job: Job) -> None:
     thread.start()
 
 
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` on a thread of its own (it may request this server)."""
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
     future.set_running_or_notify_cancel()
@@ -307,7 +352,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.wrap_future(future)
 
 
-def _replication_id(spec: Spec, server_uuid: str) -> tuple[str, str]:
+def filter_replication_id(spec: Spec, server_uuid: str) -> tuple[str, str]:
     """The job's id; for a ``ddoc/name`` filter, after reading its code from the source."""
     named = user_filter(spec)
     code = None if named is None else _filter_code(spec, *named)

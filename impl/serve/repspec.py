@@ -38,7 +38,9 @@ __all__ = [
     "parse_spec",
     "quote_id",
     "replication_id",
+    "replicator_doc_refusal",
     "user_filter",
+    "without_password",
 ]
 
 #: couch_replicator.hrl's ?REP_ID_VERSION: answered as ``replication_id_version``.
@@ -145,6 +147,29 @@ def parse_spec(body: dict[str, Any]) -> Spec:
         # Bounded, so a server that is gone ends the job within a minute or so of waits.
         retries=min(max(0, numbers["retries_per_request"]), 8),
     )
+
+
+def replicator_doc_refusal(doc: dict[str, Any]) -> HTTPError | None:
+    """A ``_replicator`` database's check of a document about to be written
+    (couch_replicator_docs:before_doc_update): 403 ``forbidden`` when it does not
+    describe a replication, with the reason the parse gives. Design and ``_local``
+    documents, deletions and documents already marked ``failed`` are not checked."""
+    doc_id = doc.get("_id")
+    if not isinstance(doc_id, str) or doc_id.startswith(("_design/", "_local/")):
+        return None
+    if doc.get("_deleted") is True or doc.get("_replication_state") == "failed":
+        return None
+    try:
+        parse_spec(replication_fields(doc))
+    except HTTPError as exc:
+        return HTTPError(403, "forbidden", exc.reason)
+    return None
+
+
+def replication_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """A ``_replicator`` document's body as a replication request: without its
+    ``_``-fields (its id, revision and the replicator's own state fields)."""
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
 def _bad(reason: str) -> HTTPError:
@@ -269,7 +294,7 @@ def _endpoint(url: str, headers: dict[str, str]) -> Endpoint:
     plain = tuple(h for h in extra if h[0].lower() != "authorization")
     user = _basic_user(dict(server.headers).get("Authorization"))
     identity = ("remote", user, server.host, port, path, plain)
-    return Endpoint(server, _without_password(url), identity)
+    return Endpoint(server, without_password(url), identity)
 
 
 def _basic_user(authorization: str | None) -> str | None:
@@ -284,7 +309,7 @@ def _basic_user(authorization: str | None) -> str | None:
     return decoded.split(":", 1)[0]
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
     """couch_util:url_strip_password, and the trailing slash CouchDB adds."""
     parts = urlsplit(url)
     netloc = parts.netloc

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from settee.serve import repdocs
 from settee.serve.app import CouchRequest, dispatch
 from settee.serve.dbupdates import flush_events
 from settee.serve.options import merge_options
@@ -212,6 +213,8 @@ class ServerHandle:
         # Writes the database events /_db_updates lists; its last write is after
         # stopping is set, before the databases close (_shutdown awaits it).
         flusher = loop.create_task(flush_events(state))
+        # Starts and stops the replications the _replicator databases' documents ask for.
+        replicator = loop.create_task(repdocs.watch(state))
         try:
             self._web = _PolicyServer(
                 lambda request: dispatch(state, request),
@@ -239,16 +242,18 @@ class ServerHandle:
             self._ready.set()
             await self._stop_requested.wait()
         finally:
-            await self._shutdown(state, flusher)
+            await self._shutdown(state, flusher, replicator)
 
-    async def _shutdown(self, state: State, flusher: asyncio.Task[None]) -> None:
+    async def _shutdown(
+        self, state: State, flusher: asyncio.Task[None], replicator: asyncio.Task[None]
+    ) -> None:
         state.stopping.set()
         if self._listener is not None:
             self._listener.close()
         if self._web is not None:
             self._web.pre_shutdown()
             await self._web.shutdown(SHUTDOWN_TIMEOUT)
-        await asyncio.gather(flusher, return_exceptions=True)
+        await asyncio.gather(flusher, replicator, return_exceptions=True)
         loop = asyncio.get_running_loop()
         # Worker threads may still be inside engine calls; the databases close after them.
         await loop.run_in_executor(None, state.pool.shutdown, True)

@@ -18,10 +18,10 @@ from aiohttp import web
 from settee.serve.dbevents import DbEvents
 from settee.serve.gunzip import Gunzip
 from settee.serve.lease import Lease
-from settee.serve.notifier import Notifier
+from settee.serve.notifier import REPLICATOR_WAKE, Notifier
 from settee.serve.options import request_limit
 from settee.serve.protocol import HTTPError
-from settee.serve.registry import DbEntry, Registry
+from settee.serve.registry import DbEntry, Registry, is_replicator_db
 from settee.spec.spool import MEMORY_LIMIT, Spooled, SpoolWriter
 
 __all__ = ["State"]
@@ -64,6 +64,8 @@ class State:
         note the database's ``updated`` event for ``/_db_updates``."""
         self.db_events.record("updated", entry.name)
         self.loop.call_soon_threadsafe(self.notifier.bump, entry.name)
+        if is_replicator_db(entry.name):
+            self.loop.call_soon_threadsafe(self.notifier.bump, REPLICATOR_WAKE)
 
     async def read_body(self, request: web.BaseRequest) -> bytes:
         """The whole request body, read as the bytes arrive (no small fixed reads,

@@ -13,23 +13,32 @@ from settee.serve.design import user_ctx
 from settee.serve.js import js_available, runtime
 from settee.serve.protocol import HTTPError
 from settee.serve.reducers import rank_of
-from settee.serve.registry import DbEntry
+from settee.serve.registry import DbEntry, is_replicator_db
+from settee.serve.repspec import replicator_doc_refusal
 from settee.spec.attachments import digest_of, length_of
 from settee.spec.spool import Spooled
 
 __all__ = ["check_write", "design_doc_refusal", "validate_writes", "validated_write"]
 
 
-def validate_writes(entry: DbEntry, docs: list[dict[str, Any]]) -> list[HTTPError | None]:
+def validate_writes(
+    entry: DbEntry, docs: list[dict[str, Any]], *, replicated: bool = False
+) -> list[HTTPError | None]:
     """The verdict on each document about to be written: None to write it, else the
     refusal. A design document is checked as couch_mrview:validate checks one (400
     ``invalid_design_doc``), any other by the ``validate_doc_update`` functions
-    (403, 401, ...), as couch_db:validate_doc_update splits them."""
+    (403, 401, ...), as couch_db:validate_doc_update splits them. In a
+    ``_replicator`` database a document must describe a replication (403) unless
+    it is ``replicated`` (``new_edits=false``), as its before_doc_update skips them."""
     check = entry.design.validator(entry.db, user_ctx(entry.name), entry.local.security)
+    replicator = is_replicator_db(entry.name) and not replicated
     verdicts: list[HTTPError | None] = []
     for doc in docs:
         if str(doc.get("_id", "")).startswith("_design/"):
             verdicts.append(design_doc_refusal(doc))
+            continue
+        if replicator and (refusal := replicator_doc_refusal(doc)) is not None:
+            verdicts.append(refusal)
             continue
         if check is None:
             verdicts.append(None)
