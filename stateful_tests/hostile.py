@@ -411,6 +411,22 @@ class _NotReadyFile:
         return None
 
 
+class _RaisingLookup:
+    """An object whose every attribute lookup raises (a lazy proxy whose target is gone):
+    asking it for ``read`` let the error escape raw (found probing attachments)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no attribute {name} today")
+
+
+class _RaisingReadProperty:
+    """An object whose ``read`` is a property that raises when looked up."""
+
+    @property
+    def read(self) -> Any:
+        raise OSError(5, "Input/output error")
+
+
 class _StrReadingFile:
     """Not a file, but has a ``read`` that gives ints."""
 
@@ -450,6 +466,8 @@ ATTACHMENT_DATA: dict[str, Builder] = {
     "file failing after a read": _FailingFile,
     "read() giving ints": _StrReadingFile,
     "read() giving None": _NotReadyFile,
+    "object whose attribute lookups raise": _RaisingLookup,
+    "object whose read property raises": _RaisingReadProperty,
     "closed binary file": lambda: _closed(io.BytesIO(b"abc")),
     "bytes whose __bytes__ raises": lambda: RaisingBytes(b"abc"),
     "bytearray whose __bytes__ gives a str": lambda: StrBytes(b"abc"),

@@ -701,3 +701,23 @@ def test_attachment_names_that_read_the_same_name_one_attachment(engine: Any) ->
     expected = engine.put({"_id": "once", "_attachments": {"a": {"data": "eQ=="}}})["rev"]
     assert doc["_rev"] == expected  # the revision digests one attachment
     every_shard_accepts_writes(engine)
+
+
+def test_every_hostile_attachment_data_is_stored_or_refused(engine: Any) -> None:
+    """Each value of the machine's attachment-data table, in one sweep: stored, or
+    refused with a SetteeError that changes nothing. The machine draws one of them now
+    and then; this shows each at once. (Found probing: an object whose ``read`` lookup
+    raises, a lazy proxy, let its error escape raw from validation.)"""
+    from settee.proof.stateful import hostile
+
+    for n, label in enumerate(sorted(hostile.ATTACHMENT_DATA)):
+        doc = {"_id": f"att-{n}", "_attachments": {"a": {"data": None}}}
+        doc["_attachments"]["a"]["data"] = hostile.build(hostile.ATTACHMENT_DATA, label)
+        try:
+            engine.put(doc)
+        except SetteeError:
+            with pytest.raises(SetteeError):
+                engine.get(doc["_id"])
+        except Exception as exc:
+            raise AssertionError(f"attachment data {label}: raw {exc!r}") from exc
+    every_shard_accepts_writes(engine)
