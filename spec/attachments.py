@@ -210,7 +210,7 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
         if data.closed:
             raise BadRequest(f"attachment {name!r}: its spooled data was closed")
         return Inline(name, plain_str(content_type), data, revpos)
-    if not is_a(data, str) and callable(getattr(data, "read", None)):
+    if not is_a(data, str) and _has_read(name, data):
         # A binary file: spooled now, so the caller may close or change it after.
         return Inline(name, plain_str(content_type), spool_file(data), revpos)
     if not is_a(data, str):
@@ -234,6 +234,18 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
         # reason finds it.
         raise BadRequest(f"Invalid attachment data for {name}") from None
     return Inline(name, plain_str(content_type), raw, revpos)
+
+
+def _has_read(name: str, data: Any) -> bool:
+    """Whether ``data`` has a ``read`` method. Looking it up runs the caller's code (a
+    lazy proxy's ``__getattr__``, a property): if that fails, it is BadRequest, as a
+    ``read`` that fails is."""
+    try:
+        return callable(getattr(data, "read", None))
+    except Exception as exc:
+        raise BadRequest(
+            f"attachment {name!r}: looking up read on {describe(data)} failed: {describe(exc)}"
+        ) from None
 
 
 #: What base64 data may hold between its characters: space, tab, CR, LF.
