@@ -1075,7 +1075,7 @@ def _remove_nested(path: str, levels: int) -> None:
 def _hashable(value: Any) -> bool:
     try:
         hash(value)
-    except TypeError:
+    except Exception:  # unhashable, or a dead weak proxy (ReferenceError)
         return False
     return True
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import io
+import weakref
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -204,6 +205,20 @@ def _self_containing() -> list[Any]:
     return loop
 
 
+class _Gone:
+    """What a dead weak proxy pointed to."""
+
+
+def _dead_proxy() -> Any:
+    """A ``weakref.proxy`` whose object is gone: every use of it raises ReferenceError,
+    even ``isinstance``'s lookup of its ``__class__`` (found probing: validating such an
+    id or document let that error escape raw)."""
+    target = _Gone()
+    proxy = weakref.proxy(target)
+    del target  # the proxy's object dies here (CPython frees it at once)
+    return proxy
+
+
 def _big_digits(n: int) -> int:
     return 10**n - 1  # int("9" * n) itself raises beyond 4,300 digits
 
@@ -237,6 +252,7 @@ TEXTS: dict[str, Builder] = {
     "dict": lambda: {"a": 1},
     "object()": object,
     "Mock(spec=str)": lambda: _mock(str),
+    "dead weakref.proxy": _dead_proxy,
 }
 
 #: Where a count is expected (limit, skip).

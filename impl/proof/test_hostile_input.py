@@ -721,3 +721,27 @@ def test_every_hostile_attachment_data_is_stored_or_refused(engine: Any) -> None
         except Exception as exc:
             raise AssertionError(f"attachment data {label}: raw {exc!r}") from exc
     every_shard_accepts_writes(engine)
+
+
+def test_every_hostile_text_as_an_id_or_a_document_is_refused_or_answered(engine: Any) -> None:
+    """Each value of the machine's text table as the id ``get``, ``delete`` and ``put``
+    take, and as the document itself: answered, or refused with a SetteeError that
+    changes nothing. (Found probing: a dead ``weakref.proxy`` raised ReferenceError from
+    ``isinstance``'s lookup of its ``__class__``.)"""
+    from settee.proof.stateful import hostile
+
+    calls = {
+        "get": lambda value: engine.get(value),
+        "delete": lambda value: engine.delete(value, None),
+        "put": lambda value: engine.put(value),
+        "put _id": lambda value: engine.put({"_id": value}),
+    }
+    for label in sorted(hostile.TEXTS):
+        for name, call in calls.items():
+            try:
+                call(hostile.build(hostile.TEXTS, label))
+            except SetteeError:
+                pass
+            except Exception as exc:
+                raise AssertionError(f"{name} of {label}: raw {exc!r}") from exc
+    every_shard_accepts_writes(engine)
