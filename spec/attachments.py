@@ -160,7 +160,8 @@ def validate_attachment_name(name: object) -> str:
 
 def validate_attachments(value: object) -> tuple[Inline | Stub, ...]:
     """The attachments a document's ``_attachments`` member describes, in its order."""
-    if not (isinstance(value, dict) and is_dict(value)):  # not a dict by __class__ only
+    # Not a dict by __class__ only; is_dict first (docs.validate_docid says why).
+    if not (is_dict(value) and isinstance(value, dict)):
         raise BadRequest(
             f"_attachments must be a dict of name -> attachment, not {describe(value)}"
         )
@@ -206,7 +207,7 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     if issubclass(type(data), bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
         return Inline(name, plain_str(content_type), _bytes_of(name, data), revpos)
-    if isinstance(data, Spooled) and type(data) is Spooled:  # not a subclass: it could lie
+    if type(data) is Spooled:  # not a subclass: it could lie
         if data.closed:
             raise BadRequest(f"attachment {name!r}: its spooled data was closed")
         return Inline(name, plain_str(content_type), data, revpos)

@@ -116,8 +116,10 @@ def validate_docid(docid: object) -> str:
     """
     if is_a(docid, str):
         docid = plain_str(docid)  # before any comparison: a subclass's __eq__ may lie
-    # isinstance narrows the type; is_a refuses what only claims to be a str.
-    if not (isinstance(docid, str) and is_a(docid, str)) or docid == "":
+    # is_a refuses what only claims to be a str, and goes first: isinstance asks any
+    # other object for its __class__, which may raise (a dead weakref.proxy). isinstance
+    # then only narrows the type.
+    if not (is_a(docid, str) and isinstance(docid, str)) or docid == "":
         raise BadRequest(
             f"document id {describe(docid)} is not a non-empty str: pass a str like 'doc-1'"
         )
@@ -438,7 +440,8 @@ def validate_doc(
 
     raises: BadRequest
     """
-    if not (isinstance(doc, dict) and is_dict(doc)):  # a dict, not one by __class__ only
+    # A dict by its type, not by __class__ only; is_dict first, as in validate_docid.
+    if not (is_dict(doc) and isinstance(doc, dict)):
         raise BadRequest(f"a document must be a dict, not {type(doc).__name__}")
     special, body = _split_fields(doc)
     if "_id" not in special and generate_id:
