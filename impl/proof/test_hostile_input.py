@@ -703,12 +703,14 @@ def test_attachment_names_that_read_the_same_name_one_attachment(engine: Any) ->
     every_shard_accepts_writes(engine)
 
 
-def test_every_hostile_attachment_data_is_stored_or_refused(engine: Any) -> None:
+def test_every_hostile_attachment_data_is_stored_or_refused(opener: Any) -> None:
     """Each value of the machine's attachment-data table, in one sweep: stored, or
     refused with a SetteeError that changes nothing. The machine draws one of them now
     and then; this shows each at once. (Found probing: an object whose ``read`` lookup
     raises, a lazy proxy, let its error escape raw from validation.)"""
     from settee.proof.stateful import hostile
+
+    engine = opener.open(fsync=False)  # a sweep of many writes; durability is not asked
 
     for n, label in enumerate(sorted(hostile.ATTACHMENT_DATA)):
         doc = {"_id": f"att-{n}", "_attachments": {"a": {"data": None}}}
@@ -723,12 +725,14 @@ def test_every_hostile_attachment_data_is_stored_or_refused(engine: Any) -> None
     every_shard_accepts_writes(engine)
 
 
-def test_every_hostile_text_as_an_id_or_a_document_is_refused_or_answered(engine: Any) -> None:
+def test_every_hostile_text_as_an_id_or_a_document_is_refused_or_answered(opener: Any) -> None:
     """Each value of the machine's text table as the id ``get``, ``delete`` and ``put``
     take, and as the document itself: answered, or refused with a SetteeError that
     changes nothing. (Found probing: a dead ``weakref.proxy`` raised ReferenceError from
     ``isinstance``'s lookup of its ``__class__``.)"""
     from settee.proof.stateful import hostile
+
+    engine = opener.open(fsync=False)  # a sweep of many writes; durability is not asked
 
     calls = {
         "get": lambda value: engine.get(value),
