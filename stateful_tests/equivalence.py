@@ -833,6 +833,13 @@ class EquivalenceMachine(RuleBasedStateMachine):
         since = sinces = None
         if source == _LATER_COPY:
             sinces = self._tokens_of_later_copies()
+        elif source == _MISSPELT:
+            # Each side's own update_seq, misspelt: no token either returned.
+            label = data.draw(st.sampled_from(sorted(hostile.MISSPELLINGS)), label="misspelling")
+            sinces = {
+                "engine": hostile.MISSPELLINGS[label](str(self.eng.info()["update_seq"])),
+                "reference": hostile.MISSPELLINGS[label](str(self.ref.info()["update_seq"])),
+            }
         if sinces is not None:  # valid other arguments, or they would be refused first
             limit = data.draw(st.sampled_from([None, 0, 2]), label="limit")
             include_docs = data.draw(st.booleans(), label="include_docs")
@@ -856,7 +863,7 @@ class EquivalenceMachine(RuleBasedStateMachine):
             )
             for db, side in ((self.eng, "engine"), (self.ref, "reference"))
         )
-        shown = since if source != _LATER_COPY else _LATER_COPY
+        shown = since if sinces.get("engine") is since else source
         text = _call_text((), {"since": shown, "limit": limit, "include_docs": include_docs})
         if got != want and got[0] == want[0] == "ok" and self.options["shards"] > 1:
             # Which rows a limit keeps depends on how the shards interleave (SEMANTICS.md
@@ -1041,7 +1048,8 @@ _NO_REV = "999-probe"
 #: Where a hostile ``changes`` call takes its ``since`` from: one of ``hostile.SINCES``
 #: or, now and then, each side's token of a later copy (``_tokens_of_later_copies``).
 _LATER_COPY = "a later copy's token"
-_SINCE_SOURCES = ["a hostile value"] * 2 + [_LATER_COPY]
+_MISSPELT = "a misspelt token"
+_SINCE_SOURCES = ["a hostile value"] * 2 + [_LATER_COPY, _MISSPELT]
 
 
 def _counts(db: Any) -> tuple[Any, Any]:

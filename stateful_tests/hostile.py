@@ -29,6 +29,7 @@ __all__ = [
     "BODY_VALUES",
     "COUNTS",
     "FLAGS",
+    "MISSPELLINGS",
     "REVS",
     "SEQUENCE_SHAPES",
     "SINCES",
@@ -347,6 +348,17 @@ SINCES: dict[str, Builder] = {
     "'5-AAAA'": lambda: "5-AAAA",
     "lone surrogate": lambda: "0-\ud800",
     "str of 100,000 chars": lambda: "9-" + "A" * 100_000,
+}
+
+#: A token misspelt (``changes``' ``since``): none is a token the database returned, so
+#: each is BadRequest (SEMANTICS.md §9). The engine read a token's payload whatever came
+#: before its dash, and let base64 skip stray characters (found probing tokens).
+MISSPELLINGS: dict[str, Callable[[str], str]] = {
+    "a space before": lambda token: " " + token,
+    "a letter for its count": lambda token: "x-" + token.partition("-")[2],
+    "an Arabic-Indic digit for its count": lambda token: "\u0661-" + token.partition("-")[2],
+    "four dots after": lambda token: token + "....",
+    "four line breaks after": lambda token: token + "\n\n\n\n",
 }
 
 #: Body values: what a document may carry, and what it may not.

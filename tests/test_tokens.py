@@ -49,6 +49,16 @@ def test_zero_and_now_name_the_beginning_and_the_current_seqs() -> None:
         "0-!!!",
         "nodash",
         "1",
+        # Misspelt tokens of [0] (CouchDB splits a count of ASCII digits off the front,
+        # ^([0-9]+-), and decodes the rest whole); the engine read the payload whatever
+        # came before the dash, and base64 skipped stray characters in it.
+        " " + _token([0]),
+        "x" + _token([0])[1:],
+        "\u0661" + _token([0])[1:],
+        _token([0]) + "....",
+        _token([0]) + "\n\n\n\n",
+        _token([0])[:3] + ".." + _token([0])[3:] + "..",
+        _token([0]) + "====",
     ],
 )
 def test_tokens_of_another_shape_are_refused(token: str) -> None:
