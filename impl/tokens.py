@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 import msgpack
 
@@ -17,6 +18,11 @@ from settee.spec.errors import BadRequest
 from settee.spec.values import describe
 
 __all__ = ["decode_token", "encode_token"]
+
+#: A token as encode_token spells it: a count of ASCII digits, a dash, the URL-safe
+#: base64 payload (its padding optional). CouchDB splits ``^([0-9]+-)`` off the front
+#: and decodes the rest whole, so any other spelling names no position.
+_TOKEN = re.compile(r"[0-9]+-([A-Za-z0-9_-]*={0,2})")
 
 
 def encode_token(seqs: list[int]) -> str:
@@ -41,11 +47,15 @@ def decode_token(
         return [0] * shards
     if token == "now":
         return list(current)
-    if not isinstance(token, str) or "-" not in token:
+    match = _TOKEN.fullmatch(token) if isinstance(token, str) else None
+    if match is None:
         raise _bad(token)
-    _, _, payload = token.partition("-")
+    payload = match[1]
     try:
-        seqs = msgpack.unpackb(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        # validate: the lenient decoder skips characters outside the alphabet, so a
+        # misspelt token read as the one it misspells.
+        raw = base64.b64decode(payload + "=" * (-len(payload) % 4), b"-_", validate=True)
+        seqs = msgpack.unpackb(raw)
     except (ValueError, binascii.Error, msgpack.UnpackException, RecursionError):
         # A caller's garbage can make msgpack raise any of these (deep nesting too).
         raise _bad(token) from None
