@@ -18,7 +18,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from settee.spec.errors import BadRequest
 from settee.spec.revs import MAX_REV_POS, check_rev, is_valid_rev, rev_pos
@@ -207,10 +207,12 @@ def _one(name: str, att: dict[Any, Any]) -> Inline | Stub:
     if issubclass(type(data), bytes | bytearray | memoryview):
         # The embedded API may hand the bytes themselves (no base64 round trip).
         return Inline(name, plain_str(content_type), _bytes_of(name, data), revpos)
-    if type(data) is Spooled:  # not a subclass: it could lie
-        if data.closed:
+    # Not a subclass: it could lie. Its type, not isinstance, which may ask for __class__.
+    if type(data) is Spooled:
+        spooled = cast(Spooled, data)
+        if spooled.closed:
             raise BadRequest(f"attachment {name!r}: its spooled data was closed")
-        return Inline(name, plain_str(content_type), data, revpos)
+        return Inline(name, plain_str(content_type), spooled, revpos)
     if not is_a(data, str) and _has_read(name, data):
         # A binary file: spooled now, so the caller may close or change it after.
         return Inline(name, plain_str(content_type), spool_file(data), revpos)

@@ -713,8 +713,8 @@ def test_every_hostile_attachment_data_is_stored_or_refused(opener: Any) -> None
     engine = opener.open(fsync=False)  # a sweep of many writes; durability is not asked
 
     for n, label in enumerate(sorted(hostile.ATTACHMENT_DATA)):
-        doc = {"_id": f"att-{n}", "_attachments": {"a": {"data": None}}}
-        doc["_attachments"]["a"]["data"] = hostile.build(hostile.ATTACHMENT_DATA, label)
+        data = hostile.build(hostile.ATTACHMENT_DATA, label)
+        doc = {"_id": f"att-{n}", "_attachments": {"a": {"data": data}}}
         try:
             engine.put(doc)
         except SetteeError:
