@@ -159,6 +159,21 @@ def test_bad_ids_posted_or_bulk(client: Client, db: str, doc_id: Any, reason: st
     assert client("GET", f"{db}/fine").status == 404
 
 
+def test_a_delete_or_copy_of_an_id_no_write_accepts_is_missing(client: Client, db: str) -> None:
+    """Found probing: these were 400 bad_request with the engine's own reason.
+    chttpd_db's DELETE and COPY open the document first (fabric:open_doc checks no
+    id), so an id no document can have is 404 missing; an attachment write naming
+    a rev opens it by fabric:open_revs, 409 missing_rev."""
+    for path in ("_nope", "_nope?rev=1-abc", "_design", "_design%2F", "_nope/att"):
+        deleted = client("DELETE", f"{db}/{path}")
+        assert (deleted.status, deleted.json) == (404, MISSING), path
+    assert (_copy(client, f"{db}/_nope", "x").status, client("GET", f"{db}/x").status) == (404, 404)
+    missing_rev = {"error": "not_found", "reason": "missing_rev"}
+    for method in ("PUT", "DELETE"):
+        att = client(method, f"{db}/_nope/att?rev=1-abc", raw=b"x")
+        assert (att.status, att.json) == (409, missing_rev), method
+
+
 def test_an_id_that_is_not_utf8_is_refused(client: Client, db: str) -> None:
     posted = client("POST", db, raw=b'{"_id": "a\\ud800"}')
     assert (posted.status, posted.json) == (400, _illegal("Document id must be valid UTF-8"))

@@ -22,7 +22,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
-from settee.serve.docchecks import check_doc
+from settee.serve.docchecks import check_doc, check_openable
 from settee.serve.encoding import accepts_gzip, compressible, encoded_length, gzip_chunks
 from settee.serve.protocol import (
     MAX_LOCATION,
@@ -84,6 +84,7 @@ def _revision(db: settee.Database, doc_id: str, rev: str) -> dict[str, Any]:
     """The revision a write names, as chttpd_db's attachment PUT/DELETE opens it
     (fabric:open_revs): one the document does not hold is 409 ``missing_rev``."""
     try:
+        check_openable(doc_id)
         return db.get(doc_id, rev=rev)
     except settee.NotFound:
         raise HTTPError(409, "not_found", "missing_rev") from None
@@ -106,6 +107,8 @@ def _put(
 def _delete(entry: DbEntry, doc_id: str, name: str, rev: str | None) -> dict[str, Any]:
     # Without a rev, chttpd_db first opens the document and finds the attachment
     # (404 for either missing), and only then answers the edit's conflict.
+    if rev is None:
+        check_openable(doc_id)
     doc = entry.db.get(doc_id) if rev is None else _revision(entry.db, doc_id, rev)
     attachments = _stubs(doc)
     if name not in attachments:

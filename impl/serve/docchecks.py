@@ -17,11 +17,13 @@ from settee.serve.local import couch_rev
 from settee.serve.protocol import HTTPError
 from settee.spec.docids import new_docid
 from settee.spec.docs import BODY_FIELDS, IGNORED_FIELDS, READ_FIELDS
+from settee.spec.errors import NotFound
 
 __all__ = [
     "RevParser",
     "check_doc",
     "check_docid",
+    "check_openable",
     "docid_problem",
     "explicit_rev",
     "header_rev",
@@ -78,6 +80,13 @@ def check_docid(doc_id: Any) -> None:
     problem = docid_problem(doc_id)
     if problem is not None:
         raise HTTPError(400, "illegal_docid", problem)
+
+
+def check_openable(doc_id: str) -> None:
+    """404 ``missing`` for an id no write accepts: chttpd_db's DELETE and COPY open
+    the document they name first (fabric:open_doc checks no id), and none has it."""
+    if docid_problem(doc_id) is not None:
+        raise NotFound("missing")
 
 
 def _bad_member(key: str) -> HTTPError:

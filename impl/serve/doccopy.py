@@ -14,7 +14,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import revs
-from settee.serve.docchecks import check_docid, explicit_rev
+from settee.serve.docchecks import check_docid, check_openable, explicit_rev
 from settee.serve.local import couch_rev
 from settee.serve.protocol import HTTPError, doc_url, written
 from settee.serve.registry import DbEntry
@@ -57,6 +57,7 @@ def _copy_destination(headers: Mapping[str, str]) -> tuple[str, str | None]:
 
 def _source_of_copy(entry: DbEntry, doc_id: str, rev: str | None) -> dict[str, Any]:
     """The revision a COPY reads (chttpd_db:couch_doc_open): the winner, or ``rev``."""
+    check_openable(doc_id)
     if doc_id.startswith("_local/"):
         return entry.local.get(doc_id)
     return entry.db.get(doc_id, rev=rev)

@@ -23,6 +23,7 @@ from settee.serve.docchecks import (
     RevParser,
     check_doc,
     check_docid,
+    check_openable,
     explicit_rev,
     header_rev,
     new_doc_id,
@@ -373,6 +374,7 @@ def _rev_of_revisions(revisions: dict[str, Any]) -> str:
 def _delete_doc(
     state: State, entry: DbEntry, doc_id: str, rev: str | None
 ) -> tuple[int, dict[str, Any]]:
+    check_openable(doc_id)
     tombstone = {"_id": doc_id, "_deleted": True} | ({"_rev": rev} if rev else {})
     check_write(entry, tombstone)
     result = entry.db.delete(doc_id, rev)
