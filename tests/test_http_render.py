@@ -371,3 +371,58 @@ def test_list_path_and_method_errors(client: Client, lists: str) -> None:
     r = _list(client, lists, "basicBasic/nope")
     assert r.status == 404, r.raw
     assert json.loads(_list(client, lists, "basicJSON/basicView").raw)["rows"]
+
+
+#: design_docs_test.exs's modules: paths from the root, "." and ".." relative to
+#: the requiring module, a circular pair, and a lib a map function requires.
+_MODULES = {
+    "stringzone": "exports.string = 'plankton';",
+    "commonjs": {
+        "whynot": "exports.test = require('../stringzone');"
+        " exports.foo = require('whatever/stringzone');",
+        "upper": "exports.testing = require('./whynot').test.string.toUpperCase()"
+        " + module.id + require('./whynot').foo.string;",
+        "circular_one": "require('./circular_two'); exports.name = 'One';",
+        "circular_two": "require('./circular_one'); exports.name = 'Two';",
+    },
+    "idtest4": {
+        "a": {
+            "b": "module.exports = require('../a/./c/d').id;",
+            "c": {"d": "module.exports = require('./e');", "e": "exports.id = module.id;"},
+        }
+    },
+}
+
+
+def test_design_functions_require_commonjs_modules(client: Client, db: str) -> None:
+    """design_docs_test.exs ("commonjs require", "circular commonjs dependencies",
+    "module id values are as expected", "commonjs in map functions"): couchjs gives
+    every design function a ``require`` over its design document (a map function
+    over ``views.lib``); settee answered ReferenceError."""
+    shows = {
+        "requirey": "function() { return require('whatever/commonjs/upper').testing; }",
+        "circular": "function() { return require('whatever/commonjs/circular_one').name; }",
+        "idtest4": "function() { return require('whatever/idtest4/a/b'); }",
+        "nopath": "function() { return require('whatever/nope'); }",
+    }
+    views = {
+        "lib": {"foo": {"boom": "exports.boom = 'ok';"}},
+        "commonjs": {"map": "function(doc) { emit(null, require('views/lib/foo/boom').boom); }"},
+    }
+    ddoc = {"whatever": _MODULES, "shows": shows, "views": views}
+    put(client, db, "_design/test", ddoc)
+    put(client, db, "doc", {})
+    for name, body in [
+        ("requirey", b"PLANKTONwhatever/commonjs/upperplankton"),
+        ("circular", b"One"),
+        ("idtest4", b"whatever/idtest4/a/c/e"),
+    ]:
+        r = client("GET", f"{db}/_design/test/_show/{name}")
+        assert (r.status, r.raw) == (200, body), name
+    r = client("GET", f"{db}/_design/test/_show/nopath")
+    assert r.json["error"] == "invalid_require_path", r.raw
+    rows = client("GET", f"{db}/_design/test/_view/commonjs").json["rows"]
+    assert [row["value"] for row in rows] == ["ok"]
+    # "that we get correct design doc info back": the collators of the index's keys.
+    versions = client("GET", f"{db}/_design/test/_info").json["view_index"]["collator_versions"]
+    assert len(versions) == 1 and isinstance(versions[0], str)

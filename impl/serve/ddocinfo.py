@@ -55,6 +55,9 @@ def _ddoc_info(entry: DbEntry, state: State, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "view_index": {
+            # The collators the keys were ordered by (couch_mrview_util records ICU's
+            # version): settee's own, as /_node/_local/_versions names it.
+            "collator_versions": [settee.__version__],
             "compact_running": False,
             "language": language,
             "purge_seq": 0,

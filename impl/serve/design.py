@@ -24,7 +24,14 @@ from settee.serve.js import JsFunction, Thrown, runtime
 from settee.serve.protocol import HTTPError, query_json
 from settee.serve.viewindex import MapOptions, ViewMapper
 
-__all__ = ["DesignFunctions", "ViewFunctions", "request_object", "user_ctx"]
+__all__ = [
+    "DesignFunctions",
+    "ViewFunctions",
+    "module_root",
+    "request_object",
+    "user_ctx",
+    "views_lib",
+]
 
 
 def user_ctx(db_name: str) -> dict[str, Any]:
@@ -146,7 +153,8 @@ class DesignFunctions:
         with self._lock:
             compiled = ddoc.compiled.get(path)
         if compiled is None:
-            compiled = runtime().compile(source, f"{ddoc_id}: {'.'.join(path)}")
+            where = f"{ddoc_id}: {'.'.join(path)}"
+            compiled = runtime().compile(source, where, module_root(ddoc.doc, path))
             with self._lock:
                 ddoc.compiled.setdefault(path, compiled)
         return compiled
@@ -208,7 +216,8 @@ class DesignFunctions:
         if isinstance(reduce, str) and not reduce.startswith("_"):
             reducer = self._function(ddoc, ddoc_id, ("views", view_name, "reduce"), reduce)
         language = ddoc.doc.get("language", "javascript")
-        return ViewFunctions(mapper, str(source), reduce, reducer, str(language))
+        lib = views_lib(ddoc.doc)
+        return ViewFunctions(mapper, str(source), reduce, reducer, str(language), lib)
 
     # -- _changes filters ---------------------------------------------------------------------
 
@@ -255,6 +264,24 @@ class DesignFunctions:
         return self._function(ddoc, ddoc_id, (member, name), functions[name]), ddoc.doc
 
 
+def module_root(ddoc: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """What the function at ``path`` may ``require`` from (couchjs's compileFunction):
+    a map function the views' ``lib`` alone (couch_mrview sends only that), a
+    JavaScript reduce nothing, any other function the whole design document."""
+    if path[0] != "views":
+        return ddoc
+    if path[-1] == "reduce":
+        return None
+    return {"views": {"lib": views_lib(ddoc)}}
+
+
+def views_lib(ddoc: Mapping[str, Any]) -> Any:
+    """The design document's ``views.lib`` (``{}`` when it has none)."""
+    views = ddoc.get("views")
+    lib = views.get("lib") if isinstance(views, dict) else None
+    return lib if lib is not None else {}
+
+
 @dataclass(frozen=True)
 class ViewFunctions:
     mapper: ViewMapper
@@ -262,6 +289,7 @@ class ViewFunctions:
     reduce: Any  # None, a builtin name ("_count", ...) or JavaScript source
     reducer: JsFunction | None  # the compiled JavaScript reduce
     language: str
+    lib: Any = None  # views.lib, which the map function may require: part of its signature
 
 
 def _answering_throws(

@@ -9,9 +9,10 @@ a function that loops or allocates without end fails its request (400
 isolates are single-threaded, and design functions are small.
 
 The globals a function may use are CouchDB's: ``emit`` (map functions),
-``log``, ``isArray``, ``toJSON``, ``sum``. A thrown object is returned as is
-(``{forbidden: ...}``, ``{unauthorized: ...}``: what ``validate_doc_update``
-throws); a thrown ``Error`` becomes ``os_process_error``.
+``log``, ``isArray``, ``toJSON``, ``sum``, and ``require`` for a design
+document's CommonJS modules (a map function's from ``views.lib`` alone). A
+thrown object is returned as is (``{forbidden: ...}``, ``{unauthorized: ...}``:
+what ``validate_doc_update`` throws); a thrown ``Error`` becomes ``os_process_error``.
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ function sum(values) {
   for (var i = 0; i < values.length; i++) s += values[i];
   return s;
 }
-function __settee_compile(source) {
+function __settee_compile(source, root) {
   // couchjs runs a function's source as a script whose last statement is the function
   // (rewrite_fun.js turns it into an expression): a trailing ";" or line comment is
   // fine there, not inside "( ... )", so they are kept out of the parentheses.
-  var fn = eval("(" + source.replace(/[\s;]+$/, "") + "\n)");
+  var text = "(" + source.replace(/[\s;]+$/, "") + "\n)";
+  // In the global scope, or beside the one name "require" when the function has a
+  // module root; a direct eval here would let it see this function's own locals.
+  var fn = root === null ? (0, eval)(text) : __settee_eval_with(__settee_require_in(root), text);
   if (typeof fn !== "function") throw new Error("expression does not evaluate to a function");
   var id = String(__settee.next++);
   __settee.fns[id] = fn;
@@ -70,6 +74,65 @@ function __settee_call(id, argsJson, collect) {
   }
 }
 function __settee_forget(id) { delete __settee.fns[id]; }
+function __settee_eval_with(require, __settee_text) { return eval(__settee_text); }
+// CommonJS modules as couchjs's util.js resolves them (resolveModule): a path is
+// absolute from the root, or relative ("." and "..") to the requiring module.
+function __settee_resolve(names, mod, root) {
+  if (names.length == 0) {
+    if (typeof mod.current != "string") {
+      throw ["error", "invalid_require_path",
+             "Must require a JavaScript string, not: " + (typeof mod.current)];
+    }
+    return {current: mod.current, parent: mod.parent, id: mod.id, exports: {}};
+  }
+  var n = names.shift();
+  if (n == "..") {
+    if (!(mod.parent && mod.parent.parent)) {
+      throw ["error", "invalid_require_path",
+             "Object has no parent " + JSON.stringify(mod.current)];
+    }
+    return __settee_resolve(names, {id: mod.id.slice(0, mod.id.lastIndexOf("/")),
+                                    parent: mod.parent.parent, current: mod.parent.current});
+  } else if (n == ".") {
+    if (!mod.parent) {
+      throw ["error", "invalid_require_path",
+             "Object has no parent " + JSON.stringify(mod.current)];
+    }
+    return __settee_resolve(names, {parent: mod.parent, current: mod.current, id: mod.id});
+  } else if (root) {
+    mod = {current: root};
+  }
+  if (mod.current === null || typeof mod.current != "object" || mod.current[n] === undefined) {
+    throw ["error", "invalid_require_path",
+           "Object has no property \"" + n + "\". " + JSON.stringify(mod.current)];
+  }
+  return __settee_resolve(names, {current: mod.current[n], parent: mod,
+                                  id: mod.id !== undefined ? mod.id + "/" + n : n});
+}
+// couchjs's require (Couch.compileFunction): each module runs once, its exports
+// cached before it runs so that circular requires end.
+function __settee_require_in(root) {
+  var cache = {};
+  var require = function (name, module) {
+    module = module || {};
+    var found = __settee_resolve(String(name).split("/"), module.parent, root);
+    if (!cache.hasOwnProperty(found.id)) {
+      cache[found.id] = {};
+      var s = "(function (module, exports, require) { " + found.current + "\n });";
+      try {
+        (0, eval)(s).apply(globalThis, [found, found.exports, function (name) {
+          return require(name, found);
+        }]);
+      } catch (e) {
+        throw ["error", "compilation_error", "Module require('" + name + "') raised error " +
+               (e instanceof Error ? e.stack : JSON.stringify(e))];
+      }
+      cache[found.id] = found.exports;
+    }
+    return cache[found.id];
+  };
+  return require;
+}
 """
 
 #: Show and list functions (render.py), as CouchDB's render.js and mimeparse.js
@@ -321,14 +384,17 @@ class JsRuntime:
             self._ctx = ctx
         return self._ctx
 
-    def compile(self, source: Any, where: str) -> JsFunction:
-        """The function ``source`` defines; 400 ``compilation_error`` if it is not one."""
+    def compile(self, source: Any, where: str, root: Any = None) -> JsFunction:
+        """The function ``source`` defines; 400 ``compilation_error`` if it is not one.
+        With a ``root`` (JSON: a design document, or a map function's ``{"views":
+        {"lib": ...}}``) it may ``require`` CommonJS modules from it, as couchjs's."""
         if not isinstance(source, str):
             raise HTTPError(400, "compilation_error", f"{where} is not a string of JavaScript")
+        modules = "null" if root is None else json.dumps(root, ensure_ascii=False)
         with self._lock:
             self._forget_unreferenced()
             try:
-                handle = self._eval(f"__settee_compile({json.dumps(source)})")
+                handle = self._eval(f"__settee_compile({json.dumps(source)}, {modules})")
             except HTTPError as exc:
                 raise HTTPError(400, "compilation_error", f"{where}: {exc.reason}") from exc
             generation = self.generation

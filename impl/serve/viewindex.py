@@ -99,13 +99,18 @@ class ViewMapper:
         return self.function.emitted(doc)
 
 
-def signature(map_source: str, language: str, options: MapOptions = MapOptions()) -> str:
-    """The index of a map function: another source, language or set of options is
-    another index (couch_mrview's signature counts the design options too). A view
-    without options keeps the signature it had before they counted."""
+def signature(
+    map_source: str, language: str, options: MapOptions = MapOptions(), lib: Any = None
+) -> str:
+    """The index of a map function: another source, language, set of options or
+    ``views.lib`` (the modules it may ``require``) is another index (couch_mrview's
+    signature counts the design options and the lib too). A view without options or
+    lib keeps the signature it had before they counted."""
     signed: list[Any] = [INDEX_LAYOUT, language, map_source]
     if options != MapOptions():
         signed.append([options.include_design, options.local_seq])
+    if lib:
+        signed.append(["lib", lib])
     return hashlib.sha256(json.dumps(signed).encode()).hexdigest()[:32]
 
 

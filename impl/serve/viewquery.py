@@ -31,7 +31,7 @@ from aiohttp import web
 
 import settee
 from settee.serve import mango, revs
-from settee.serve.design import ViewFunctions
+from settee.serve.design import ViewFunctions, views_lib
 from settee.serve.encoding import with_encoding_info
 from settee.serve.js import FunctionError, Thrown
 from settee.serve.protocol import (
@@ -363,7 +363,8 @@ def open_view(
 ) -> tuple[ViewFunctions, ViewIndex]:
     """A view's functions and its index (opened, not updated)."""
     functions = entry.design.view(entry.db, ddoc, view)
-    signed = signature(functions.map_source, functions.language, functions.mapper.options)
+    options = functions.mapper.options
+    signed = signature(functions.map_source, functions.language, options, functions.lib)
     index: ViewIndex = index_for(entry, signed)
     return functions, index
 
@@ -665,8 +666,9 @@ def view_signatures(ddoc: Mapping[str, Any]) -> set[str]:
     views = ddoc.get("views")
     language = str(ddoc.get("language", "javascript"))
     options = MapOptions.of(ddoc)
+    lib = views_lib(ddoc)
     return {
-        signature(view["map"], language, options)
+        signature(view["map"], language, options, lib)
         for view in (views.values() if isinstance(views, dict) else [])
         if isinstance(view, dict) and isinstance(view.get("map"), str)
     }
