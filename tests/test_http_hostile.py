@@ -253,6 +253,22 @@ def test_hostile_json_values_are_4xx(served: tuple[_Client, Path], where: str, v
     _send(client, root, method, where, body.encode())
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"])
+def test_json_not_in_utf8_is_invalid(served: tuple[_Client, Path], encoding: str) -> None:
+    """Found probing: a body in UTF-16 or UTF-32, or UTF-8 after a byte order mark,
+    was stored (``json.loads`` detects them); jiffy reads UTF-8 alone, so CouchDB
+    answers 400 "invalid UTF-8 JSON" and stores nothing."""
+    client, _root = served
+    for method, where, body in [
+        ("PUT", "/target/utf", '{"v": "\u00e9"}'),
+        ("PUT", "/target/_local/utf", '{"v": 1}'),
+        ("POST", "/target/_bulk_docs", '{"docs": [{"_id": "utf"}]}'),
+    ]:
+        status, raw = client(method, where, body.encode(encoding))
+        assert (status, json.loads(raw)["reason"]) == (400, "invalid UTF-8 JSON"), where
+        assert client("GET", "/target/_local/utf" if "_local" in where else "/target/utf")[0] == 404
+
+
 _JSON_ANY = st.recursive(
     st.one_of(
         st.none(),

@@ -118,7 +118,11 @@ MAX_JSON_DEPTH = 600
 
 def parse_json(text: str | bytes) -> Any:
     """``json.loads`` with settee's number rules (ValueError/RecursionError on
-    failure, RecursionError too past ``MAX_JSON_DEPTH``)."""
+    failure, RecursionError too past ``MAX_JSON_DEPTH``). Bytes are UTF-8 alone,
+    as jiffy reads them: ``json.loads`` would also take UTF-16 and UTF-32 and skip
+    a byte order mark, which CouchDB refuses as "invalid UTF-8 JSON"."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")  # UnicodeDecodeError is a ValueError
     value = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
     if _brackets(text) > MAX_JSON_DEPTH and _nests_deeper(value, MAX_JSON_DEPTH):
         raise RecursionError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
