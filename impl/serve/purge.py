@@ -19,7 +19,8 @@ record in the purge's own commit; here the request is written down before the
 purge and recorded after it, and one a crash (or an error) left in between is run
 again and recorded before the database's next request, or the next purge
 (``Registry.purge``): a purge and its record are never one without the other.
-``_auto_purge`` is not served.
+``_auto_purge`` is not served. A request is refused as chttpd_db refuses it, past
+CouchDB's default ``[purge]`` limits too (100 documents, 1000 revisions).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from settee.serve import revs
 from settee.serve.protocol import (
     HTTPError,
     decode_json,
@@ -58,10 +60,28 @@ async def handle_purge(
     return respond(reply(201, answer))
 
 
+#: CouchDB's ``[purge]`` defaults: documents, and revisions in all, in one request.
+MAX_DOCUMENT_ID_NUMBER = 100
+MAX_REVISIONS_NUMBER = 1000
+
+
 def _purge(state: State, entry: DbEntry, raw: bytes) -> dict[str, Any]:
     # Checked before the marker: a refused request then leaves the indexes alone.
-    request = check_purge(decode_object(raw))
+    body = decode_object(raw)
+    _check_as_couchdb(body)
+    request = check_purge(body)
     return state.registry.purge(entry, request)
+
+
+def _check_as_couchdb(body: dict[str, Any]) -> None:
+    """chttpd_db's own refusals, with its reasons, before settee's checks: each
+    value read by couch_doc:parse_revs ("Invalid list of revisions", "Invalid rev
+    format"), then the ``[purge]`` limits on documents and revisions."""
+    wanted = sum(len(revs.request_revs(value)) for value in body.values())
+    if len(body) > MAX_DOCUMENT_ID_NUMBER:
+        raise HTTPError(400, "bad_request", "Exceeded maximum number of documents.")
+    if wanted > MAX_REVISIONS_NUMBER:
+        raise HTTPError(400, "bad_request", "Exceeded maximum number of revisions.")
 
 
 async def handle_purged_infos(
