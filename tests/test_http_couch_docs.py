@@ -576,3 +576,27 @@ def test_a_lowered_revs_limit_cuts_revisions_read_before_a_compaction(
     got = client("GET", f"{db}/bar?revs=true").json
     for doc in (got, found["ok"], bulk["results"][0]["docs"][0]["ok"]):
         assert (doc["_revisions"]["start"], len(doc["_revisions"]["ids"])) == (6, 5)
+
+
+def test_a_document_past_max_document_size_is_413_naming_it(tmp_path: Any) -> None:
+    """couch_doc:from_json_obj_validate throws request_entity_too_large with the
+    document's id, which chttpd answers 413 document_too_large, for a PUT, a POST
+    and a _bulk_docs (which then stores none). It was 400 bad_request."""
+    from settee.serve import start_server
+
+    handle = start_server(str(tmp_path), "127.0.0.1", 0, fsync=False, max_document_size=1000)
+    try:
+        small = Client(handle.port)
+        assert small("PUT", "/big").status == 201
+        too_large = {"x": "a" * 2000}
+        for method, path, body in [
+            ("PUT", "/big/doc", too_large),
+            ("PUT", "/big/doc?new_edits=false", {**too_large, "_rev": "1-abc"}),
+            ("POST", "/big", {**too_large, "_id": "doc"}),
+            ("POST", "/big/_bulk_docs", {"docs": [{"_id": "fine"}, {**too_large, "_id": "doc"}]}),
+        ]:
+            r = small(method, path, body)
+            assert (r.status, r.json) == (413, {"error": "document_too_large", "reason": "doc"})
+        assert small("GET", "/big/fine").status == 404
+    finally:
+        handle.stop()

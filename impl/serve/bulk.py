@@ -20,16 +20,19 @@ from settee.serve.encoding import with_encoding_info
 from settee.serve.protocol import (
     HTTPError,
     decode_object,
+    naming,
     query_true,
     reply,
     require_json_content,
     require_method,
     respond,
+    too_large,
 )
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
 from settee.serve.validation import validate_writes
 from settee.spec.attachments import since_position
+from settee.spec.docs import validate_doc
 from settee.spec.revs import check_rev
 
 __all__ = ["handle_bulk_docs", "handle_bulk_get", "handle_missing_revs", "handle_revs_diff"]
@@ -67,7 +70,10 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
         return reply(417, _not_atomic(_with_local(local_docs, prepared, new_edits=True)))
     verdicts = validate_writes(entry, prepared, replicated=not new_edits)
     accepted = [doc for doc, refusal in zip(prepared, verdicts, strict=True) if refusal is None]
-    results = entry.db.bulk_docs(accepted, new_edits=new_edits) if accepted else []
+    try:
+        results = entry.db.bulk_docs(accepted, new_edits=new_edits) if accepted else []
+    except settee.BadRequest as exc:
+        raise naming(exc, _too_large_id(entry, accepted, new_edits)) from None
     if accepted:
         state.notify(entry)
     if len(accepted) < len(prepared):
@@ -76,6 +82,19 @@ def _bulk_docs(state: State, entry: DbEntry, raw: bytes) -> Any:
     if local:
         results = _with_local(local, results, new_edits)
     return reply(201, results)
+
+
+def _too_large_id(entry: DbEntry, docs: list[dict[str, Any]], new_edits: bool) -> Any:
+    """The id of the first document past ``max_document_size``, as CouchDB names it
+    in its 413 (None when the refusal was for something else)."""
+    limit = entry.db.config["max_document_size"]
+    for doc in docs:
+        try:
+            validate_doc(doc, new_edits=new_edits, max_document_size=limit)
+        except settee.BadRequest as exc:
+            if too_large(exc):
+                return doc["_id"]
+    return None
 
 
 def _not_atomic(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from settee.serve.protocol import (
     etag,
     etag_matches,
     method_not_allowed,
+    naming,
     query_true,
     reply,
     request_url,
@@ -322,10 +323,14 @@ def _write_doc(
 ) -> tuple[int, dict[str, Any]]:
     """Write a checked document; CouchDB's status (200 for a deletion) and answer."""
     check_write(entry, doc)
-    if new_edits:
-        new_rev = entry.db.put(doc)["rev"]
-    else:
-        failed = entry.db.bulk_docs([doc], new_edits=False)
+    try:
+        if new_edits:
+            new_rev = entry.db.put(doc)["rev"]
+        else:
+            failed = entry.db.bulk_docs([doc], new_edits=False)
+    except settee.BadRequest as exc:
+        raise naming(exc, doc["_id"]) from None
+    if not new_edits:
         if failed:  # new_edits=false answers only failures: a missing stub
             raise MissingStub(failed[0]["reason"])
         new_rev = doc.get("_rev") or _rev_of_revisions(doc["_revisions"])
@@ -440,7 +445,10 @@ def _write_posted(state: State, entry: DbEntry, doc: dict[str, Any]) -> dict[str
         rev = entry.local.put(doc_id, doc, doc.get("_rev"))
         return {"ok": True, "id": doc_id, "rev": rev}
     check_write(entry, doc)
-    result = entry.db.put(doc)
+    try:
+        result = entry.db.put(doc)
+    except settee.BadRequest as exc:
+        raise naming(exc, doc_id) from None
     state.notify(entry)
     return result
 

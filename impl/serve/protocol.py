@@ -39,6 +39,7 @@ __all__ = [
     "etag_of",
     "invalid_query_json",
     "method_not_allowed",
+    "naming",
     "out_of_space",
     "parse_integer",
     "query_bool",
@@ -50,6 +51,7 @@ __all__ = [
     "require_json_content",
     "require_method",
     "respond",
+    "too_large",
     "url_encode",
     "written",
 ]
@@ -195,6 +197,23 @@ def damaged(reason: str) -> HTTPError:
     return HTTPError(DAMAGED, "corruption", reason)
 
 
+#: The words of the engine's refusal of a body past ``max_document_size``.
+_TOO_LARGE = "above max_document_size="
+
+
+def too_large(exc: BadRequest) -> bool:
+    """Whether ``exc`` refuses a document body past ``max_document_size``."""
+    return _TOO_LARGE in str(exc.args[0] if exc.args else "")
+
+
+def naming(exc: BadRequest, doc_id: Any) -> BadRequest:
+    """``exc`` with the id of the document it refuses, when it refuses its size:
+    CouchDB's 413 ``document_too_large`` gives the id as its reason."""
+    if too_large(exc) and isinstance(doc_id, str):
+        exc.args = (*exc.args[:1], doc_id)
+    return exc
+
+
 def error_reply(exc: BaseException) -> Reply:
     """The CouchDB response for an exception a handler raised."""
     if isinstance(exc, HTTPError):
@@ -203,6 +222,10 @@ def error_reply(exc: BaseException) -> Reply:
         return reply(404, {"error": "not_found", "reason": exc.reason})
     if isinstance(exc, Conflict):
         return reply(409, {"error": "conflict", "reason": exc.reason})
+    if isinstance(exc, BadRequest) and too_large(exc):
+        # couch_doc:from_json_obj_validate's refusal: 413 naming the document, when
+        # the handler said which (document_too_large), else the engine's reason.
+        return reply(413, {"error": "document_too_large", "reason": exc.args[-1]})
     if isinstance(exc, BadRequest):
         # missing_stub: a stub the previous revision cannot satisfy (chttpd answers 412).
         status = 412 if exc.error == "missing_stub" else 400
