@@ -559,25 +559,6 @@ def test_a_form_post_uploads_attachments_to_a_document(client: Client, db: str) 
     assert client("GET", f"{db}/doc").json["_rev"].startswith("2-")
 
 
-def test_a_lowered_revs_limit_cuts_revisions_read_before_a_compaction(
-    client: Client, db: str
-) -> None:
-    """rev_stemming_test.exs, "revs limit is kept after compaction": couch_db:make_doc
-    cuts the revision path it reads to the database's revs_limit, so ``_revisions``
-    has 5 ids as soon as the limit is 5 (settee showed all 6 until a compaction)."""
-    rev = put(client, db, "bar", {"count": 0})
-    for count in range(1, 6):
-        rev = put(client, db, "bar", {"count": count, "_rev": rev})
-    assert len(client("GET", f"{db}/bar?revs=true").json["_revisions"]["ids"]) == 6
-    assert client("PUT", f"{db}/_revs_limit", raw=b"5").status == 200
-    assert client("GET", f"{db}/bar?revs=true").json["_revisions"]["ids"][0] == rev[2:]
-    [found] = client("GET", f"{db}/bar?revs=true&open_revs=all").json
-    bulk = client("POST", f"{db}/_bulk_get?revs=true", {"docs": [{"id": "bar"}]}).json
-    got = client("GET", f"{db}/bar?revs=true").json
-    for doc in (got, found["ok"], bulk["results"][0]["docs"][0]["ok"]):
-        assert (doc["_revisions"]["start"], len(doc["_revisions"]["ids"])) == (6, 5)
-
-
 def test_a_document_past_max_document_size_is_413_naming_it(tmp_path: Any) -> None:
     """couch_doc:from_json_obj_validate throws request_entity_too_large with the
     document's id, which chttpd answers 413 document_too_large, for a PUT, a POST

@@ -110,7 +110,6 @@ def _get_doc(db: settee.Database, doc_id: str, query: Mapping[str, str]) -> Any:
         conflicts=meta or query_true(query, "conflicts"),
         **attachment_options(query),
     )
-    revs.stemmed(db, doc)
     if rev is None and (meta or query_true(query, "deleted_conflicts")):
         deleted = revs.deleted_conflicts(db, doc_id)
         if deleted:

@@ -33,7 +33,6 @@ __all__ = [
     "request_rev",
     "request_revs",
     "revs_info",
-    "stemmed",
 ]
 
 #: couch_doc:parse_rev's one reason for every revision it cannot read.
@@ -135,22 +134,10 @@ def open_revs(
             doc = db.get(
                 doc_id, rev=rev, revs=revisions, attachments=attachments, atts_since=atts_since
             )
-            found.append({"ok": stemmed(db, doc)})
+            found.append({"ok": doc})
         except NotFound:
             missing.append({"missing": rev})
     return found + missing
-
-
-def stemmed(db: settee.Database, doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with its ``_revisions`` cut to the database's ``revs_limit``, as
-    couch_db:make_doc cuts the revision path it reads: a limit lowered after the
-    writes shows at once, not only once a compaction stems the tree
-    (rev_stemming_test.exs, "revs limit is kept after compaction")."""
-    revisions = doc.get("_revisions")
-    limit = db.config["revs_limit"]
-    if revisions is not None and len(revisions["ids"]) > limit:
-        doc["_revisions"] = {"start": revisions["start"], "ids": revisions["ids"][:limit]}
-    return doc
 
 
 def revs_info(db: settee.Database, doc_id: str, rev: str) -> list[dict[str, str]]:
