@@ -369,7 +369,9 @@ class Database:
             wanted,
             info.tree[wanted][1],
             body,
-            revisions=revtree.revisions(info.tree, wanted) if revs else None,
+            revisions=(
+                revtree.revisions(info.tree, wanted, self.config["revs_limit"]) if revs else None
+            ),
             conflicts=revtree.conflicts(info.tree) if conflicts and rev is None else None,
             attachments=snap.rendered_attachments(info, wanted, data_above),
         )

@@ -446,8 +446,8 @@ class ReferenceDB:
                 above = since_position(entry.tree, rev, since)
             return self._render(docid, entry, rev, revs=revs, conflicts=found, data_above=above)
 
-    @staticmethod
     def _render(
+        self,
         docid: str,
         entry: _Doc,
         rev: str,
@@ -467,7 +467,9 @@ class ReferenceDB:
             rev,
             entry.tree[rev][1],
             _copy(entry.bodies[rev]),
-            revisions=revtree.revisions(entry.tree, rev) if revs else None,
+            revisions=revtree.revisions(entry.tree, rev, self._config["revs_limit"])
+            if revs
+            else None,
             conflicts=conflicts,
             attachments=atts or None,
         )

@@ -183,15 +183,18 @@ def path_to_root(tree: RevTree, rev: str) -> list[str]:
     return path
 
 
-def revisions(tree: RevTree, rev: str) -> dict[str, object]:
+def revisions(tree: RevTree, rev: str, limit: int | None = None) -> dict[str, object]:
     """The ``_revisions`` value of ``rev``: ``{"start": pos, "ids": hashes}``,
-    hashes newest first, as far back as the tree remembers.
+    hashes newest first, as far back as the tree remembers and at most ``limit``
+    of them (a read cuts the path to the database's revs_limit, as CouchDB's
+    couch_db:make_doc does, so a lowered limit shows before stemming catches up).
 
     pre: is_valid_tree(tree) and rev in tree
+    pre: limit is None or limit >= 1
     post: __return__["start"] == parse_rev(rev)[0]
-    post: len(__return__["ids"]) == len(path_to_root(tree, rev))
+    post: len(__return__["ids"]) == min(len(path_to_root(tree, rev)), limit or len(tree))
     """
-    path = path_to_root(tree, rev)
+    path = path_to_root(tree, rev)[:limit]
     return {"start": parse_rev(rev)[0], "ids": [parse_rev(r)[1] for r in path]}
 
 

@@ -564,6 +564,27 @@ def test_revs_limit_get_put_and_stemming(client: Client, db: str) -> None:
     assert client("POST", f"{db}/_revs_limit", 3).status == 405
 
 
+def test_a_lowered_revs_limit_shows_in_revisions_before_and_after_compaction(
+    client: Client, db: str
+) -> None:
+    """rev_stemming_test.exs, "revs limit is kept after compaction": a document
+    edited 6 times under the default limit reads with 5 ids as soon as the limit
+    is 5 (couch_db:make_doc cuts the path it reads), and after a compaction."""
+    rev = put(client, db, "bar", {"count": 0})
+    for count in range(1, 6):
+        rev = client("PUT", f"{db}/bar?rev={rev}", {"count": count}).json["rev"]
+    assert len(client("GET", f"{db}/bar?revs=true").json["_revisions"]["ids"]) == 6
+    assert client("PUT", f"{db}/_revs_limit", 5).json == {"ok": True}
+    assert len(client("GET", f"{db}/bar?revs=true").json["_revisions"]["ids"]) == 5
+    assert client("POST", f"{db}/_compact").status == 202
+    for _ in range(100):
+        if not client("GET", db).json["compact_running"]:
+            break
+        time.sleep(0.05)
+    again = client("GET", f"{db}/bar?revs=true", headers={"If-None-Match": "pommes"})
+    assert len(again.json["_revisions"]["ids"]) == 5
+
+
 def test_long_document_ids_are_reachable(client: Client, db: str) -> None:
     """The engine takes ids of any length; the URL limit (max_url_length, CouchDB's
     max_uri_length) is far above aiohttp's 8 KiB default so they stay addressable."""

@@ -1355,7 +1355,8 @@ def test_revs_limit_stems_history(opener: Any) -> None:
     with pytest.raises(NotFound) as info:
         db.get("a", rev=revs[0])
     assert info.value.reason == "missing"
-    assert db.revs_diff({"a": [revs[0], revs[9]]}) == {"a": {"missing": [revs[0]]}}
+    # Exactly the five newest kept: _revisions alone could not tell, reads cut it.
+    assert db.revs_diff({"a": revs}) == {"a": {"missing": revs[:5]}}
     with pytest.raises(Conflict):
         db.put({"_id": "a", "_rev": revs[2], "v": "old"})
 
@@ -1366,21 +1367,25 @@ def test_revs_limit_applies_to_replicated_paths(opener: Any) -> None:
     path = [f"{n}-{H[format(n, 'x')]}" for n in range(6, 0, -1)]
     replicate(db, "a", path, {"v": 6})
     assert db.get("a", revs=True)["_revisions"] == {"start": 6, "ids": [H["6"], H["5"], H["4"]]}
+    # The tree itself stemmed, not only the read cut to the limit.
+    assert db.revs_diff({"a": path}) == {"a": {"missing": sorted(path[3:])}}
 
 
 def test_revs_limit_counts_from_every_leaf_of_a_branched_tree(opener: Any) -> None:
     """Stemming keeps revs_limit revisions of each leaf's own path, a shorter
     branch's too, so a revision too far from the deepest leaf stays when it is near
-    another (couch_key_tree:stem; SEMANTICS §12), and the deep leaf's _revisions
-    then reaches it. Found by mutation testing: a stem that stopped walking a branch
-    at the first revision another leaf had kept passed every engine (spec.revtree is
-    shared), as the suite stemmed only unbranched histories."""
+    another (couch_key_tree:stem; SEMANTICS §12): revs_diff still knows it, and the
+    short leaf's _revisions reaches it (the deep leaf's is cut to the limit, as
+    every read's is). Found by mutation testing: a stem that stopped walking a
+    branch at the first revision another leaf had kept passed every engine
+    (spec.revtree is shared), as the suite stemmed only unbranched histories."""
     db = opener.open(opener.path + "-branched", revs_limit=3)
     replicate(db, "a", ["3-" + H["e"], "2-" + H["2"], "1-" + H["1"]], {"v": "short"})
     replicate(db, "a", ["4-" + H["4"], "3-" + H["3"], "2-" + H["2"], "1-" + H["1"]], {"v": 4})
     doc = db.get("a", revs=True, conflicts=True)
     assert doc["_rev"] == "4-" + H["4"] and doc["_conflicts"] == ["3-" + H["e"]]
-    assert doc["_revisions"]["ids"] == [H["4"], H["3"], H["2"], H["1"]]
+    assert doc["_revisions"]["ids"] == [H["4"], H["3"], H["2"]]
+    assert db.revs_diff({"a": ["1-" + H["1"], "2-" + H["2"]]}) == {}
     short = db.get("a", rev="3-" + H["e"], revs=True)["_revisions"]
     assert short == {"start": 3, "ids": [H["e"], H["2"], H["1"]]}
 
@@ -1482,16 +1487,35 @@ def test_range_over_unevenly_interleaved_shards_at_every_limit(opener: Any) -> N
 
 def test_lower_revs_limit_on_reopen_stems_next_write(opener: Any, reopen: Any) -> None:
     """revs_limit is the session's; a doc written after reopening with a lower
-    limit is stemmed to it (couch_db_updater stems on update)."""
+    limit is stemmed to it (couch_db_updater stems on update), and compact() stems
+    every doc. Reads cut _revisions to the limit at once, before either: CouchDB's
+    couch_db:make_doc cuts the path it reads (rev_stemming_test.exs, "revs limit is
+    kept after compaction"), so only revs_diff tells what the tree still holds."""
     db = opener.open()
-    rev = db.put({"_id": "a", "v": 0})["rev"]
+    revs = [db.put({"_id": "a", "v": 0})["rev"]]
     for n in range(1, 8):
-        rev = db.put({"_id": "a", "_rev": rev, "v": n})["rev"]
+        revs.append(db.put({"_id": "a", "_rev": revs[-1], "v": n})["rev"])
     assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 8
     db = reopen(db, revs_limit=3)
-    rev = db.put({"_id": "a", "_rev": rev, "v": 8})["rev"]
+    assert db.get("a", revs=True)["_revisions"] == {
+        "start": 8,
+        "ids": [hash_of(r) for r in reversed(revs[-3:])],
+    }
+    assert db.revs_diff({"a": revs}) == {}  # nothing stemmed yet
+    revs.append(db.put({"_id": "a", "_rev": revs[-1], "v": 8})["rev"])
     assert db.get("a", revs=True)["_revisions"]["start"] == 9
     assert len(db.get("a", revs=True)["_revisions"]["ids"]) == 3
+    assert db.revs_diff({"a": revs}) == {"a": {"missing": revs[:-3]}}
+    db.put({"_id": "b", "v": 0})
+    b_revs = [db.get("b")["_rev"]]
+    db = reopen(db, revs_limit=1000)
+    for n in range(1, 5):
+        b_revs.append(db.put({"_id": "b", "_rev": b_revs[-1], "v": n})["rev"])
+    db = reopen(db, revs_limit=2)
+    assert len(db.get("b", revs=True)["_revisions"]["ids"]) == 2
+    db.compact()
+    assert len(db.get("b", revs=True)["_revisions"]["ids"]) == 2
+    assert db.revs_diff({"b": b_revs}) == {"b": {"missing": b_revs[:-2]}}
 
 
 def test_default_revs_limit_keeps_long_history(engine: Any) -> None:
