@@ -601,11 +601,15 @@ async def _longpoll(
             or (remaining is not None and remaining <= 0)
         ):
             break
+        if stream is None:
+            # chttpd_db:changes_callback(waiting_for_updates) sends the headers and a
+            # newline as the feed starts to wait, so a client sees its 200 at once
+            # (changes_async_test.exs waits for the headers before it writes).
+            stream = await _start_stream(request)
+            await stream.write(b"\n")
         lease.release()  # a waiting feed holds no database open
         fired = await _wait(state, event, q.heartbeat if deadline is None else remaining)
         if not fired and q.heartbeat is not None and not state.stopping.is_set():
-            if stream is None:
-                stream = await _start_stream(request)
             await stream.write(b"\n")
         if not await _lease_again(lease, incarnation):
             break
