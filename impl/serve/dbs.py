@@ -9,7 +9,6 @@ The ``_all_docs`` family is ``alldocs.py``'s; ``_bulk_docs``, ``_bulk_get``,
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +36,7 @@ from settee.serve.protocol import (
 from settee.serve.registry import DbEntry, is_replicator_db
 from settee.serve.replicate import active_tasks
 from settee.serve.state import State
+from settee.spec.docids import new_docid
 from settee.spec.format import FORMAT_VERSION
 
 __all__ = [
@@ -204,7 +204,9 @@ def _uuid_count(text: str) -> int:
 async def handle_uuids(state: State, request: web.BaseRequest) -> web.StreamResponse:
     require_method(request, "GET")
     count = _uuid_count(request.query.get("count", "1"))
-    uuids = [uuid.uuid4().hex for _ in range(count)]
+    # couch_uuids:new/0, the algorithm new document ids come from: CouchDB's
+    # default "sequential" (uuids_test.exs), not random uuids.
+    uuids = [new_docid() for _ in range(count)]
     # couch_httpd_misc_handlers:handle_uuids_req's cache-busting headers (a past
     # Expires on purpose) and an ETag of the answer.
     headers = {
