@@ -38,6 +38,12 @@ async def handle_node(
     rest = parts[1:]
     if rest[:1] == ["_config"] and len(rest) > 3:
         raise HTTPError(404, "not_found", "missing")  # chttpd:send_error(Req, not_found)
+    if rest == ["_config", "_reload"]:
+        # chttpd_node: a reload flushes unpersisted values, which settee serve has
+        # none of (its options are set at start), so it is a no-op; POST alone.
+        if request.method != "POST":
+            raise method_not_allowed("POST")
+        return respond(reply(200, {"ok": True}))
     if request.method not in ("GET", "HEAD"):
         if rest[:1] == ["_config"]:
             raise HTTPError(
@@ -69,6 +75,9 @@ def config(state: State) -> dict[str, dict[str, str]]:
         "file_compression": "none",
     }
     chttpd: dict[str, str] = {"changes_timeout": str(options["changes_timeout"])}
+    if state.bind_address is not None:
+        # config_test.exs finds chttpd's port among the standard options.
+        chttpd["bind_address"], chttpd["port"] = state.bind_address[0], str(state.bind_address[1])
     if options.get("max_request_size") is not None:
         chttpd["max_http_request_size"] = str(options["max_request_size"])
     return {

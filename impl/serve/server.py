@@ -239,6 +239,7 @@ class ServerHandle:
                 self._web, sock=sock, **({} if backlog is None else {"backlog": backlog})
             )
             self.port = self._listener.sockets[0].getsockname()[1]
+            state.bind_address = (self.host, self.port)
             self._ready.set()
             await self._stop_requested.wait()
         finally:

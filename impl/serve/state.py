@@ -43,6 +43,8 @@ class State:
         self.options = dict(options)
         self.loop = loop
         self.uuid = server_uuid
+        #: The address the server listens on, once bound (``[chttpd] bind_address``, ``port``).
+        self.bind_address: tuple[str, int] | None = None
         self.pool = ThreadPoolExecutor(options["threads"], thread_name_prefix="settee-serve")
         self.stopping = asyncio.Event()
         self.background: set[asyncio.Future[Any]] = set()
