@@ -418,9 +418,17 @@ def query_view(
 def _rows(index: ViewIndex, q: ViewQuery) -> list[dict[str, Any]]:
     if q.keys is not None:
         found = []
+        # couch_mrview_util:key_opts: each key is a range of its own, narrowed by
+        # start_key_docid/end_key_docid (view_multi_key_design_test.exs); an end
+        # without a doc id is above every row of the key, so inclusive_end has
+        # nothing to leave out then.
+        inclusive = q.inclusive_end or q.end_docid is None
         for key in reversed(q.keys) if q.descending else q.keys:
             found += index.rows(
-                (key, None), (key, None), descending=q.descending, inclusive_end=True
+                (key, q.start_docid),
+                (key, q.end_docid),
+                descending=q.descending,
+                inclusive_end=inclusive,
             )
         return found
     start = None if q.start is _UNSET else (q.start, q.start_docid)
