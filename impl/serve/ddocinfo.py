@@ -58,7 +58,7 @@ def _ddoc_info(entry: DbEntry, state: State, name: str) -> dict[str, Any]:
             # The collators the keys were ordered by (couch_mrview_util records ICU's
             # version): settee's own, as /_node/_local/_versions names it.
             "collator_versions": [settee.__version__],
-            "compact_running": False,
+            "compact_running": any(index.compactions for index in indexes),
             "language": language,
             "purge_seq": 0,
             "signature": hashlib.md5(group, usedforsecurity=False).hexdigest(),

@@ -139,6 +139,8 @@ class ViewIndex:
         self._fsync = fsync
         self.db = self._open()
         self._lock = threading.Lock()
+        #: Compactions of this index running now (``compact_running`` in ``_info``).
+        self.compactions = 0
 
     def _open(self) -> settee.Database:
         try:
