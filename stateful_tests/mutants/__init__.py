@@ -360,4 +360,8 @@ from settee.proof.stateful.mutants.careless import CARELESS  # noqa: E402
 
 MUTANTS.update(CARELESS)
 
+from settee.proof.stateful.mutants.internals import INTERNALS  # noqa: E402
+
+MUTANTS.update(INTERNALS)
+
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})

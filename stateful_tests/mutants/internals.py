@@ -1,0 +1,241 @@
+"""Slips inside the engine's machinery: the fourth mutation round.
+
+The earlier rounds moved answers at the public API (``careless.py``) or one step of
+the writer's lifecycle (``lifecycle.py``). These break one internal piece the way a
+careless edit of it would: the B+tree's folds and counts and the range merge
+(``btree.py``, ``views.py``), the caches kept across compaction's file swap, what
+compaction copies and drops, a readonly handle's caches and scans (``follower.py``),
+attachment chunks, purges, tokens and ``_revisions`` cut on read. Each is a
+``Wrapper`` whose database runs the real engine with that one
+piece replaced: a planted subclass (``lifecycle.plant``), a readonly handle built by
+``open_follower``, or a module function swapped for the length of one call (the
+proof runs one call at a time on these; ``CatchUpNewestSeq`` does the same).
+``INTERNALS`` maps each name to its class and what it breaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import settee
+from settee import snapshot, views
+from settee.compaction import _Copier
+from settee.proof.stateful.mutants import Wrapper
+from settee.proof.stateful.mutants.lifecycle import plant
+from settee.shard import Shard, _Group
+from settee.snapshot import Snapshot
+
+__all__ = ["INTERNALS"]
+
+
+@contextlib.contextmanager
+def swapped(module: Any, name: str, value: Any) -> Iterator[None]:
+    """``module.name`` is ``value`` for the block (one call of the wrapped engine)."""
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def slipped(function: Any, old: str, new: str) -> Any:
+    """``function`` recompiled from its source with the one text ``old`` made ``new``
+    (a one-token slip, as a careless edit makes it), in its own module's namespace."""
+    import sys
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(function))
+    assert source.count(old) == 1, f"{function.__qualname__}: {old!r} must occur once"
+    module = sys.modules[function.__module__]
+    namespace: dict[str, Any] = {}
+    exec(
+        compile(source.replace(old, new), f"<slipped {function.__qualname__}>", "exec"),
+        vars(module),
+        namespace,
+    )
+    return namespace[function.__name__]
+
+
+class _Swapping(Wrapper):
+    """Runs the named public calls with ``module.name`` swapped for ``value()``."""
+
+    calls: tuple[str, ...] = ()
+    swaps: tuple[tuple[Any, str, str], ...] = ()  # (module, name, this class's attribute)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in type(self).calls:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with contextlib.ExitStack() as stack:
+                for module, target, replacement in type(self).swaps:
+                    value = inspect.getattr_static(self, replacement)
+                    if isinstance(value, staticmethod):
+                        value = value.__func__  # set on a class, it binds as the original did
+                    stack.enter_context(swapped(module, target, value))
+                return attr(*args, **kwargs)
+
+        return call
+
+
+# -- the B+tree's counts and the range merge (snapshot.py, views.py) ---------------------------
+
+
+class OffsetCountsLeafTombstones(_Swapping):
+    """``offset`` counts the tombstones that sort before ``startkey`` in its own leaf:
+    the in-leaf count (``snapshot._live_in_leaf``) lost its ``not deleted`` filter, so
+    only the counts taken from stored reductions skip them."""
+
+    calls = ("all_docs",)
+    swaps = ((snapshot, "_live_in_leaf", "live_in_leaf"),)
+
+    @staticmethod
+    def live_in_leaf(entries: Any, before: int, reduction: Any) -> int:
+        return before
+
+
+class CertainFromWrongEnd(_Swapping):
+    """A descending range with a limit stops merging its shards too early: the bound
+    that makes rows certain (``views._certain``) is taken as the ascending one (the
+    lowest last id read), so a shard whose rows come later in the merge is cut off."""
+
+    calls = ("all_docs",)
+    swaps = ((views, "_certain", "certain"),)
+
+    @staticmethod
+    def certain(merged: Any, stop: int | None, lasts: list[str], query: Any) -> bool:
+        if stop is None or not lasts:
+            return True
+        if len(merged) < stop:
+            return False
+        if query.descending:
+            return bool(merged[stop - 1][0] >= min(lasts))
+        return bool(merged[stop - 1][0] <= min(lasts))
+
+
+class RowsDocsWithoutStubs(_Swapping):
+    """``all_docs(include_docs=True)`` renders a range's documents with the inline fast
+    path even when the winner holds attachments: their ``_attachments`` stubs are lost
+    (``Snapshot.entry_docs`` forgot its ``len(entry) == 2`` test)."""
+
+    calls = ("all_docs",)
+    swaps = ((Snapshot, "entry_docs", "entry_docs"),)
+
+    @staticmethod
+    def entry_docs(snap: Snapshot, entries: Any, docs: dict[str, Any]) -> None:
+        bodies = snap.file.read_sized([(v[5][0], v[5][1]) for _, v in entries])
+        for (doc_id, value), body in zip(entries, bodies, strict=True):
+            if value[1]:
+                docs[doc_id] = {"_id": doc_id, "_rev": value[2], "_deleted": True, **body}
+            else:
+                docs[doc_id] = {"_id": doc_id, "_rev": value[2], **body}
+
+
+# -- tokens (tokens.py) -------------------------------------------------------------------------
+
+
+class TokenStandardBase64(_Swapping):
+    """Tokens are written in standard base64 (``+`` and ``/``) while the decoder takes
+    the URL-safe alphabet only: a token whose payload holds one of those two is refused
+    as ``invalid since value`` (seqs from 62 on spell one)."""
+
+    calls = ("changes", "info")
+    swaps = ((views, "encode_token", "encode"), (settee.database, "encode_token", "encode"))
+
+    @staticmethod
+    def encode(seqs: list[int]) -> str:
+        import base64
+
+        import msgpack
+
+        payload = base64.b64encode(msgpack.packb(seqs)).rstrip(b"=").decode("ascii")
+        return f"{sum(seqs)}-{payload}"
+
+
+# -- what compaction copies (compaction.py) ----------------------------------------------------
+
+
+class CompactChunksByName(_Swapping):
+    """Compaction shares copied attachment chunks by attachment name, not by the chunk
+    list: two documents' same-named attachments end up with one's bytes."""
+
+    calls = ("compact",)
+    swaps = ((_Copier, "_copy_attachment", "copy_attachment"),)
+
+    @staticmethod
+    def copy_attachment(copier: _Copier, snap: Snapshot, att: Any, batch: Any) -> list[Any]:
+        from settee.spec.format import encode_payload
+
+        chunks = copier._copied_chunks.get(att.name)  # type: ignore[call-overload]
+        if chunks is None:
+            chunks = []
+            for piece in snap.attachment_chunks(att):
+                payload = encode_payload(piece)
+                chunks.append([batch.add_encoded(payload), len(payload)])
+            copier._copied_chunks[att.name] = chunks  # type: ignore[index]
+        return [att.name, att.content_type, att.length, att.digest, att.revpos, chunks]
+
+
+class CompactSeqOfNewestDoc(_Swapping):
+    """The compacted file's header seq is the newest copied document's, not the shard's
+    (each catch-up records where it got to from the rows it copied): a purge that
+    removed a document whole moved ``update_seq`` past every row, and compaction
+    takes that move back."""
+
+    calls = ("compact",)
+    swaps = ((_Copier, "catch_up", "catch_up"),)
+
+    @staticmethod
+    def catch_up(copier: _Copier) -> None:
+        _CATCH_UP(copier)
+        newest = next(copier.by_seq.fold(None, None, descending=True), None)
+        copier.seq = 0 if newest is None else newest[0]
+
+
+_CATCH_UP = _Copier.catch_up
+
+
+# -- purge (shard._Group.purge) ----------------------------------------------------------------
+
+
+class _PurgeNoSeqBumpGroup(_Group):
+    def purge(self, revs: dict[str, list[str]]) -> dict[str, list[str]]:
+        seq = self.seq
+        answer = super().purge(revs)
+        if self.removed and not self.pending and self.seq == seq + 1:
+            self.seq = seq  # the bump for a purge that left no document behind, undone
+        return answer
+
+
+class _PurgeNoSeqBumpShard(Shard):
+    def _new_group(self) -> _Group:
+        return _PurgeNoSeqBumpGroup(self.snapshot, self._revs_limit)
+
+
+class PurgeNoSeqBump(Wrapper):
+    """A purge that removes documents whole leaves ``update_seq`` where it was (only a
+    purge that re-files a document moves it), so the commit has no seq of its own."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, _PurgeNoSeqBumpShard)
+
+
+#: name -> (class, what it breaks).
+INTERNALS: dict[str, tuple[type, str]] = {
+    "offset_counts_leaf_tombstones": (
+        OffsetCountsLeafTombstones,
+        "offset counts tombstones in the start key's leaf",
+    ),
+    "certain_from_wrong_end": (CertainFromWrongEnd, "a descending range stops merging early"),
+    "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
+    "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
+    "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
+    "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
+    "purge_no_seq_bump": (PurgeNoSeqBump, "a purge removing documents keeps update_seq"),
+}
