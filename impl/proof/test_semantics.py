@@ -847,6 +847,21 @@ def test_all_docs_include_docs(engine: Any, abcde: dict[str, str]) -> None:
     assert "doc" not in engine.all_docs()["rows"][0]
 
 
+def test_all_docs_include_docs_both_ways(engine: Any, abcde: dict[str, str]) -> None:
+    """Every row of a range, ascending or descending, skipped into or not, carries its
+    own document. Found by mutation testing: a merge that picked each shard's rows for
+    their bodies as if every range were ascending passed (``made_the_cut_ascending_only``),
+    as the suite's one include_docs range was ascending."""
+    for descending in (False, True):
+        for skip in (0, 1):
+            rows = engine.all_docs(include_docs=True, descending=descending, skip=skip)["rows"]
+            want = sorted(abcde, reverse=descending)[skip:]
+            assert [r["id"] for r in rows] == want
+            assert [(r["doc"]["_id"], r["doc"]["_rev"]) for r in rows] == [
+                (i, abcde[i]) for i in want
+            ]
+
+
 def test_all_docs_keys_keep_order_and_duplicates(engine: Any, abcde: dict[str, str]) -> None:
     """keys= answers one row per key in the requested order, duplicates included,
     offset null (fabric_view_all_docs:go with keys; "offset": null)."""
@@ -1483,6 +1498,35 @@ def test_range_over_unevenly_interleaved_shards_at_every_limit(opener: Any) -> N
         for limit in range(1, len(ids) + 2):
             rows = db.all_docs(limit=limit, descending=descending)["rows"]
             assert [r["id"] for r in rows] == want[:limit], (limit, descending)
+
+
+def test_bounded_ranges_at_every_key_of_a_many_leaf_tree(opener: Any) -> None:
+    """Ranges with both bounds, each id of a shard whose by_id tree has several leaves
+    and an inner level (120 long ids, every ninth deleted) as a bound, both ways, with their
+    offsets. Found by mutation testing: B+tree folds that stopped at a leaf boundary
+    (an ascending fold ending after its first leaf wholly in range; a descending one
+    stopping before the leaf whose last key is ``endkey``) and a descending offset
+    counting the child ``startkey`` is in passed every test, as the ranges of many
+    leaves had no ``endkey`` and the ranges with one fitted a leaf."""
+    db = opener.open(opener.path + "-leaves", shards=1)
+    # Long ids: a 4 KiB leaf holds about fifteen, so 120 make eight leaves.
+    ids = [f"k{n:03d}" + "-" * 100 for n in range(120)]
+    revs = {r["id"]: r["rev"] for r in db.bulk_docs([{"_id": i} for i in ids])}
+    gone = ids[::9]
+    db.bulk_docs([{"_id": i, "_rev": revs[i], "_deleted": True} for i in gone])
+    live = [i for i in ids if i not in gone]
+    for n, key in enumerate(ids):
+        if n % 3 == 0:  # any range over two leaves shows the first fault
+            upper = ids[min(n + 40, len(ids) - 1)]
+            inclusive = n % 2 == 0
+            got = db.all_docs(startkey=key, endkey=upper, inclusive_end=inclusive)
+            want = [i for i in live if key <= i < upper or (inclusive and i == upper)]
+            assert rows_ids(got) == want, (key, upper, inclusive)
+            assert got["offset"] == sum(1 for i in live if i < key), key
+        top = ids[min(n + 5, len(ids) - 1)]
+        got = db.all_docs(startkey=top, endkey=key, descending=True)
+        assert rows_ids(got) == [i for i in reversed(live) if key <= i <= top], (top, key)
+        assert got["offset"] == sum(1 for i in live if i > top), top
 
 
 def test_lower_revs_limit_on_reopen_stems_next_write(opener: Any, reopen: Any) -> None:

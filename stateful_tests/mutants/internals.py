@@ -22,6 +22,7 @@ from typing import Any
 
 import settee
 from settee import snapshot, views
+from settee.btree import BTree
 from settee.compaction import _Copier
 from settee.proof.stateful.mutants import Wrapper
 from settee.proof.stateful.mutants.lifecycle import plant
@@ -136,6 +137,48 @@ class RowsDocsWithoutStubs(_Swapping):
                 docs[doc_id] = {"_id": doc_id, "_rev": value[2], **body}
 
 
+class RevFoldStopsBeforeEndLeaf(_Swapping):
+    """A descending range whose ``endkey`` is the last key of a leaf (not the first
+    leaf) loses that row: the walk back stops before the leaf holding it, its test
+    ``keys[c - 1] < end`` written ``<=`` (``BTree._leaves_rev``)."""
+
+    calls = ("all_docs",)
+    swaps = ((BTree, "_leaves_rev", "leaves_rev"),)
+    leaves_rev = slipped(BTree._leaves_rev, "keys[c - 1] < end", "keys[c - 1] <= end")
+
+
+class FwdFoldStopsAfterFullLeaf(_Swapping):
+    """An ascending range with an ``endkey`` ends after the first leaf all of whose
+    keys are in range (``if stop <= len(keys): return`` for ``<``,
+    ``BTree._chunks_fwd``): rows in later leaves are lost."""
+
+    calls = ("all_docs",)
+    swaps = ((BTree, "_chunks_fwd", "chunks_fwd"),)
+    chunks_fwd = slipped(BTree._chunks_fwd, "if stop < len(keys):", "if stop <= len(keys):")
+
+
+class RevTallyOffByOneChild(_Swapping):
+    """A descending range's ``offset`` counts the child holding ``startkey`` among the
+    subtrees above it (``totals[top]`` for ``totals[top + 1]``, ``BTree._leaves_rev``):
+    off in trees of more than one leaf only."""
+
+    calls = ("all_docs",)
+    swaps = ((BTree, "_leaves_rev", "leaves_rev"),)
+    leaves_rev = slipped(
+        BTree._leaves_rev, "totals[-1] - totals[top + 1]", "totals[-1] - totals[top]"
+    )
+
+
+class MadeTheCutAscendingOnly(_Swapping):
+    """``include_docs`` picks each shard's rows that made the cut by bisecting, as if
+    every range were ascending (``views._made_the_cut``): a descending range's
+    documents are looked up in the wrong slice."""
+
+    calls = ("all_docs",)
+    swaps = ((views, "_made_the_cut", "made_the_cut"),)
+    made_the_cut = staticmethod(slipped(views._made_the_cut, "if descending:", "if False:"))
+
+
 # -- tokens (tokens.py) -------------------------------------------------------------------------
 
 
@@ -155,6 +198,12 @@ class TokenStandardBase64(_Swapping):
 
         payload = base64.b64encode(msgpack.packb(seqs)).rstrip(b"=").decode("ascii")
         return f"{sum(seqs)}-{payload}"
+
+
+# -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
+
+
+# -- caches across compaction's file swap ------------------------------------------------------
 
 
 # -- what compaction copies (compaction.py) ----------------------------------------------------
@@ -200,6 +249,9 @@ class CompactSeqOfNewestDoc(_Swapping):
 _CATCH_UP = _Copier.catch_up
 
 
+# -- attachment chunks (shard.py) ---------------------------------------------------
+
+
 # -- purge (shard._Group.purge) ----------------------------------------------------------------
 
 
@@ -233,6 +285,16 @@ INTERNALS: dict[str, tuple[type, str]] = {
         "offset counts tombstones in the start key's leaf",
     ),
     "certain_from_wrong_end": (CertainFromWrongEnd, "a descending range stops merging early"),
+    "rev_fold_stops_before_end_leaf": (
+        RevFoldStopsBeforeEndLeaf,
+        "a descending range loses an end key that ends a leaf",
+    ),
+    "fwd_fold_stops_after_full_leaf": (
+        FwdFoldStopsAfterFullLeaf,
+        "an ascending range stops after its first full leaf",
+    ),
+    "rev_tally_off_by_one_child": (RevTallyOffByOneChild, "descending offset off in deep trees"),
+    "made_the_cut_ascending_only": (MadeTheCutAscendingOnly, "descending include_docs misses"),
     "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
     "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
