@@ -1562,6 +1562,22 @@ def test_lower_revs_limit_on_reopen_stems_next_write(opener: Any, reopen: Any) -
     assert db.revs_diff({"b": b_revs}) == {"b": {"missing": b_revs[:-2]}}
 
 
+def test_revisions_of_a_named_revision_are_cut_to_revs_limit(opener: Any, reopen: Any) -> None:
+    """Every read cuts _revisions to the session's revs_limit (SEMANTICS §3), a read of
+    a named revision as a read of the winner: after a reopen with a lower limit, each
+    stored revision's path shows at most that many ids. Found by mutation testing: an
+    engine cutting only the winner's path passed (``revisions_cut_winner_only``), as
+    every test of the cut read the winner."""
+    db = opener.open()
+    revs = [db.put({"_id": "a", "v": 0})["rev"]]
+    for n in range(1, 5):
+        revs.append(db.put({"_id": "a", "_rev": revs[-1], "v": n})["rev"])
+    db = reopen(db, revs_limit=2)
+    for n, rev in enumerate(revs):
+        ids = [hash_of(r) for r in reversed(revs[: n + 1])][:2]
+        assert db.get("a", rev=rev, revs=True)["_revisions"] == {"start": n + 1, "ids": ids}
+
+
 def test_default_revs_limit_keeps_long_history(engine: Any) -> None:
     """Default _revs_limit is 1000 (api/database/misc), so 30 edits keep 30 ids."""
     rev = engine.put({"_id": "a", "v": 0})["rev"]

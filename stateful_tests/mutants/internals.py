@@ -28,6 +28,8 @@ from settee.proof.stateful.mutants import Wrapper
 from settee.proof.stateful.mutants.lifecycle import plant
 from settee.shard import Shard, _Group
 from settee.snapshot import Snapshot
+from settee.spec import revtree
+from settee.spec.routing import shard_of
 
 __all__ = ["INTERNALS"]
 
@@ -203,6 +205,21 @@ class TokenStandardBase64(_Swapping):
 # -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
 
 
+class RevisionsCutWinnerOnly(Wrapper):
+    """``_revisions`` is cut to the session's ``revs_limit`` only for a read of the
+    winner: ``get(id, rev=R, revs=True)`` shows the whole stored path of ``R``, longer
+    than the limit after a reopen with a lower one."""
+
+    def get(self, docid: Any, rev: Any = None, revs: Any = False, *args: Any, **kw: Any) -> Any:
+        doc = self.inner.get(docid, rev, revs, *args, **kw)
+        if rev is not None and revs is True and "_revisions" in doc:
+            shards = self.inner.shards
+            info = shards[shard_of(docid, len(shards))].current().doc_info(docid)
+            if info is not None and rev in info.tree:
+                doc["_revisions"] = revtree.revisions(info.tree, rev)
+        return doc
+
+
 # -- caches across compaction's file swap ------------------------------------------------------
 
 
@@ -297,6 +314,10 @@ INTERNALS: dict[str, tuple[type, str]] = {
     "made_the_cut_ascending_only": (MadeTheCutAscendingOnly, "descending include_docs misses"),
     "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
     "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
+    "revisions_cut_winner_only": (
+        RevisionsCutWinnerOnly,
+        "_revisions of get(rev=R) not cut to revs_limit",
+    ),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
     "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
     "purge_no_seq_bump": (PurgeNoSeqBump, "a purge removing documents keeps update_seq"),
