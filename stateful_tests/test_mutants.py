@@ -382,6 +382,7 @@ INTERNALS_SEMANTIC = {
     # The equivalence machine met five of them, after 160 to 2,700 operations (0.6 to
     # 9 s); the other three escaped its 100 examples.
     "revisions_cut_winner_only": "test_revisions_of_a_named_revision_are_cut_to_revs_limit",
+    "node_cache_across_files": "test_compaction_serves_current_bodies",
     "made_the_cut_ascending_only": "test_all_docs_include_docs_both_ways",
     "rev_fold_stops_before_end_leaf": "test_bounded_ranges_at_every_key_of_a_many_leaf_tree",
     "fwd_fold_stops_after_full_leaf": "test_bounded_ranges_at_every_key_of_a_many_leaf_tree",

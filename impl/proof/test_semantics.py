@@ -1254,9 +1254,12 @@ def test_compact_preserves_every_read(engine: Any) -> None:
 
 def compaction_serves_current_bodies(db: Any) -> None:
     """Compact, read every document, edit every one (a body of the same size),
-    compact again: each read returns the current body. Positions are per file and
-    two compactions of the same documents lay their bodies out alike, so anything
-    kept from the older file by position (a body cache) answers with the old body."""
+    compact again: each read returns the current document, body and revision.
+    Positions are per file and two compactions of the same documents lay their bodies
+    and tree nodes out alike, so anything kept from the older file by position (a
+    body cache, a node cache) answers with the old body, or the old revision: a node
+    cache kept across the swap (``node_cache_across_files``) passed while only the
+    bodies were compared, its stale nodes pointing at bodies of the same size."""
     revs = {
         i: db.put({"_id": i, "v": 1, "pad": "x" * (40 * n)})["rev"]
         for n, i in enumerate("abcdefgh")
@@ -1265,10 +1268,12 @@ def compaction_serves_current_bodies(db: Any) -> None:
     assert all(db.get(i)["v"] == 1 for i in revs)
     assert [r["doc"]["v"] for r in db.all_docs(include_docs=True)["rows"]] == [1] * len(revs)
     for i, rev in revs.items():
-        db.put({"_id": i, "_rev": rev, "v": 2, "pad": "x" * (40 * "abcdefgh".index(i))})
+        pad = "x" * (40 * "abcdefgh".index(i))
+        revs[i] = db.put({"_id": i, "_rev": rev, "v": 2, "pad": pad})["rev"]
     db.compact()
-    assert [db.get(i)["v"] for i in revs] == [2] * len(revs)
-    assert [r["doc"]["v"] for r in db.all_docs(include_docs=True)["rows"]] == [2] * len(revs)
+    assert [(db.get(i)["v"], db.get(i)["_rev"]) for i in revs] == [(2, r) for r in revs.values()]
+    rows = db.all_docs(include_docs=True)["rows"]
+    assert [(r["value"]["rev"], r["doc"]["v"]) for r in rows] == [(r, 2) for r in revs.values()]
 
 
 def test_compaction_serves_current_bodies(engine: Any) -> None:

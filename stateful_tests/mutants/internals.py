@@ -223,6 +223,30 @@ class RevisionsCutWinnerOnly(Wrapper):
 # -- caches across compaction's file swap ------------------------------------------------------
 
 
+class _NodeCacheAcrossFilesShard(Shard):
+    """Keeps the node cache of the file it opened for every file compaction swaps in."""
+
+    kept: Any = None
+
+    def _snapshot_of(self, file: Any) -> Snapshot:
+        snap = super()._snapshot_of(file)
+        if self.kept is None:
+            return snap
+        return Snapshot.of_header(file, file.header, self.kept, self.node_size)
+
+
+class NodeCacheAcrossFiles(Wrapper):
+    """The writer's B+tree node cache outlives compaction's file swap: positions are per
+    file, so a node cached at an offset of the old file answers a read of whatever node
+    the compacted file holds there (body_cache_across_files' twin for nodes)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, _NodeCacheAcrossFilesShard)
+        for shard in self.inner.shards:
+            shard.kept = shard.snapshot.by_id.cache
+
+
 # -- what compaction copies (compaction.py) ----------------------------------------------------
 
 
@@ -317,6 +341,10 @@ INTERNALS: dict[str, tuple[type, str]] = {
     "revisions_cut_winner_only": (
         RevisionsCutWinnerOnly,
         "_revisions of get(rev=R) not cut to revs_limit",
+    ),
+    "node_cache_across_files": (
+        NodeCacheAcrossFiles,
+        "cached nodes of the old file answer reads after compaction",
     ),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
     "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
