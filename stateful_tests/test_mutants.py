@@ -383,6 +383,8 @@ INTERNALS_SEMANTIC = {
     # 9 s); the other three escaped its 100 examples.
     "revisions_cut_winner_only": "test_revisions_of_a_named_revision_are_cut_to_revs_limit",
     "node_cache_across_files": "test_compaction_serves_current_bodies",
+    "compact_losers_lose_attachments": "test_compaction_keeps_the_attachments_of_every_leaf",
+    "chunks_shared_by_name": "test_attachments_of_one_commit_keep_their_own_bytes",
     "made_the_cut_ascending_only": "test_all_docs_include_docs_both_ways",
     "rev_fold_stops_before_end_leaf": "test_bounded_ranges_at_every_key_of_a_many_leaf_tree",
     "fwd_fold_stops_after_full_leaf": "test_bounded_ranges_at_every_key_of_a_many_leaf_tree",

@@ -2160,6 +2160,34 @@ def test_same_named_attachments_of_different_documents_survive_compaction(
         assert db.attachment(doc_id, "a.txt")["data"] == raw
 
 
+def test_compaction_keeps_the_attachments_of_every_leaf(engine: Any) -> None:
+    """Compaction keeps every leaf with its body and its attachments (SEMANTICS §13), a
+    losing leaf's as the winner's. Found by mutation testing: a compaction that copied
+    the winner's attachments only passed (``compact_losers_lose_attachments``), as no
+    test compacted a conflicted document whose losing leaf held an attachment."""
+    replicate(engine, "a", ["2-" + H["2"], "1-" + H["1"]], {"_attachments": {"w": _att(b"W")}})
+    replicate(engine, "a", ["2-" + H["1"], "1-" + H["1"]], {"_attachments": {"l": _att(b"LL")}})
+    loser = "2-" + H["1"]
+    assert engine.get("a", conflicts=True)["_conflicts"] == [loser]
+    before = engine.get("a", rev=loser, attachments=True)
+    engine.compact()
+    assert engine.get("a", rev=loser, attachments=True) == before
+    assert engine.attachment("a", "l", rev=loser)["data"] == b"LL"
+    assert engine.attachment("a", "w")["data"] == b"W"
+
+
+def test_attachments_of_one_commit_keep_their_own_bytes(engine: Any) -> None:
+    """Documents written in one call, each with new bytes under the same attachment name,
+    keep their own bytes (eight of them: some share a shard, so a group commit, at
+    every shard count). Found by mutation testing: a writer that shared the chunks it
+    wrote within a commit by attachment name passed (``chunks_shared_by_name``), as
+    every test wrote same-named attachments in separate calls."""
+    data = {doc_id: doc_id.encode() * 3 for doc_id in "stuvwxyz"}
+    engine.bulk_docs([{"_id": i, "_attachments": {"a.txt": _att(raw)}} for i, raw in data.items()])
+    for doc_id, raw in data.items():
+        assert engine.attachment(doc_id, "a.txt")["data"] == raw
+
+
 def test_attachment_chunks_stream_the_same_bytes(engine: Any) -> None:
     """attachment_chunks: the record without data, then the bytes in chunks of at
     most 64 KiB that join to exactly attachment()'s data."""

@@ -24,9 +24,10 @@ import settee
 from settee import snapshot, views
 from settee.btree import BTree
 from settee.compaction import _Copier
+from settee.docinfo import stored_size
 from settee.proof.stateful.mutants import Wrapper
 from settee.proof.stateful.mutants.lifecycle import plant
-from settee.shard import Shard, _Group
+from settee.shard import Shard, _ChunkWriter, _Group
 from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.routing import shard_of
@@ -250,6 +251,32 @@ class NodeCacheAcrossFiles(Wrapper):
 # -- what compaction copies (compaction.py) ----------------------------------------------------
 
 
+def _copy_winner_attachments_only(copier: _Copier, snap: Snapshot, info: Any, batch: Any) -> Any:
+    from settee.docinfo import DocInfo
+
+    tree = revtree.stem(info.tree, copier.revs_limit)
+    bodies = {}
+    for leaf in revtree.leaves(tree):
+        pointer = info.bodies.get(leaf)
+        if pointer is not None:
+            entry: list[Any] = [batch.add(snap.body(info, leaf)), pointer[1]]
+            atts = info.attachments(leaf) if leaf == info.winner else []
+            if atts:
+                entry.append([copier._copy_attachment(snap, att, batch) for att in atts])
+            bodies[leaf] = entry
+    active = sum(stored_size(p) for p in bodies.values())
+    return DocInfo(info.id, info.seq, info.deleted, tree, bodies, active)
+
+
+class CompactLosersLoseAttachments(_Swapping):
+    """Compaction copies the attachments of each document's winning leaf only: a
+    conflicting leaf keeps its body but loses its attachments."""
+
+    calls = ("compact",)
+    swaps = ((_Copier, "_copy_doc", "copy_doc"),)
+    copy_doc = staticmethod(_copy_winner_attachments_only)
+
+
 class CompactChunksByName(_Swapping):
     """Compaction shares copied attachment chunks by attachment name, not by the chunk
     list: two documents' same-named attachments end up with one's bytes."""
@@ -291,6 +318,16 @@ _CATCH_UP = _Copier.catch_up
 
 
 # -- attachment chunks (shard.py) ---------------------------------------------------
+
+
+class ChunksSharedByName(_Swapping):
+    """A group commit shares the chunks it wrote for new attachment bytes by attachment
+    name (``_ChunkWriter._chunks`` keyed by ``att.name``, not by the attachment): two
+    documents of one commit with same-named attachments get the first one's bytes."""
+
+    calls = ("put", "bulk_docs")
+    swaps = ((_ChunkWriter, "_chunks", "chunks"),)
+    chunks = slipped(_ChunkWriter._chunks, "key = id(att)", "key = att.name")
 
 
 # -- purge (shard._Group.purge) ----------------------------------------------------------------
@@ -346,7 +383,12 @@ INTERNALS: dict[str, tuple[type, str]] = {
         NodeCacheAcrossFiles,
         "cached nodes of the old file answer reads after compaction",
     ),
+    "compact_losers_lose_attachments": (
+        CompactLosersLoseAttachments,
+        "compaction drops a losing leaf's attachments",
+    ),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
     "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
+    "chunks_shared_by_name": (ChunksSharedByName, "a commit shares chunks by name"),
     "purge_no_seq_bump": (PurgeNoSeqBump, "a purge removing documents keeps update_seq"),
 }
