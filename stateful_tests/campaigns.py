@@ -38,6 +38,7 @@ from settee.proof.stateful.budget import PHASES, equivalence_settings, interleav
 from settee.proof.stateful.history import Scenario, random_scenario, scenarios
 from settee.proof.stateful.interleavings import (
     compaction_keeps_concurrent_writes,
+    follower_follows_compactions,
     follower_read_across_writes,
     run_scheduled,
     run_threads,
@@ -226,11 +227,13 @@ def run_stress(
     rng = random.Random(seed)
     started = time.monotonic()
     # First the fixed schedules real threads seldom hit: writes inside a readonly
-    # read over two shards, with and without a compaction swap between them (run
-    # -1 in a replay token), then compactions racing a writer (run -2).
+    # read over two shards, with and without a compaction swap between them, and a
+    # readonly handle reading through two compactions (run -1 in a replay token),
+    # then compactions racing a writer (run -2).
     fixed: list[tuple[int, Callable[[], list[str]]]] = [
         (-1, lambda: follower_read_across_writes(engine, compact=False)),
         (-1, lambda: follower_read_across_writes(engine, compact=True)),
+        (-1, lambda: follower_follows_compactions(engine)),
     ]
     if compaction_check:
         fixed.append((-2, lambda: compaction_keeps_concurrent_writes(engine)))

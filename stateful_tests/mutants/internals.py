@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import settee
@@ -248,6 +248,76 @@ class NodeCacheAcrossFiles(Wrapper):
             shard.kept = shard.snapshot.by_id.cache
 
 
+class _OneCache(dict):  # type: ignore[type-arg]
+    """A follower's per-file cache table that hands every file the first file's cache."""
+
+    def __init__(self, cache: Any) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def __getitem__(self, file: Any) -> Any:
+        return self.cache
+
+    def __setitem__(self, file: Any, cache: Any) -> None:
+        pass
+
+
+class FollowerNodeCacheAcrossFiles(Wrapper):
+    """A readonly handle keeps one node cache for every file it follows: after a
+    compaction swapped the shard file, nodes cached by position in the old file answer
+    reads of the new one."""
+
+    @staticmethod
+    def open_follower(path: str) -> Any:
+        follower = settee.open(path, readonly=True)
+        for shard in follower.shards:
+            shard._caches = _OneCache(shard._caches[shard.snapshot.file])
+        return follower
+
+
+class FollowerBodyCacheAcrossFiles(Wrapper):
+    """A readonly handle keeps the body cache of the first file it opened for every
+    file a compaction swaps in (``FollowerShard._open_file`` gave the new file the old
+    cache)."""
+
+    @staticmethod
+    def open_follower(path: str) -> Any:
+        follower = settee.open(path, readonly=True)
+        for shard in follower.shards:
+            kept, open_file = shard.snapshot.file.body_cache, shard._open_file
+
+            def open_kept(open_file: Callable[[], Any] = open_file, kept: Any = kept) -> Any:
+                file = open_file()
+                file.body_cache = kept
+                return file
+
+            shard._open_file = open_kept
+        return follower
+
+
+class FollowerScansItsOpenFile(Wrapper):
+    """A readonly handle without HEADS (deleted, or never written) that sees the shard
+    file change looks for the newest header in the file it has open, not in the file
+    now at the path (``FollowerShard._scanned``): once a compaction renamed a new file
+    over the path, the handle never sees another commit."""
+
+    @staticmethod
+    def open_follower(path: str) -> Any:
+        import types
+
+        from settee.follower import FollowerShard
+
+        scanned = slipped(
+            FollowerShard._scanned,
+            "self._newest(self._open_file(), snap)",
+            "self._newest(snap.file, snap)",
+        )
+        follower = settee.open(path, readonly=True)
+        for shard in follower.shards:
+            shard._scanned = types.MethodType(scanned, shard)
+        return follower
+
+
 # -- what compaction copies (compaction.py) ----------------------------------------------------
 
 
@@ -382,6 +452,18 @@ INTERNALS: dict[str, tuple[type, str]] = {
     "node_cache_across_files": (
         NodeCacheAcrossFiles,
         "cached nodes of the old file answer reads after compaction",
+    ),
+    "follower_node_cache_across_files": (
+        FollowerNodeCacheAcrossFiles,
+        "a readonly handle's cached nodes outlive a compaction",
+    ),
+    "follower_body_cache_across_files": (
+        FollowerBodyCacheAcrossFiles,
+        "a readonly handle's cached bodies outlive a compaction",
+    ),
+    "follower_scans_its_open_file": (
+        FollowerScansItsOpenFile,
+        "a scanning readonly handle stops at a compaction",
     ),
     "compact_losers_lose_attachments": (
         CompactLosersLoseAttachments,
