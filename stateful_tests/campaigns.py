@@ -37,6 +37,7 @@ from settee.proof.stateful import equivalence
 from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
 from settee.proof.stateful.history import Scenario, random_scenario, scenarios
 from settee.proof.stateful.interleavings import (
+    compaction_keeps_concurrent_purges,
     compaction_keeps_concurrent_writes,
     follower_follows_compactions,
     follower_read_across_writes,
@@ -229,7 +230,7 @@ def run_stress(
     # First the fixed schedules real threads seldom hit: writes inside a readonly
     # read over two shards, with and without a compaction swap between them, and a
     # readonly handle reading through two compactions (run -1 in a replay token),
-    # then compactions racing a writer (run -2).
+    # then compactions racing a writer, and racing purges (run -2).
     fixed: list[tuple[int, Callable[[], list[str]]]] = [
         (-1, lambda: follower_read_across_writes(engine, compact=False)),
         (-1, lambda: follower_read_across_writes(engine, compact=True)),
@@ -237,6 +238,7 @@ def run_stress(
     ]
     if compaction_check:
         fixed.append((-2, lambda: compaction_keeps_concurrent_writes(engine)))
+        fixed.append((-2, lambda: compaction_keeps_concurrent_purges(engine)))
     for run, check in fixed:
         problems = check()
         summary.examples += 1

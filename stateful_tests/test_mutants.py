@@ -412,6 +412,7 @@ INTERNALS_FIXED = {
     "follower_node_cache_across_files": "follower_follows_compactions",
     "follower_body_cache_across_files": "follower_follows_compactions",
     "follower_scans_its_open_file": "follower_follows_compactions",
+    "compact_keeps_purged": "compaction_keeps_concurrent_purges",
 }
 
 

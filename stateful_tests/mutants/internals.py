@@ -347,6 +347,18 @@ class CompactLosersLoseAttachments(_Swapping):
     copy_doc = staticmethod(_copy_winner_attachments_only)
 
 
+class CompactKeepsPurged(_Swapping):
+    """Compaction's catch-up never drops documents purged whole while it copied
+    (``_Copier._drop_purged`` left out): they come back when the copy takes over."""
+
+    calls = ("compact",)
+    swaps = ((_Copier, "_drop_purged", "drop_purged"),)
+
+    @staticmethod
+    def drop_purged(copier: _Copier, snap: Snapshot, ids: list[str]) -> None:
+        return None
+
+
 class CompactChunksByName(_Swapping):
     """Compaction shares copied attachment chunks by attachment name, not by the chunk
     list: two documents' same-named attachments end up with one's bytes."""
@@ -469,6 +481,7 @@ INTERNALS: dict[str, tuple[type, str]] = {
         CompactLosersLoseAttachments,
         "compaction drops a losing leaf's attachments",
     ),
+    "compact_keeps_purged": (CompactKeepsPurged, "a purge during compaction is undone"),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
     "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
     "chunks_shared_by_name": (ChunksSharedByName, "a commit shares chunks by name"),
