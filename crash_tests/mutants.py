@@ -10,6 +10,7 @@ crash suite's meta-test (test_mutants.py), which shows each one is caught.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -91,6 +92,24 @@ class _CompactTargetUnsynced(_Mutant):
         return call()
 
 
+class _CompactRenameDirUnsynced(_Mutant):
+    """(ix) compaction's rename over the shard file is never made durable: the fsync of
+    the directory after it is skipped (every other one is done), so a crash can undo
+    the rename and bring the old file back, without the writes made since."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.renamed = False
+
+    def intercept(self, op: str, path: str, call: Any) -> Any:
+        if op == "rename" and path.endswith(COMPACT_SUFFIX):
+            self.renamed = True
+        elif op == "fsync_dir" and self.renamed:
+            self.renamed = False
+            return None
+        return call()
+
+
 def tracking(cls: type[_Mutant]) -> Factory:
     """An engine factory whose io layer is wrapped by the mutant ``cls``."""
 
@@ -145,6 +164,7 @@ IO_MUTANTS = {
     "no_fsync_dir": _SkipFsyncDir,
     "header_before_data": _HeaderBeforeData,
     "compact_target_unsynced": _CompactTargetUnsynced,
+    "compact_rename_dir_unsynced": _CompactRenameDirUnsynced,
 }
 
 
@@ -256,12 +276,39 @@ def _chunks_unchecked(file: Any, checked: Callable[..., Any]) -> Callable[..., A
     return read_term
 
 
+_TORN = re.compile(r"(.+): ignoring [0-9]+ bytes after offset ([0-9]+) ")
+
+
+def truncate_torn_tail(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine whose recovery cuts a torn tail off (a truncate to where the
+    valid commits end, "tidying up" as ZODB's FileStorage once did): the bytes of a
+    commit whose header was damaged are gone, and with them the evidence that
+    ``settee check`` and ``LostCommitWarning`` read."""
+    fs = fs if fs is not None else OsFileSystem()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        db = settee.Database(path, fs=fs, **options)
+    torn = [_TORN.match(str(w.message)) for w in seen if issubclass(w.category, TornTailWarning)]
+    if not any(torn):
+        return db
+    db.close()
+    for found in filter(None, torn):
+        handle = fs.open(found[1], create=False)
+        try:
+            handle.truncate(int(found[2]))
+            handle.fsync()
+        finally:
+            handle.close()
+    return settee.Database(path, fs=fs, **options)
+
+
 #: Mutants that change the engine itself rather than its io layer: name -> factory.
 ENGINE_MUTANTS: dict[str, Factory] = {
     "publish_before_header_fsync": publish_before_header_fsync,
     "spin_on_torn_tail": spin_on_torn_tail,
     "older_header_after_torn_tail": older_header_after_torn_tail,
     "chunk_crc_unchecked": chunk_crc_unchecked,
+    "truncate_torn_tail": truncate_torn_tail,
 }
 
 #: Every mutant of this module: name -> engine factory.

@@ -78,6 +78,8 @@ CAUGHT_BY = {
     "spin_on_torn_tail": "reopen raised Hung: no engine call returned within 2 s",
     # A torn tail after an acknowledged commit: recovery opened at the commit before it.
     "older_header_after_torn_tail": "recovered the state after",
+    # Nothing acknowledged is lost either: the append-only check sees the cut bytes.
+    "truncate_torn_tail": "reopening changed",
 }
 #: Mutants that hang a crash state's check: each costs the (shortened) call timeout,
 #: so one is enough. 2 s: a healthy check takes milliseconds, but a loaded CI machine
@@ -90,7 +92,10 @@ HANGING = {"spin_on_torn_tail"}
 NOT_CRASHES = {"chunk_crc_unchecked": "test_bit_flips_catch_chunks_read_without_their_crc"}
 #: Mutants only a crash inside a compaction shows: the whole checker reaches the
 #: compaction's steps after 15 to 30 s; the test below crashes at them alone.
-COMPACTION_ONLY = {"compact_target_unsynced": "test_crash_after_the_compaction_rename"}
+COMPACTION_ONLY = {
+    "compact_target_unsynced": "test_crash_after_the_compaction_rename",
+    "compact_rename_dir_unsynced": "test_crash_after_the_compaction_catches_an_unsynced_rename",
+}
 
 
 @pytest.mark.parametrize("name", sorted(set(MUTANTS) - set(NOT_CRASHES) - set(COMPACTION_ONLY)))
@@ -174,3 +179,25 @@ def test_crash_after_the_compaction_rename_catches_an_unsynced_target() -> None:
     assert any("reopen raised CorruptionError" in str(f.describe()) for f in summary.failures), [
         f.describe() for f in summary.failures
     ]
+
+
+def test_crash_after_the_compaction_catches_an_unsynced_rename() -> None:
+    """A compaction whose rename over the shard file is never made durable
+    (``compact_rename_dir_unsynced``: the directory fsync after it is skipped): a
+    crash after later writes were acknowledged can undo the rename, and the old file
+    comes back without them. The whole checker reaches those steps after 15 s; the
+    steps after the rename alone are checked here."""
+    factory = MUTANTS["compact_rename_dir_unsynced"]
+    workload = make_workload(20_240_601, ops=30, clients=3, shards=2, compactions=1)
+    rec = record(workload, factory=factory)
+    renames = [
+        step
+        for step in range(len(rec.ops))
+        if _op_name(rec, step).startswith("rename") and ".compact ->" in _op_name(rec, step)
+    ]
+    assert renames, "the workload's compaction renamed nothing"
+    steps = list(range(renames[-1] + 2, len(rec.ops) + 1))
+    summary = Summary()
+    check_recording(rec, summary, factory=factory, samples=4, steps=steps, max_failures=1)
+    assert summary.failures, f"no crash at steps {steps[0]}..{steps[-1]} was caught"
+    print(summary.failures[0].describe())
