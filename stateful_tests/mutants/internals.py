@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import settee
-from settee import snapshot, views
+from settee import snapshot, tokens, views
 from settee.btree import BTree
 from settee.compaction import _Copier
 from settee.docinfo import stored_size
@@ -203,6 +203,30 @@ class TokenStandardBase64(_Swapping):
         return f"{sum(seqs)}-{payload}"
 
 
+class TokenPastCurrentAccepted(_Swapping):
+    """A ``since`` token naming positions past this database's is taken as it is (the
+    check ``any(seq > now ...)`` of ``tokens.decode_token`` left out): another
+    database's token, or a copy's, silently skips this database's next writes."""
+
+    calls = ("changes",)
+    swaps = ((views, "decode_token", "decode"),)
+    decode = staticmethod(
+        slipped(tokens.decode_token, "if any(seq > now", "if may_lag and any(seq > now")
+    )
+
+
+class GetFastPathIgnoresDeleted(_Swapping):
+    """A plain ``get`` of a deleted document answers its tombstone: the fast path from
+    the by_id value's clear fields (``Snapshot.live_winner_doc``) forgot the
+    ``deleted`` flag it must leave to the general path."""
+
+    calls = ("get",)
+    swaps = ((Snapshot, "live_winner_doc", "live_winner_doc"),)
+    live_winner_doc = slipped(
+        Snapshot.live_winner_doc, "if value[DELETED] or entry is None:", "if entry is None:"
+    )
+
+
 # -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
 
 
@@ -359,6 +383,16 @@ class CompactKeepsPurged(_Swapping):
         return None
 
 
+class CompactKeepsAncestorBodies(_Swapping):
+    """Compaction copies the body of every revision that has one, not only the leaves':
+    ``get(id, rev=<an ancestor>)`` still answers after ``compact()`` (SEMANTICS §13:
+    ``NotFound("missing")``), and the space is never reclaimed."""
+
+    calls = ("compact",)
+    swaps = ((_Copier, "_copy_doc", "copy_doc"),)
+    copy_doc = slipped(_Copier._copy_doc, "for leaf in revtree.leaves(tree):", "for leaf in tree:")
+
+
 class CompactChunksByName(_Swapping):
     """Compaction shares copied attachment chunks by attachment name, not by the chunk
     list: two documents' same-named attachments end up with one's bytes."""
@@ -456,6 +490,15 @@ INTERNALS: dict[str, tuple[type, str]] = {
     "rev_tally_off_by_one_child": (RevTallyOffByOneChild, "descending offset off in deep trees"),
     "made_the_cut_ascending_only": (MadeTheCutAscendingOnly, "descending include_docs misses"),
     "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
+    "token_past_current_accepted": (
+        TokenPastCurrentAccepted,
+        "a token of a database further along is taken",
+    ),
+    "get_fast_path_ignores_deleted": (GetFastPathIgnoresDeleted, "get answers a tombstone"),
+    "compact_keeps_ancestor_bodies": (
+        CompactKeepsAncestorBodies,
+        "compaction keeps non-leaf bodies",
+    ),
     "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "revisions_cut_winner_only": (
         RevisionsCutWinnerOnly,
