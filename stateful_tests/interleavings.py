@@ -45,6 +45,7 @@ __all__ = [
     "WRITES_ACROSS_A_READ",
     "RunResult",
     "compaction_keeps_concurrent_purges",
+    "follower_behind_a_stale_heads",
     "follower_follows_compactions",
     "follower_read_across_writes",
     "hold_admitted_write",
@@ -615,6 +616,48 @@ def follower_follows_compactions(spec: str) -> list[str]:
         return problems[:3]
     finally:
         for follower in followers:
+            follower.close()
+        db.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def follower_behind_a_stale_heads(spec: str) -> list[str]:
+    """The problems of a readonly handle opened, while no writer runs, on a database
+    whose HEADS names older commits than its shard files hold (a machine crash lost
+    HEADS' unsynced slots; here an older copy of HEADS is put back after the writer
+    closed): it must show the newest commits (SEMANTICS §1, README "Caveats"). A
+    handle that trusted HEADS here (``mutants:follower_trusts_stale_heads``) passed
+    every check: no campaign reopened a database with HEADS behind. Empty for engines
+    without a readonly handle or a HEADS file."""
+    tmp = scratch_dir("settee-stale-heads-")
+    path = f"{tmp}/db"
+    db = load_factory(spec)(path, shards=2)
+    follower = None
+    try:
+        revs = {i: db.put({"_id": i, "v": 0})["rev"] for i in "abcd"}
+        if not os.path.exists(f"{path}/HEADS"):
+            return []
+        with open(f"{path}/HEADS", "rb") as heads:
+            older = heads.read()
+        for i in "ac":
+            db.put({"_id": i, "_rev": revs[i], "v": 1})
+        db.put({"_id": "e", "v": 1})
+        want = db.all_docs(include_docs=True)
+        db.close()
+        with open(f"{path}/HEADS", "r+b") as heads:
+            heads.write(older)
+        follower = _follower(spec, db, path, False)
+        if follower is None:
+            return []
+        got = follower.all_docs(include_docs=True)
+        if got != want:
+            return [
+                "a readonly handle opened with no writer running and HEADS behind the shard "
+                f"files shows {got['rows']}, the files hold {want['rows']}"
+            ]
+        return []
+    finally:
+        if follower is not None:
             follower.close()
         db.close()
         shutil.rmtree(tmp, ignore_errors=True)

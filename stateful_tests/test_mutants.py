@@ -415,6 +415,7 @@ INTERNALS_FIXED = {
     "follower_node_cache_across_files": "follower_follows_compactions",
     "follower_body_cache_across_files": "follower_follows_compactions",
     "follower_scans_its_open_file": "follower_follows_compactions",
+    "follower_trusts_stale_heads": "follower_behind_a_stale_heads",
     "compact_keeps_purged": "compaction_keeps_concurrent_purges",
 }
 

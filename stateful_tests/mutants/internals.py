@@ -342,6 +342,18 @@ class FollowerScansItsOpenFile(Wrapper):
         return follower
 
 
+class FollowerTrustsStaleHeads(Wrapper):
+    """A readonly handle opened while no writer runs trusts HEADS even when the shard
+    files hold newer commits (a machine crash lost HEADS' unsynced slots, or HEADS was
+    restored from an older backup): it shows the older commit, and with no writer to
+    move HEADS on, for good (the open's ``writer_running`` test left out)."""
+
+    @staticmethod
+    def open_follower(path: str) -> Any:
+        with swapped(settee.database, "writer_running", lambda path: True):
+            return settee.open(path, readonly=True)
+
+
 # -- what compaction copies (compaction.py) ----------------------------------------------------
 
 
@@ -519,6 +531,10 @@ INTERNALS: dict[str, tuple[type, str]] = {
     "follower_scans_its_open_file": (
         FollowerScansItsOpenFile,
         "a scanning readonly handle stops at a compaction",
+    ),
+    "follower_trusts_stale_heads": (
+        FollowerTrustsStaleHeads,
+        "a readonly handle trusts a HEADS behind the files",
     ),
     "compact_losers_lose_attachments": (
         CompactLosersLoseAttachments,
