@@ -420,9 +420,13 @@ INTERNALS_FIXED = {
 }
 
 
+#: Internal mutants only concurrent calls show -> the fixed schedule that catches each.
+INTERNALS_SCHEDULED = {"publish_outside_cut": "WRITES_ACROSS_A_READ"}
+
+
 def test_every_internal_mutant_has_a_catch() -> None:
-    """Each internal mutant is named by a check above."""
-    covered = set(INTERNALS_SEMANTIC) | set(INTERNALS_FIXED)
+    """Each internal mutant is named by a check above or below."""
+    covered = set(INTERNALS_SEMANTIC) | set(INTERNALS_FIXED) | set(INTERNALS_SCHEDULED)
     assert covered == set(INTERNALS), sorted(set(INTERNALS) ^ covered)
 
 
@@ -436,3 +440,13 @@ def test_internal_mutants_fail_their_fixed_stress_check(check: str) -> None:
         problems = run(f"settee.proof.stateful.mutants:{name}")
         assert problems, f"{check} passed on mutant {name} ({INTERNALS[name][1]})"
         print(f"\n{name}: {problems[0][:300]}")
+
+
+def test_publish_outside_cut_is_caught_by_the_pinned_schedule() -> None:
+    """A writer publishing its snapshot without the cut's version moves: the listing
+    parked between its two shards (``hold_read_at_pin``) while two ordered writes land
+    takes its pins for one instant, and shows the second write without the first."""
+    spec = "settee.proof.stateful.mutants:publish_outside_cut"
+    assert INTERNALS_SCHEDULED["publish_outside_cut"] == "WRITES_ACROSS_A_READ"
+    result = run_scheduled(spec, WRITES_ACROSS_A_READ, hold_read_at_pin, stall=5.0)
+    assert any("not linearizable" in p for p in result.problems), result.report()[:3000]

@@ -227,6 +227,27 @@ class GetFastPathIgnoresDeleted(_Swapping):
     )
 
 
+# -- publication of snapshots (cut.py) ---------------------------------------------------------
+
+
+class _PublishOutsideCutShard(Shard):
+    _commit_writes = slipped(
+        Shard._commit_writes, "self._cut.publish(self, after)", "self.snapshot = after"
+    )
+
+
+class PublishOutsideCut(Wrapper):
+    """The writer assigns its new snapshot itself instead of through the cut
+    (``WriterCut.publish``): the publication moves no version, so a read over several
+    shards that pinned one shard before two ordered writes and the next after them
+    takes the pins for one instant (the reader's cut is intact; the writer's half of
+    the sequence lock is gone)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, _PublishOutsideCutShard)
+
+
 # -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
 
 
@@ -511,6 +532,7 @@ INTERNALS: dict[str, tuple[type, str]] = {
         CompactKeepsAncestorBodies,
         "compaction keeps non-leaf bodies",
     ),
+    "publish_outside_cut": (PublishOutsideCut, "a commit is published without the cut"),
     "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "revisions_cut_winner_only": (
         RevisionsCutWinnerOnly,
