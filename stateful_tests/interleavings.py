@@ -41,6 +41,7 @@ from settee.spec.errors import BadRequest
 __all__ = [
     "ADMIT_THEN_CLOSE",
     "READ_THEN_CLOSE",
+    "READ_THEN_CLOSE_UNCACHED",
     "STRESS_TIMEOUT",
     "WRITES_ACROSS_A_READ",
     "RunResult",
@@ -102,6 +103,18 @@ def hold_admitted_write(labels: list[str]) -> int:
 #: ``hold_read_at_pread``, the read is parked at its pread while close() runs.
 READ_THEN_CLOSE = Scenario(
     {"shards": 1, "read_mode": "parallel"},
+    ((("get", "a"),), (("close",),)),
+    0,
+)
+
+
+#: ``READ_THEN_CLOSE`` with no node or body cache: the get's reads all go to the file,
+#: so it is parked at a pread while close() runs (with the caches, the document the
+#: setup wrote is read from memory, and no pread is ever reached). A close() that
+#: closes the descriptor under it (``mutants:close_under_reads``) fails the read
+#: with EBADF instead of "closed".
+READ_THEN_CLOSE_UNCACHED = Scenario(
+    {"shards": 1, "read_mode": "parallel", "cache_bytes": 0, "body_cache_bytes": 0},
     ((("get", "a"),), (("close",),)),
     0,
 )

@@ -25,6 +25,7 @@ from settee.proof.stateful.history import Scenario, random_scenario
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     READ_THEN_CLOSE,
+    READ_THEN_CLOSE_UNCACHED,
     WRITES_ACROSS_A_READ,
     hold_admitted_write,
     hold_read_at_pin,
@@ -163,6 +164,21 @@ def test_read_in_flight_during_close_completes(engine_spec: str) -> None:
     assert get.output[0] == "ok" or "closed" in get.message, result.report()
     if "client-0@pread shard-000.settee" in result.schedule:  # settee's io layer
         assert get.output[0] == "ok", result.report()
+        close_started = result.schedule.index("client-1@call close")
+        assert result.schedule.index("client-0@pread shard-000.settee") > close_started
+
+
+@pytest.mark.timeout(60)
+def test_read_at_its_pread_during_close_is_answered_or_refused(engine_spec: str) -> None:
+    """The same with no cache, so that the get really is parked at a pread of the file
+    while close() runs (with the caches it is answered from memory). close() waits for
+    that read, refuses the get's next one, and closes the file after: the get answers
+    or says the database is closed, never EBADF (``mutants:close_under_reads``)."""
+    result = run_scheduled(engine_spec, READ_THEN_CLOSE_UNCACHED, hold_read_at_pread, stall=5.0)
+    assert not result.problems, result.report()
+    [get] = [r for r in result.recorder.records if r.input[0] == "get"]
+    assert get.output[0] == "ok" or "closed" in get.message, result.report()
+    if "client-0@pread shard-000.settee" in result.schedule:  # settee's io layer
         close_started = result.schedule.index("client-1@call close")
         assert result.schedule.index("client-0@pread shard-000.settee") > close_started
 

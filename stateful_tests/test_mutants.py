@@ -23,9 +23,11 @@ from settee.proof.stateful.campaigns import (
 )
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
+    READ_THEN_CLOSE_UNCACHED,
     WRITES_ACROSS_A_READ,
     hold_admitted_write,
     hold_read_at_pin,
+    hold_read_at_pread,
     run_scheduled,
 )
 from settee.proof.stateful.mutants import MUTANTS
@@ -421,7 +423,10 @@ INTERNALS_FIXED = {
 
 
 #: Internal mutants only concurrent calls show -> the fixed schedule that catches each.
-INTERNALS_SCHEDULED = {"publish_outside_cut": "WRITES_ACROSS_A_READ"}
+INTERNALS_SCHEDULED = {
+    "publish_outside_cut": "WRITES_ACROSS_A_READ",
+    "close_under_reads": "READ_THEN_CLOSE_UNCACHED",
+}
 
 
 def test_every_internal_mutant_has_a_catch() -> None:
@@ -450,3 +455,15 @@ def test_publish_outside_cut_is_caught_by_the_pinned_schedule() -> None:
     assert INTERNALS_SCHEDULED["publish_outside_cut"] == "WRITES_ACROSS_A_READ"
     result = run_scheduled(spec, WRITES_ACROSS_A_READ, hold_read_at_pin, stall=5.0)
     assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
+
+
+def test_close_under_reads_is_caught_by_the_uncached_close_schedule() -> None:
+    """A close() that closes the descriptors without waiting for the reads in flight:
+    the get parked at its pread (no cache, so it reads the file) while close() runs
+    fails with EBADF. ``READ_THEN_CLOSE`` alone missed it: its get was served from the
+    caches and never reached a pread."""
+    spec = "settee.proof.stateful.mutants:close_under_reads"
+    result = run_scheduled(spec, READ_THEN_CLOSE_UNCACHED, hold_read_at_pread, stall=5.0)
+    assert any("Bad file descriptor" in p for p in result.problems), result.report()[:3000]
+    good = run_scheduled("settee:open", READ_THEN_CLOSE_UNCACHED, hold_read_at_pread, stall=5.0)
+    assert not good.problems, good.report()[:3000]

@@ -248,6 +248,23 @@ class PublishOutsideCut(Wrapper):
         plant(self.inner, _PublishOutsideCutShard)
 
 
+# -- close() (shard.Shard.close) --------------------------------------------------------------
+
+
+class _CloseUnderReadsShard(Shard):
+    close = slipped(Shard.close, "self.snapshot.file.refuse_reads()", "pass")
+
+
+class CloseUnderReads(Wrapper):
+    """``close()`` closes the shard files' descriptors without first refusing new reads
+    and waiting for those in flight (``ShardFile.refuse_reads``): a read parked at its
+    pread meets a closed descriptor (or, on a real file, one reused by another file)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        plant(self.inner, _CloseUnderReadsShard)
+
+
 # -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
 
 
@@ -533,6 +550,7 @@ INTERNALS: dict[str, tuple[type, str]] = {
         "compaction keeps non-leaf bodies",
     ),
     "publish_outside_cut": (PublishOutsideCut, "a commit is published without the cut"),
+    "close_under_reads": (CloseUnderReads, "close() closes files under reads in flight"),
     "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "revisions_cut_winner_only": (
         RevisionsCutWinnerOnly,
