@@ -4,13 +4,15 @@ The earlier rounds moved answers at the public API (``careless.py``) or one step
 the writer's lifecycle (``lifecycle.py``). These break one internal piece the way a
 careless edit of it would: the B+tree's folds and counts and the range merge
 (``btree.py``, ``views.py``), the caches kept across compaction's file swap, what
-compaction copies and drops, a readonly handle's caches and scans (``follower.py``),
-attachment chunks, purges, tokens and ``_revisions`` cut on read. Each is a
-``Wrapper`` whose database runs the real engine with that one
-piece replaced: a planted subclass (``lifecycle.plant``), a readonly handle built by
-``open_follower``, or a module function swapped for the length of one call (the
-proof runs one call at a time on these; ``CatchUpNewestSeq`` does the same).
-``INTERNALS`` maps each name to its class and what it breaks.
+compaction copies and drops, a readonly handle's caches, scans and trust in HEADS
+(``follower.py``), the publication of snapshots (``cut.py``), ``close()``, attachment
+chunks, purges, tokens and ``_revisions`` cut on read. Each is a ``Wrapper`` whose
+database runs the real engine with that one piece replaced: a planted subclass
+(``lifecycle.plant``), a readonly handle built by ``open_follower``, or a function
+swapped for the length of one call (the proof runs one call at a time on these;
+``CatchUpNewestSeq`` does the same), most of them the engine's own source with one
+slip made in it (``slipped``). ``INTERNALS`` maps each name to its class and what it
+breaks; ``stateful_tests/test_mutants.py`` names the check that catches each.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def slipped(function: Any, old: str, new: str) -> Any:
 
 
 class _Swapping(Wrapper):
-    """Runs the named public calls with ``module.name`` swapped for ``value()``."""
+    """Runs each public call named in ``calls`` with every ``(module, name, attribute)``
+    of ``swaps`` applied: ``module.name`` is this class's ``attribute`` meanwhile."""
 
     calls: tuple[str, ...] = ()
     swaps: tuple[tuple[Any, str, str], ...] = ()  # (module, name, this class's attribute)
@@ -87,7 +90,7 @@ class _Swapping(Wrapper):
         return call
 
 
-# -- the B+tree's counts and the range merge (snapshot.py, views.py) ---------------------------
+# -- B+tree folds and counts, the range merge, reads (btree.py, snapshot.py, views.py) -------------
 
 
 class OffsetCountsLeafTombstones(_Swapping):
@@ -182,7 +185,19 @@ class MadeTheCutAscendingOnly(_Swapping):
     made_the_cut = staticmethod(slipped(views._made_the_cut, "if descending:", "if False:"))
 
 
-# -- tokens (tokens.py) -------------------------------------------------------------------------
+class GetFastPathIgnoresDeleted(_Swapping):
+    """A plain ``get`` of a deleted document answers its tombstone: the fast path from
+    the by_id value's clear fields (``Snapshot.live_winner_doc``) forgot the
+    ``deleted`` flag it must leave to the general path."""
+
+    calls = ("get",)
+    swaps = ((Snapshot, "live_winner_doc", "live_winner_doc"),)
+    live_winner_doc = slipped(
+        Snapshot.live_winner_doc, "if value[DELETED] or entry is None:", "if entry is None:"
+    )
+
+
+# -- tokens (tokens.py) ---------------------------------------------------------------------------
 
 
 class TokenStandardBase64(_Swapping):
@@ -215,19 +230,7 @@ class TokenPastCurrentAccepted(_Swapping):
     )
 
 
-class GetFastPathIgnoresDeleted(_Swapping):
-    """A plain ``get`` of a deleted document answers its tombstone: the fast path from
-    the by_id value's clear fields (``Snapshot.live_winner_doc``) forgot the
-    ``deleted`` flag it must leave to the general path."""
-
-    calls = ("get",)
-    swaps = ((Snapshot, "live_winner_doc", "live_winner_doc"),)
-    live_winner_doc = slipped(
-        Snapshot.live_winner_doc, "if value[DELETED] or entry is None:", "if entry is None:"
-    )
-
-
-# -- publication of snapshots (cut.py) ---------------------------------------------------------
+# -- publication of snapshots (cut.py) ------------------------------------------------------------
 
 
 class _PublishOutsideCutShard(Shard):
@@ -248,7 +251,7 @@ class PublishOutsideCut(Wrapper):
         plant(self.inner, _PublishOutsideCutShard)
 
 
-# -- close() (shard.Shard.close) --------------------------------------------------------------
+# -- close() (shard.Shard.close) ------------------------------------------------------------------
 
 
 class _CloseUnderReadsShard(Shard):
@@ -265,7 +268,7 @@ class CloseUnderReads(Wrapper):
         plant(self.inner, _CloseUnderReadsShard)
 
 
-# -- _revisions cut to revs_limit on read (spec.revtree.revisions) -------------------------------
+# -- _revisions cut to revs_limit on read (spec.revtree.revisions) --------------------------------
 
 
 class RevisionsCutWinnerOnly(Wrapper):
@@ -283,7 +286,7 @@ class RevisionsCutWinnerOnly(Wrapper):
         return doc
 
 
-# -- caches across compaction's file swap ------------------------------------------------------
+# -- caches across compaction's file swap; readonly handles (shard.py, follower.py) ---------------
 
 
 class _NodeCacheAcrossFilesShard(Shard):
@@ -392,7 +395,7 @@ class FollowerTrustsStaleHeads(Wrapper):
             return settee.open(path, readonly=True)
 
 
-# -- what compaction copies (compaction.py) ----------------------------------------------------
+# -- what compaction copies (compaction.py) -------------------------------------------------------
 
 
 def _copy_winner_attachments_only(copier: _Copier, snap: Snapshot, info: Any, batch: Any) -> Any:
@@ -483,7 +486,7 @@ class CompactSeqOfNewestDoc(_Swapping):
 _CATCH_UP = _Copier.catch_up
 
 
-# -- attachment chunks (shard.py) ---------------------------------------------------
+# -- attachment chunks (shard.py) -----------------------------------------------------------------
 
 
 class ChunksSharedByName(_Swapping):
@@ -496,7 +499,7 @@ class ChunksSharedByName(_Swapping):
     chunks = slipped(_ChunkWriter._chunks, "key = id(att)", "key = att.name")
 
 
-# -- purge (shard._Group.purge) ----------------------------------------------------------------
+# -- purge (shard._Group.purge) -------------------------------------------------------------------
 
 
 class _PurgeNoSeqBumpGroup(_Group):
@@ -529,6 +532,7 @@ INTERNALS: dict[str, tuple[type, str]] = {
         "offset counts tombstones in the start key's leaf",
     ),
     "certain_from_wrong_end": (CertainFromWrongEnd, "a descending range stops merging early"),
+    "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
     "rev_fold_stops_before_end_leaf": (
         RevFoldStopsBeforeEndLeaf,
         "a descending range loses an end key that ends a leaf",
@@ -539,19 +543,14 @@ INTERNALS: dict[str, tuple[type, str]] = {
     ),
     "rev_tally_off_by_one_child": (RevTallyOffByOneChild, "descending offset off in deep trees"),
     "made_the_cut_ascending_only": (MadeTheCutAscendingOnly, "descending include_docs misses"),
-    "rows_docs_without_stubs": (RowsDocsWithoutStubs, "include_docs rows lose their stubs"),
+    "get_fast_path_ignores_deleted": (GetFastPathIgnoresDeleted, "get answers a tombstone"),
+    "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "token_past_current_accepted": (
         TokenPastCurrentAccepted,
         "a token of a database further along is taken",
     ),
-    "get_fast_path_ignores_deleted": (GetFastPathIgnoresDeleted, "get answers a tombstone"),
-    "compact_keeps_ancestor_bodies": (
-        CompactKeepsAncestorBodies,
-        "compaction keeps non-leaf bodies",
-    ),
     "publish_outside_cut": (PublishOutsideCut, "a commit is published without the cut"),
     "close_under_reads": (CloseUnderReads, "close() closes files under reads in flight"),
-    "token_standard_base64": (TokenStandardBase64, "tokens in base64 the decoder refuses"),
     "revisions_cut_winner_only": (
         RevisionsCutWinnerOnly,
         "_revisions of get(rev=R) not cut to revs_limit",
@@ -581,6 +580,10 @@ INTERNALS: dict[str, tuple[type, str]] = {
         "compaction drops a losing leaf's attachments",
     ),
     "compact_keeps_purged": (CompactKeepsPurged, "a purge during compaction is undone"),
+    "compact_keeps_ancestor_bodies": (
+        CompactKeepsAncestorBodies,
+        "compaction keeps non-leaf bodies",
+    ),
     "compact_chunks_by_name": (CompactChunksByName, "compaction shares chunks by name"),
     "compact_seq_of_newest_doc": (CompactSeqOfNewestDoc, "compaction takes back a purge's seq"),
     "chunks_shared_by_name": (ChunksSharedByName, "a commit shares chunks by name"),
