@@ -57,21 +57,27 @@ def test_verify_fails_on_a_mutant_and_its_replay_reproduces(tmp_path: Path, muta
 def test_verify_reports_a_call_that_never_returns_and_replays_it(tmp_path: Path) -> None:
     """A range that loops forever (the mutation round's V31 hung the proof itself) is a
     failure with its steps, within the call timeout plus the shrinking floor, and its
-    replay hangs the same way and says so."""
+    replay hangs the same way and says so.
+
+    Each run of a hanging example spins for the whole call timeout, and there are about
+    eight (seed 0: the first, the variants Hypothesis draws from it after a failure,
+    the shrinker's replay, the final run, the replay command's), so the timeout is 1 s:
+    every other call of these short runs takes milliseconds. At 2 s the test took 20 s
+    where it now takes 13 s."""
     engine = "settee.proof.stateful.mutants:endless_range"
     run = _verify(
         tmp_path, "--engine", engine, "--only", "equivalence", "--minutes", "0.05",
-        "--seed", "0", "--call-timeout", "2", "--shrink-seconds", "1",
+        "--seed", "0", "--call-timeout", "1", "--shrink-seconds", "1",
     )  # fmt: skip
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "Hung: no engine call returned within 2 s; the last call started was all_docs" in (
+    assert "Hung: no engine call returned within 1 s; the last call started was all_docs" in (
         run.stdout
     ), run.stdout[-3000:]
     assert "state.all_docs_range(" in run.stdout and "five minutes" not in run.stdout
     saved = tmp_path / "settee-verify-equivalence-failure.json"
-    again = _verify(tmp_path, "--replay", str(saved), "--call-timeout", "2")
+    again = _verify(tmp_path, "--replay", str(saved), "--call-timeout", "1")
     assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "no engine call returned within 2 s" in again.stdout, again.stdout[-3000:]
+    assert "no engine call returned within 1 s" in again.stdout, again.stdout[-3000:]
 
 
 #: Engines the proof's own watchdogs cannot end: one that kills its process, one that
