@@ -291,5 +291,9 @@ def profile_text(fn: Callable[[], None], top: int = 14) -> str:
 
 
 def new_workdir(base: str | None) -> str:
-    """A temporary directory for the databases of one run (removed by the runner)."""
+    """A temporary directory for the databases of one run (removed by the runner),
+    inside ``base`` (``--workdir``), which is made when it does not exist yet (it
+    was a raw FileNotFoundError, as ``--out`` never was)."""
+    if base is not None:
+        os.makedirs(base, exist_ok=True)
     return tempfile.mkdtemp(prefix="settee-bench-", dir=base)

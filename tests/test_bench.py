@@ -72,7 +72,8 @@ EXPECTED_PREFIXES = [
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench-out")
-    work = tmp_path_factory.mktemp("bench-work")
+    # A --workdir that does not exist yet is made (it was a raw FileNotFoundError).
+    work = tmp_path_factory.mktemp("bench-work") / "not" / "yet"
     # Through the console script's entry point, as the README documents it.
     status = cli_main(
         ["bench", "--smoke", "--out", str(out), "--workdir", str(work), "--no-progress"]
