@@ -417,15 +417,7 @@ def compaction_keeps_concurrent_writes(spec: str, docs: int = 400) -> list[str]:
 
     try:
         db.bulk_docs([{"_id": f"pre{n:05d}"} for n in range(docs)])
-        with small_compaction_steps():
-            writer = threading.Thread(target=write)
-            writer.start()
-            try:
-                for _ in range(COMPACTIONS):
-                    db.compact()
-            finally:
-                stop.set()
-                writer.join()
+        _compact_beside(db, write, stop, COMPACTIONS)
         if failed:
             return [f"a write during compaction raised {failed[0]!r}"]
         problems = _missing_writes(db, acked, "after compaction")
@@ -471,15 +463,7 @@ def compaction_keeps_concurrent_purges(spec: str, docs: int = 200) -> list[str]:
             except BaseException as exc:  # reported below, never lost with the thread
                 failed.append(exc)
 
-        with small_compaction_steps():
-            purger = threading.Thread(target=purge)
-            purger.start()
-            try:
-                for _ in range(3):
-                    db.compact()
-            finally:
-                stop.set()
-                purger.join()
+        _compact_beside(db, purge, stop, 3)
         if failed:
             return [f"a purge during compaction raised {failed[0]!r}"]
         problems = _purged_back(db, purged, "after compaction")
@@ -489,6 +473,22 @@ def compaction_keeps_concurrent_purges(spec: str, docs: int = 200) -> list[str]:
     finally:
         db.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compact_beside(
+    db: Any, work: Callable[[], None], stop: threading.Event, compactions: int
+) -> None:
+    """``compactions`` compactions in ``small_compaction_steps`` while ``work`` runs
+    on a thread of its own; ``stop`` is set, and the thread joined, when they end."""
+    with small_compaction_steps():
+        worker = threading.Thread(target=work)
+        worker.start()
+        try:
+            for _ in range(compactions):
+                db.compact()
+        finally:
+            stop.set()
+            worker.join()
 
 
 def _purged_back(db: Any, purged: list[str], when: str) -> list[str]:
