@@ -399,20 +399,28 @@ def _check_empty(client: Client, db: str) -> None:
     assert empty["results"] == [] and empty["last_seq"].startswith("0")
 
 
+def _started_feed(
+    port: int, path: str, body: Any
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A ``_changes`` request sent (POST with ``body``, else GET), its 200 headers read."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    data = None if body is None else json.dumps(body)
+    conn.request(
+        "POST" if body else "GET", path, body=data, headers={"Content-Type": "application/json"}
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return conn, resp
+
+
 class Feed:
     """A live ``_changes`` request: its headers read (the feed has started), its
     body read later, line by line or whole, on a thread."""
 
     def __init__(self, port: int, path: str, body: Any = None) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        data = None if body is None else json.dumps(body)
-        self.conn.request(
-            "POST" if body else "GET", path, body=data, headers={"Content-Type": "application/json"}
-        )
         # changes_async_test.exs's wait_for_headers: every feed answers its 200
         # before it waits for a change.
-        self.resp = self.conn.getresponse()
-        assert self.resp.status == 200
+        self.conn, self.resp = _started_feed(port, path, body)
         self.raw = b""
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -436,13 +444,7 @@ class Lines:
     """A continuous or eventsource feed read line by line until the test has seen enough."""
 
     def __init__(self, port: int, path: str, body: Any = None) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        data = None if body is None else json.dumps(body)
-        self.conn.request(
-            "POST" if body else "GET", path, body=data, headers={"Content-Type": "application/json"}
-        )
-        self.resp = self.conn.getresponse()
-        assert self.resp.status == 200
+        self.conn, self.resp = _started_feed(port, path, body)
         self.lines: list[bytes] = []
 
     def until(self, done: Any) -> list[bytes]:
