@@ -23,10 +23,18 @@ from __future__ import annotations
 import decimal
 import itertools
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["code_point_key", "collate_json", "collate_text", "json_type", "sort_key"]
+__all__ = [
+    "code_point_key",
+    "collate_json",
+    "collate_raw",
+    "collate_text",
+    "json_type",
+    "raw_sort_key",
+    "sort_key",
+]
 
 # The 7-bit symbols in the order ICU's root collation gives them (CouchDB docs).
 _SYMBOLS = " `^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$"
@@ -102,6 +110,31 @@ def collate_json(a: Any, b: Any) -> int:
 
     post: __return__ in (-1, 0, 1)
     """
+    return _collate(a, b, _compare_values, collate_text)
+
+
+def collate_raw(a: Any, b: Any) -> int:
+    """-1, 0 or 1 as JSON value ``a`` sorts before, equal to or after ``b`` in
+    CouchDB's raw collation (a view's ``"options": {"collation": "raw"}``), which
+    compares the decoded JSON in Erlang's term order (couch_mrview_util's
+    maybe_define_less_fun leaves couch_btree's ``A < B``): numbers, then the atoms
+    ``false < null < true``, then objects, then arrays, then strings; numbers by
+    value; strings by their UTF-8 bytes (code point order, case first: ``"B" < "a"``);
+    arrays element by element and objects member by member (key, then value) as
+    in the view collation, a prefix first. Iterative, as ``collate_json``.
+    """
+    return _collate(a, b, _compare_raw, _cmp)
+
+
+def _collate(
+    a: Any,
+    b: Any,
+    compare_values: Callable[[Any, Any], tuple[int, Iterator[tuple[str, Any, Any]] | None]],
+    compare_keys: Callable[[str, str], int],
+) -> int:
+    """The order of ``a`` and ``b`` by ``compare_values`` (which knows the order of two
+    values from their types or atoms, or yields the steps comparing their members) and
+    ``compare_keys`` for object member names."""
     pending: list[Iterator[tuple[str, Any, Any]]] = [iter([("value", a, b)])]
     while pending:
         step = next(pending[-1], None)
@@ -110,9 +143,9 @@ def collate_json(a: Any, b: Any) -> int:
             continue
         kind, x, y = step
         if kind == "value":
-            order, inner = _compare_values(x, y)
+            order, inner = compare_values(x, y)
         elif kind == "key":
-            order, inner = collate_text(x, y), None
+            order, inner = compare_keys(x, y), None
         else:  # "length": every element was equal, so the shorter sorts first
             order, inner = _cmp(x, y), None
         if order:
@@ -134,15 +167,40 @@ def _compare_values(x: Any, y: Any) -> tuple[int, Iterator[tuple[str, Any, Any]]
         return _cmp(x, y), None
     if type_x == "string":
         return collate_text(x, y), None
-    if type_x == "array":
+    return 0, _member_steps(type_x, x, y)
+
+
+#: Erlang's term order of what JSON decodes to: number < atom < tuple (an object,
+#: ``{[{Key, Value}, ...]}``) < list (an array) < binary (a string).
+_RAW_RANK = {"number": 0, "null": 1, "boolean": 1, "object": 2, "array": 3, "string": 4}
+#: The atoms by name, as Erlang orders them.
+_ATOM_RANK = {False: 0, None: 1, True: 2}
+
+
+def _compare_raw(x: Any, y: Any) -> tuple[int, Iterator[tuple[str, Any, Any]] | None]:
+    """``_compare_values`` for the raw collation (``collate_raw``)."""
+    type_x, type_y = json_type(x), json_type(y)
+    if _RAW_RANK[type_x] != _RAW_RANK[type_y]:
+        return _cmp(_RAW_RANK[type_x], _RAW_RANK[type_y]), None
+    if type_x in ("null", "boolean"):
+        return _cmp(_ATOM_RANK[x], _ATOM_RANK[y]), None
+    if type_x in ("number", "string"):
+        return _cmp(x, y), None  # code point order is UTF-8 byte order
+    return 0, _member_steps(type_x, x, y)
+
+
+def _member_steps(kind: str, x: Any, y: Any) -> Iterator[tuple[str, Any, Any]]:
+    """The steps comparing two arrays element by element, or two objects member by
+    member (name, then value), then their lengths: a prefix sorts first."""
+    if kind == "array":
         elements = (("value", i, j) for i, j in zip(x, y, strict=False))
-        return 0, itertools.chain(elements, [("length", len(x), len(y))])
+        return itertools.chain(elements, [("length", len(x), len(y))])
     members = (
         step
         for (key_x, value_x), (key_y, value_y) in zip(x.items(), y.items(), strict=False)
         for step in (("key", key_x, key_y), ("value", value_x, value_y))
     )
-    return 0, itertools.chain(members, [("length", len(x), len(y))])
+    return itertools.chain(members, [("length", len(x), len(y))])
 
 
 # -- sort keys: collation as plain string order ----------------------------------------------
@@ -162,6 +220,36 @@ _WEIGHT_BASE = 0x1000  # weight digits and lengths use U+1000..U+1FFF: no surrog
 def sort_key(value: Any) -> str:
     """A string whose code point order is :func:`collate_json`'s order:
     ``collate_json(a, b) == cmp(sort_key(a), sort_key(b))`` for any JSON values."""
+    return _key_of(value, _view_tag, _text_key)
+
+
+def raw_sort_key(value: Any) -> str:
+    """A string whose code point order is :func:`collate_raw`'s order:
+    ``collate_raw(a, b) == cmp(raw_sort_key(a), raw_sort_key(b))`` for any JSON values
+    (an index of a view with ``"collation": "raw"`` keys its rows with it)."""
+    return _key_of(value, _raw_tag, code_point_key)
+
+
+def _view_tag(item: Any, kind: str) -> str:
+    if kind == "boolean":
+        return "3" if item else "2"
+    return _TAG[kind]
+
+
+#: ``_RAW_RANK``'s order, the atoms apart: every tag is above ``_END``.
+_RAW_TAG = {"number": "1", "object": "5", "array": "6", "string": "7"}
+_RAW_ATOM_TAG = {False: "2", None: "3", True: "4"}
+
+
+def _raw_tag(item: Any, kind: str) -> str:
+    if kind in ("null", "boolean"):
+        return _RAW_ATOM_TAG[item]
+    return _RAW_TAG[kind]
+
+
+def _key_of(value: Any, tag_of: Callable[[Any, str], str], text_key: Callable[[str], str]) -> str:
+    """A sort key of ``value``: each value its ``tag_of`` then its content, a string's
+    (and an object member name's) by ``text_key``; arrays and objects closed by _END."""
     out: list[str] = []
     pending: list[Any] = [value]
     while pending:  # iterative: values nest as deep as documents do
@@ -170,13 +258,11 @@ def sort_key(value: Any) -> str:
             out.append(item.text)
             continue
         kind = json_type(item)
-        out.append(_TAG[kind])
-        if kind == "boolean":
-            out[-1] = "3" if item else "2"
-        elif kind == "number":
+        out.append(tag_of(item, kind))
+        if kind == "number":
             out.append(_number_key(item))
         elif kind == "string":
-            out.append(_text_key(item))
+            out.append(text_key(item))
         elif kind == "array":
             pending.append(_Literal(_END))
             pending.extend(reversed(list(item)))
@@ -184,7 +270,7 @@ def sort_key(value: Any) -> str:
             pending.append(_Literal(_END))
             for key, member in reversed(list(item.items())):
                 pending.append(member)
-                pending.append(_Literal(_text_key(key)))
+                pending.append(_Literal(text_key(key)))
     return "".join(out)
 
 

@@ -91,6 +91,7 @@ _QUERY_ENDPOINTS = [
         ["key", "keys", "startkey", "endkey", "limit", "skip", "group_level", "reduce", "stale"],
     ),
     ("GET", "/{db}/_design/v/_view/m?{k}={v}", ["group", "include_docs", "startkey_docid"]),
+    ("GET", "/{db}/_design/v/_view/r?{k}={v}", ["key", "keys", "startkey", "endkey"]),
     ("GET", "/{db}/_design/v/_list/l/v?{k}={v}", ["keys", "startkey", "limit", "group_level"]),
     ("GET", "/{db}/_design/v/_show/s/doc?{k}={v}", ["format", "rev"]),
     ("GET", "/{db}/_design/v/_show/p/{v}?{k}=html", ["format"]),
@@ -143,6 +144,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Client, 
     views = {
         "v": {"map": "function(doc) { emit([doc.v, doc._id], doc.v); }", "reduce": "_stats"},
         "m": {"map": "function(doc) { emit(doc._id, {_id: 'doc'}); }"},
+        # The raw collation's keys (spec.collation.raw_sort_key) of hostile ranges too.
+        "r": {
+            "map": "function(doc) { emit([doc.v, doc._id], 1); }",
+            "options": {"collation": "raw"},
+        },
     }
     design = {
         "views": views,

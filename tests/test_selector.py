@@ -296,6 +296,41 @@ def test_sort_keys_order_as_collation_does(a: Any, b: Any) -> None:
     assert not any(0xD800 <= ord(c) <= 0xDFFF for c in ka)  # storable as a document id
 
 
+#: view_collation_raw_test.exs's values, in the order CouchDB's raw collation gives them.
+RAW_ORDER: list[Any] = [
+    1, 2, 3, 4, False, None, True,
+    {"a": 1}, {"a": 2}, {"b": 1}, {"b": 2}, {"b": 2, "a": 1}, {"b": 2, "c": 2},
+    ["a"], ["b"], ["b", "c"], ["b", "c", "a"], ["b", "d"], ["b", "d", "e"],
+    "A", "B", "a", "aa", "b", "ba", "bb",
+]  # fmt: skip
+
+
+def test_raw_collation_orders_couchdbs_raw_test_values() -> None:
+    """Erlang's term order, as CouchDB's own raw collation test lists it; and the raw
+    sort keys put them in that order too."""
+    from settee.spec.collation import collate_raw, raw_sort_key
+
+    for a, b in itertools.pairwise(RAW_ORDER):
+        assert collate_raw(a, b) == -1 and collate_raw(b, a) == 1, (a, b)
+    shuffled = RAW_ORDER[::-1][1::2] + RAW_ORDER[::-1][0::2]
+    assert sorted(shuffled, key=raw_sort_key) == RAW_ORDER
+    assert collate_raw(1, 1.0) == 0 and collate_raw([], {}) == 1 and collate_raw("Z", "a") == -1
+
+
+@given(SUBTLE, SUBTLE)
+@example(1, 1.0)
+@example({"a": 1}, {"a": 1, "b": None})
+def test_raw_sort_keys_order_as_raw_collation_does(a: Any, b: Any) -> None:
+    """raw_sort_key is collate_raw as code point order, so a view index with
+    ``"collation": "raw"`` keeps its rows in that order by id."""
+    from settee.spec.collation import collate_raw, raw_sort_key
+
+    ka, kb = raw_sort_key(a), raw_sort_key(b)
+    assert (ka > kb) - (ka < kb) == collate_raw(a, b), (a, b, ka, kb)
+    assert collate_raw(a, b) == -collate_raw(b, a)
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in ka)  # storable as a document id
+
+
 def test_a_catastrophic_regex_is_refused_not_run_for_hours() -> None:
     """Found by hand: ``(a+)+$`` against 40 a's and a b backtracks for hours, and
     Python's ``re`` holds the GIL meanwhile, so one ``_find`` froze the whole

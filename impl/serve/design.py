@@ -210,7 +210,7 @@ class DesignFunctions:
             raise settee.NotFound("missing_named_view")
         source = view.get("map")
         function = self._function(ddoc, ddoc_id, ("views", view_name, "map"), source)
-        mapper = ViewMapper(function, MapOptions.of(ddoc.doc))
+        mapper = ViewMapper(function, MapOptions.of(ddoc.doc, view))
         reduce = view.get("reduce")
         reducer = None
         if isinstance(reduce, str) and not reduce.startswith("_"):

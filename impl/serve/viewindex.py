@@ -4,10 +4,11 @@ settee database of its own (``<dir>/_views/<database>/<signature>``).
 The index database holds three kinds of documents, told apart by the first
 character of their ids (so each kind is one ``_all_docs`` range):
 
-* ``r`` + ``sort_key(key)`` + ``sort_key(doc id)`` + emit number: one row of
-  the view, body ``{"k": key, "v": value, "d": doc id}``. ``sort_key``
+* ``r`` + ``sort_key(key)`` + ``code_point_key(doc id)`` + emit number: one row
+  of the view, body ``{"k": key, "v": value, "d": doc id}``. ``sort_key``
   (``settee.spec.collation``) turns CouchDB's collation into code point order,
-  so the engine's id order *is* the view's order and a key range is an id range;
+  so the engine's id order *is* the view's order and a key range is an id range
+  (``raw_sort_key`` for a view whose options ask for the raw collation);
 * ``b`` + doc id: the rows a source document emitted, ``{"rows": [[id, rev]]}``,
   so an update or a deletion removes exactly them;
 * ``c``: the checkpoint, ``{"since": token, "rows": n, "docs": n, "db": uuid}`` —
@@ -33,7 +34,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,11 +43,11 @@ from settee.serve import revs
 from settee.serve.js import Thrown
 from settee.serve.opening import DAMAGE_ERRNOS, open_database
 from settee.serve.protocol import HTTPError, damaged
-from settee.spec.collation import code_point_key, sort_key
+from settee.spec.collation import code_point_key, raw_sort_key, sort_key
 from settee.spec.config import DEFAULTS
 from settee.spec.docs import normalise_body
 
-__all__ = ["ViewIndex", "prefix_bound", "signature"]
+__all__ = ["ViewIndex", "collation_key", "prefix_bound", "signature"]
 
 #: The most bytes of rows one document may emit (the engine's document limit).
 ROW_LIMIT = DEFAULTS["max_document_size"]
@@ -73,19 +74,36 @@ class Mapper(Protocol):
 
 @dataclass(frozen=True)
 class MapOptions:
-    """A design document's ``options`` that change what its views index, as
-    couch_mrview reads them (design_options_test.exs): ``include_design`` maps
-    design documents too, ``local_seq`` gives each document its ``_local_seq``."""
+    """The options that change what a view's index holds, as couch_mrview reads
+    them: the design document's ``include_design`` maps design documents too and
+    its ``local_seq`` gives each document its ``_local_seq`` (design_options_test.exs);
+    the view's own ``"collation": "raw"`` orders its keys by Erlang's term order
+    (``spec.collation.collate_raw``; view_collation_raw_test.exs), any other value
+    by the default view collation."""
 
     include_design: bool = False
     local_seq: bool = False
+    raw_collation: bool = False
 
     @classmethod
-    def of(cls, ddoc: Mapping[str, Any]) -> MapOptions:
+    def of(cls, ddoc: Mapping[str, Any], view: Any = None) -> MapOptions:
+        """The options of ``ddoc``'s view ``view`` (its definition: ``{"map": ...}``)."""
         options = ddoc.get("options")
         if not isinstance(options, dict):
-            return cls()
-        return cls(options.get("include_design") is True, options.get("local_seq") is True)
+            options = {}
+        view_options = view.get("options") if isinstance(view, dict) else None
+        raw = isinstance(view_options, dict) and view_options.get("collation") == "raw"
+        return cls(options.get("include_design") is True, options.get("local_seq") is True, raw)
+
+    @property
+    def key_of(self) -> Callable[[Any], str]:
+        """The sort key of the view's keys in its collation."""
+        return collation_key(raw=self.raw_collation)
+
+
+def collation_key(*, raw: bool) -> Callable[[Any], str]:
+    """The sort key of a view's keys: the raw collation's, or the default one's."""
+    return raw_sort_key if raw else sort_key
 
 
 @dataclass(frozen=True)
@@ -107,16 +125,18 @@ def signature(
     signature counts the design options and the lib too). A view without options or
     lib keeps the signature it had before they counted."""
     signed: list[Any] = [INDEX_LAYOUT, language, map_source]
-    if options != MapOptions():
+    if options.include_design or options.local_seq:
         signed.append([options.include_design, options.local_seq])
+    if options.raw_collation:
+        signed.append("raw")  # couch_mrview keys a view by its map *and* its options
     if lib:
         signed.append(["lib", lib])
     return hashlib.sha256(json.dumps(signed).encode()).hexdigest()[:32]
 
 
-def row_id(key: Any, doc_id: str, n: int) -> str:
+def row_id(key: Any, doc_id: str, n: int, key_of: Callable[[Any], str] = sort_key) -> str:
     # Rows with equal keys go by raw document id, as CouchDB's less_json_ids.
-    return "r" + sort_key(key) + code_point_key(doc_id) + f"{n:08d}"
+    return "r" + key_of(key) + code_point_key(doc_id) + f"{n:08d}"
 
 
 class _NoMap:
@@ -298,7 +318,7 @@ class ViewIndex:
             # document (main.js handleViewError).
             return {}
         return {
-            row_id(key, doc_id, n): {"k": key, "v": value, "d": doc_id}
+            row_id(key, doc_id, n, options.key_of): {"k": key, "v": value, "d": doc_id}
             for n, (key, value) in enumerate(rows["rows"])
         }
 
@@ -311,19 +331,21 @@ class ViewIndex:
         *,
         descending: bool,
         inclusive_end: bool,
+        key_of: Callable[[Any], str] = sort_key,
     ) -> Iterator[dict[str, Any]]:
         """The rows between ``(key, doc id or None)`` bounds (or ids from
-        :func:`prefix_bound`), in view order."""
+        :func:`prefix_bound`), in view order; ``key_of``: the view's sort key
+        (``MapOptions.key_of``)."""
         lo = "r" if not descending else "r" + _LAST
         if isinstance(start, str):
             lo = start
         elif start is not None:
-            lo = _bound(start, upper=descending)
+            lo = _bound(start, key_of, upper=descending)
         hi = ("r" + _LAST) if not descending else "r"
         if isinstance(end, str):
             hi = end
         elif end is not None:
-            hi = _bound(end, upper=inclusive_end != descending)
+            hi = _bound(end, key_of, upper=inclusive_end != descending)
         # Exclusive ends are ids no row has (a bare key prefix or key + _LAST). A page
         # at a time, so a reader that stops early (a limit) reads no further.
         skip = 0
@@ -348,11 +370,17 @@ class ViewIndex:
         state = self.checkpoint()
         return state["rows"], state["docs"]
 
-    def rows_before(self, start: tuple[Any, str | None], *, descending: bool) -> int:
+    def rows_before(
+        self,
+        start: tuple[Any, str | None],
+        *,
+        descending: bool,
+        key_of: Callable[[Any], str] = sort_key,
+    ) -> int:
         """How many rows come before ``start`` in the query's direction, from the
         index database's own offset (stored reductions), not by reading them: its
         back-index (``b``) and checkpoint (``c``) ids sort before every row."""
-        at = _bound(start, upper=descending)
+        at = _bound(start, key_of, upper=descending)
         offset = self.db.all_docs(startkey=at, limit=0, descending=descending)["offset"]
         if descending:
             return int(offset)  # nothing but rows sorts after a row id
@@ -385,11 +413,11 @@ def prefix_bound(prefix: list[Any], *, above: bool) -> str:
     return text[:-1] + _LAST if above else text
 
 
-def _bound(bound: tuple[Any, str | None], *, upper: bool) -> str:
+def _bound(bound: tuple[Any, str | None], key_of: Callable[[Any], str], *, upper: bool) -> str:
     """The id at a range end: below every row of the key (``upper`` False) or
     above every row of it (True), narrowed to one document when its id is given."""
     key, doc_id = bound
-    text = "r" + sort_key(key)
+    text = "r" + key_of(key)
     if doc_id is not None:
         text += code_point_key(doc_id)
     return text + _LAST if upper else text

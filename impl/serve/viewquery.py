@@ -23,7 +23,7 @@ import asyncio
 import json
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,8 +48,8 @@ from settee.serve.protocol import (
 from settee.serve.reducers import first_of, last_of, ranked, stats_of, sum_of
 from settee.serve.registry import DbEntry
 from settee.serve.state import State
-from settee.serve.viewindex import MapOptions, Mapper, ViewIndex, signature
-from settee.spec.collation import collate_json
+from settee.serve.viewindex import MapOptions, Mapper, ViewIndex, collation_key, signature
+from settee.spec.collation import collate_json, collate_raw
 from settee.tokens import encode_token
 
 __all__ = [
@@ -99,6 +99,13 @@ class ViewQuery:
     att_encoding_info: bool = False  # with include_docs: settee.serve.encoding
     # Resolved by ``validated``: None: no grouping; -1: group=true (exact keys); N: a prefix.
     group_level: int | None = None
+    # Set by ``validated`` from the view's options: its keys' order is Erlang's term order.
+    raw_collation: bool = False
+
+    @property
+    def key_of(self) -> Callable[[Any], str]:
+        """The sort key of the view's keys (``MapOptions.key_of``)."""
+        return collation_key(raw=self.raw_collation)
 
 
 _DEFAULTS: dict[str, Any] = {
@@ -308,7 +315,8 @@ def _same_term(a: Any, b: Any) -> bool:
 
 def validated(functions: ViewFunctions, q: ViewQuery) -> ViewQuery:
     """``q`` checked against its view (couch_mrview_util:validate_args, then
-    check_range), in CouchDB's order, with its grouping resolved."""
+    check_range), in CouchDB's order, with its grouping and collation resolved."""
+    q = replace(q, raw_collation=functions.mapper.options.raw_collation)
     # determine_group_level
     if q.group is False and q.level:
         raise _parse_error("Can't specify group=false and group_level>0 at the same time")
@@ -344,7 +352,7 @@ def _check_range(q: ViewQuery) -> None:
     low, high = b"", b"\xff"  # the default doc ids: below and above every id
     start_id = _id_bytes(q.start_docid, high if q.descending else low)
     end_id = _id_bytes(q.end_docid, low if q.descending else high)
-    order = collate_json(q.start, q.end)
+    order = (collate_raw if q.raw_collation else collate_json)(q.start, q.end)
     less = order < 0 or (order == 0 and start_id < end_id)
     if not q.descending and not less:
         raise _parse_error(
@@ -429,11 +437,16 @@ def _rows(index: ViewIndex, q: ViewQuery) -> list[dict[str, Any]]:
                 (key, q.end_docid),
                 descending=q.descending,
                 inclusive_end=inclusive,
+                key_of=q.key_of,
             )
         return found
     start = None if q.start is _UNSET else (q.start, q.start_docid)
     end = None if q.end is _UNSET else (q.end, q.end_docid)
-    return list(index.rows(start, end, descending=q.descending, inclusive_end=q.inclusive_end))
+    return list(
+        index.rows(
+            start, end, descending=q.descending, inclusive_end=q.inclusive_end, key_of=q.key_of
+        )
+    )
 
 
 def _window(rows: list[Any], q: ViewQuery) -> list[Any]:
@@ -466,7 +479,7 @@ def _offset(index: ViewIndex, rows: list[dict[str, Any]], q: ViewQuery, total: i
     """Rows before the first one returned, in the direction of the query."""
     if q.keys is not None or q.start is _UNSET:
         return min(total, q.skip)
-    before = index.rows_before((q.start, q.start_docid), descending=q.descending)
+    before = index.rows_before((q.start, q.start_docid), descending=q.descending, key_of=q.key_of)
     return min(total, before + q.skip)
 
 
@@ -673,10 +686,9 @@ def view_signatures(ddoc: Mapping[str, Any]) -> set[str]:
     ``open_view`` signs its map function (``design.DesignFunctions.view``)."""
     views = ddoc.get("views")
     language = str(ddoc.get("language", "javascript"))
-    options = MapOptions.of(ddoc)
     lib = views_lib(ddoc)
     return {
-        signature(view["map"], language, options, lib)
+        signature(view["map"], language, MapOptions.of(ddoc, view), lib)
         for view in (views.values() if isinstance(views, dict) else [])
         if isinstance(view, dict) and isinstance(view.get("map"), str)
     }
