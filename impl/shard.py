@@ -772,6 +772,12 @@ def _info_of(
 ) -> DocInfo:
     """The DocInfo of ``tree`` with these stored ``bodies`` at ``seq``: its winner,
     and its active size (the bodies of its leaves)."""
+    if len(tree) == 1:
+        # A document's first revision (every insert): its own winner and only leaf.
+        ((winner, (_, deleted)),) = tree.items()
+        entry = bodies.get(winner)
+        active = 0 if entry is None else stored_size(entry)
+        return DocInfo(doc_id, seq, deleted, tree, bodies, active, winner)
     winner = revtree.winner(tree)
     leaves = set(revtree.leaves(tree))
     active = sum(stored_size(p) for r, p in bodies.items() if r in leaves)

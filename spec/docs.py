@@ -41,12 +41,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from settee.spec.attachments import Inline, Stub, validate_attachments
 from settee.spec.config import DEFAULTS
 from settee.spec.docids import new_docid
 from settee.spec.errors import BadRequest
+from settee.spec.format import encode_payload
 from settee.spec.revs import MAX_HASH_LENGTH, MAX_REV_POS, check_rev, format_rev, is_valid_hash
 from settee.spec.values import (
     describe,
@@ -340,7 +339,7 @@ def _normalise(body: dict[str, Any], max_document_size: int) -> tuple[dict[str, 
     change those between a check and a pack (a check-only pass without the copy
     stored unchecked bytes and NaN that way)."""
     normal = _plain_body(body, max_document_size)
-    packed = msgpack.packb(normal, use_bin_type=True)
+    packed = encode_payload(normal)
     if len(packed) > max_document_size:
         raise BadRequest(
             f"document body is {len(packed)} bytes, above max_document_size="

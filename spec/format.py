@@ -16,6 +16,7 @@ Vocabulary (see FORMAT.md):
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,17 @@ def encode_payload(obj: Any) -> bytes:
 
     Raises ``TypeError`` (or ``ValueError``/``OverflowError``) for values msgpack cannot hold.
     """
-    return msgpack.packb(obj, use_bin_type=True)
+    # packb's bytes, from a Packer kept per thread (a Packer is not thread-safe, and
+    # writers of different shards pack at once): packb builds a Packer per call, which
+    # cost more than packing a by_id value. A pack that raises leaves it empty.
+    try:
+        pack = _PACKERS.pack
+    except AttributeError:
+        pack = _PACKERS.pack = msgpack.Packer(use_bin_type=True).pack
+    return pack(obj)  # type: ignore[no-any-return]
+
+
+_PACKERS = threading.local()
 
 
 def decode_payload(data: bytes) -> Any:
