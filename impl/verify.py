@@ -10,7 +10,11 @@ Campaigns (each in its own process, ``--jobs`` at a time):
 * ``crash`` — crash at every io step into every crash-state kind, reopen,
   compare with the reference after a prefix of each shard's commits;
 * ``corruption`` — single bit flips in every stored term of a real database:
-  every affected read raises CorruptionError, unaffected reads are exact.
+  every affected read raises CorruptionError, unaffected reads are exact;
+* ``semantics`` — the semantic suite (``settee.proof.test_semantics``, one fixed test
+  per rule CouchDB documents, and ``test_hostile_input``) against the engine over 4
+  shards, once: the rules a random machine may take long to draw (a recreation's
+  tie-break, an edit of a deleted losing leaf) are asked for by name.
 
 Campaigns repeat in short seeded batches until their share of ``--minutes``
 runs out (or once with ``--examples N``). A failure stops its campaign, prints
@@ -44,7 +48,7 @@ from settee.spec.errors import SetteeError
 
 __all__ = ["CAMPAIGNS", "CampaignResult", "add_parser", "run_verify"]
 
-CAMPAIGNS = ("equivalence", "interleavings", "stress", "crash", "corruption")
+CAMPAIGNS = ("equivalence", "interleavings", "stress", "crash", "corruption", "semantics")
 #: Hypothesis examples per batch: short enough that the time budget is kept.
 BATCH_EXAMPLES = {"equivalence": 25, "interleavings": 40}
 #: Seconds a failure may always spend shrinking, even when the budget is spent: the
@@ -65,6 +69,7 @@ class CampaignResult:
     histories: int = 0
     crash_states: int = 0
     corruptions: int = 0
+    tests: int = 0
     failures: int = 0
     seconds: float = 0.0
     skipped: str = ""
@@ -156,6 +161,58 @@ def _corruption_batch(result: CampaignResult, seed: int) -> None:
             result.replay = {"kind": "corruption", "seed": seed}
 
 
+#: The semantic suites the ``semantics`` campaign runs.
+SEMANTIC_SUITES = ("settee.proof.test_semantics", "settee.proof.test_hostile_input")
+
+
+def _semantic_batch(result: CampaignResult, examples: int | None, test: str = "") -> None:
+    """Run the semantic suites against the engine, once (the first ``examples`` tests
+    only, when given; only the test function ``test`` of them, when given: a replay),
+    stopping at the first failure, which becomes the reproducer."""
+    import pytest
+
+    outcomes = _Outcomes(test)
+    args = [
+        *("-vv", "-x", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts="),
+        *("--import-mode=importlib", "--settee-grid=one", f"--settee-engine={result.engine}"),
+        *([f"--settee-first={examples}"] if examples is not None else []),
+        "--pyargs",
+        *SEMANTIC_SUITES,
+    ]
+    code = pytest.main(args, plugins=[outcomes])
+    result.tests += outcomes.passed
+    if outcomes.failed is not None:
+        report = outcomes.failed
+        result.failures += 1
+        where = report.nodeid.lstrip(":")  # the suite's path relative to the rootdir: none
+        result.reproducer = f"{where} failed:\n{report.longreprtext[-6000:]}"
+        name = report.nodeid.split("::")[-1].split("[")[0]
+        result.replay = {"kind": "semantics", "test": name}
+    elif code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        result.failures += 1
+        result.reproducer = f"the semantic suite did not run: pytest exited {code!r}"
+
+
+class _Outcomes:
+    """A pytest plugin counting the tests that passed and keeping the first failure;
+    with ``test``, it keeps only the tests of that function."""
+
+    def __init__(self, test: str = "") -> None:
+        self.test = test
+        self.passed = 0
+        self.failed: Any = None
+
+    def pytest_collection_modifyitems(self, config: Any, items: list[Any]) -> None:
+        if self.test:
+            items[:] = [i for i in items if getattr(i, "originalname", i.name) == self.test]
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed and self.failed is None:
+            self.failed = report
+        elif report.when == "call" and report.passed:
+            self.passed += 1
+
+
 def _unsupported(name: str, engine: str) -> str:
     """Why campaign ``name`` cannot run on ``engine`` ('' if it can)."""
     if name in ("corruption", "crash"):
@@ -192,6 +249,8 @@ def run_one(
                 _crash_batch(result, batch_seed, max(5.0, min(60.0, left)))
             elif name == "corruption":
                 _corruption_batch(result, batch_seed)
+            elif name == "semantics":
+                _semantic_batch(result, examples)
             else:
                 left = 60.0 if examples is not None else deadline - time.monotonic()
                 with _shrinking_bounded_by(max(shrink_floor, left)):
@@ -199,8 +258,8 @@ def run_one(
             result.batches += 1
             result.seconds = time.monotonic() - started
             progress.put((name, _progress_line(result)))
-            if examples is not None or time.monotonic() >= deadline:
-                break
+            if examples is not None or name == "semantics" or time.monotonic() >= deadline:
+                break  # the semantic suite is fixed: once is all it asks
     return result
 
 
@@ -211,6 +270,7 @@ def _progress_line(r: CampaignResult) -> str:
         f"{r.histories} histories" if r.histories else "",
         f"{r.crash_states} crash states" if r.crash_states else "",
         f"{r.corruptions} corruptions" if r.corruptions else "",
+        f"{r.tests} tests" if r.tests else "",
         f"{r.failures} FAILED" if r.failures else "",
     ]
     return f"{r.name:13} {', '.join(c for c in counts if c)} ({r.seconds:.0f} s)"
@@ -358,6 +418,7 @@ def _print_summary(results: list[CampaignResult], out: TextIO) -> None:
         "histories",
         "crash states",
         "corruptions",
+        "tests",
         "failures",
         "time",
     )
@@ -369,6 +430,7 @@ def _print_summary(results: list[CampaignResult], out: TextIO) -> None:
             str(r.histories),
             str(r.crash_states),
             str(r.corruptions),
+            str(r.tests),
             "skipped" if r.skipped else str(r.failures),
             f"{r.seconds:.0f} s",
         )
@@ -397,7 +459,9 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise SetteeError(f"{path}: not a settee verify failure file (not a JSON object)")
     replay = saved.get("replay")
     kind = replay.get("kind") if isinstance(replay, dict) else None
-    needs = {"stateful": "token", "crash": "seed", "corruption": "seed"}.get(str(kind))
+    needs = {"stateful": "token", "crash": "seed", "corruption": "seed", "semantics": "test"}.get(
+        str(kind)
+    )
     value = replay.get(needs) if needs and isinstance(replay, dict) else None
     named = all(isinstance(saved.get(key), str) for key in ("name", "engine"))
     if value in (None, "") or not named:
@@ -406,7 +470,12 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "its reproducer is in the file. An interleavings failure saved without a "
             "token is one Hypothesis could not run again with the same choices"
         )
-    problem = _token_problem(value) if needs == "token" else _seed_problem(value)
+    if needs == "token":
+        problem = _token_problem(value)
+    elif needs == "test":
+        problem = _test_problem(value)
+    else:
+        problem = _seed_problem(value)
     if not problem:
         token_engine = value.split("|")[1] if needs == "token" else saved["engine"]
         problem = _engine_problem(saved["engine"]) or _engine_problem(token_engine)
@@ -460,6 +529,13 @@ def _engine_problem(spec: str) -> str:
     return ""
 
 
+def _test_problem(test: Any) -> str:
+    """Why a semantics replay's test name is unusable ('' if it is usable)."""
+    if isinstance(test, str) and re.fullmatch(r"test_\w{1,200}", test, re.ASCII):
+        return ""
+    return f"its test {test!r} is not the name of a test function"
+
+
 def _seed_problem(seed: Any) -> str:
     """Why a crash or corruption seed is unusable ('' if it is usable): any int
     ``--seed`` can lead to."""
@@ -480,6 +556,9 @@ def _replay(path: str, out: TextIO) -> int:
     result = CampaignResult(saved["name"], saved["engine"])
     if replay["kind"] == "crash":
         _crash_batch(result, replay["seed"], budget=15.0)  # its workload comes first
+    elif replay["kind"] == "semantics":
+        with contextlib.redirect_stdout(io.StringIO()):
+            _semantic_batch(result, None, test=replay["test"])
     else:
         _corruption_batch(result, replay["seed"])
     out.write((result.reproducer or "did not reproduce") + "\n")

@@ -27,13 +27,36 @@ def test_verify_passes_on_the_engine_and_counts_every_campaign(tmp_path: Path) -
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "settee verify passed" in run.stdout
     campaigns = {c["name"]: c for c in json.loads(report.read_text())["campaigns"]}
-    assert set(campaigns) == {"equivalence", "interleavings", "stress", "crash", "corruption"}
+    assert set(campaigns) == {
+        *("equivalence", "interleavings", "stress", "crash", "corruption", "semantics")
+    }
     assert campaigns["equivalence"]["operations"] > 0
     assert campaigns["interleavings"]["histories"] > 0
     assert campaigns["stress"]["histories"] > 0
     assert campaigns["crash"]["crash_states"] > 0
     assert campaigns["corruption"]["corruptions"] > 0
+    assert campaigns["semantics"]["tests"] == 3  # --examples: the first three tests
     assert all(c["failures"] == 0 for c in campaigns.values())
+
+
+def test_verify_runs_the_semantic_suite_and_replays_its_failure(tmp_path: Path) -> None:
+    """A mutant only the semantic suite's fixed tests catch in seconds (a deleted leaf
+    listed as a conflict) fails ``settee verify``: it ran the machines and campaigns
+    but not the suite, so a slip the machine is slow to draw passed the main job
+    (found in the fifth mutation round). Its replay runs the failing test again."""
+    engine = "settee.proof.stateful.mutants:conflicts_with_deleted"
+    run = _verify(tmp_path, "--engine", engine, "--only", "semantics", "--examples", "60")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "test_live_leaf_beats_longer_deleted_branch" in run.stdout
+    assert "_conflicts" in run.stdout  # the assertion's diff is the reproducer
+    saved = tmp_path / "settee-verify-semantics-failure.json"
+    assert json.loads(saved.read_text())["replay"] == {
+        "kind": "semantics",
+        "test": "test_live_leaf_beats_longer_deleted_branch",
+    }
+    again = _verify(tmp_path, "--replay", str(saved))
+    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "test_live_leaf_beats_longer_deleted_branch" in again.stdout
 
 
 @pytest.mark.parametrize("mutant", ["lost_update", "no_tombstone"])

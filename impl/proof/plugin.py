@@ -18,13 +18,17 @@ What it adds:
 * ``--settee-engine MODULE:CALLABLE`` (repeatable; ``SETTEE_ENGINE``, comma separated, is
   its environment twin): the engines under test, ``settee:open`` by default;
 * the fixtures ``engine_param`` (each implementation: the reference, then each engine over
-  shards 1, 2, 4 x both read modes when its factory takes ``shards``), ``opener``,
+  shards 1, 2, 4 x both read modes when its factory takes ``shards``; with
+  ``--settee-grid one`` each engine once, over 4 shards when its factory takes
+  ``shards``, and no reference: what ``settee verify``'s semantics campaign runs),
+  ``opener``,
   ``engine``, ``reopen`` (the semantic suite), ``engine_spec`` (the machines: each engine)
   and ``crash_factory`` (the crash suite: the first engine that is not the reference);
   at teardown ``settee check`` must find nothing wrong in any database settee's own
   engine left on disk; a test whose engine never returns fails with ``Hung`` after three
   call timeouts (``settee.proof.stateful.watchdog``);
 * the proof's ``slow`` campaigns are deselected unless ``-m`` chooses markers;
+  ``--settee-first N`` keeps the first N tests collected (a smoke run);
 * one summary line of what the proof checked (steps, histories, crash states, ...).
 """
 
@@ -57,6 +61,7 @@ register_profiles()
 
 SHARDS = (1, 2, 4)
 READ_MODES = ("parallel", "serialized")
+GRIDS = ("full", "one")
 #: The packages of the proof; in an editable install the mapped ones live outside
 #: settee/proof/ (in stateful_tests/ and crash_tests/).
 PACKAGES = ("settee.proof", "settee.proof.stateful", "settee.proof.crash")
@@ -104,6 +109,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="engine factory the proof tests instead of settee:open (repeatable; "
         "env SETTEE_ENGINE, comma separated)",
     )
+    group.addoption(
+        "--settee-grid",
+        choices=GRIDS,
+        default="full",
+        help="full: the reference, then each engine over shards 1, 2, 4 x both read "
+        "modes; one: each engine once (4 shards when it takes shards), no reference",
+    )
+    group.addoption(
+        "--settee-first",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run only the first N tests collected (a smoke run)",
+    )
 
 
 def _choose_profile(config: pytest.Config, default: str | None) -> None:
@@ -146,15 +165,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out the proof's ``slow`` campaigns unless ``-m`` says which markers run."""
-    if config.option.markexpr:
-        return
-    dirs = config.stash[_DIRS]
-    slow = [i for i in items if i.get_closest_marker("slow") and _in_proof(i.path, dirs)]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        left_out = set(map(id, slow))
-        items[:] = [i for i in items if id(i) not in left_out]
+    """Leave out the proof's ``slow`` campaigns unless ``-m`` says which markers run,
+    then all but the first ``--settee-first`` tests."""
+    if not config.option.markexpr:
+        dirs = config.stash[_DIRS]
+        slow = [i for i in items if i.get_closest_marker("slow") and _in_proof(i.path, dirs)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            left_out = set(map(id, slow))
+            items[:] = [i for i in items if id(i) not in left_out]
+    first = config.getoption("settee_first", default=None)
+    if first is not None and len(items) > max(first, 0):
+        config.hook.pytest_deselected(items=items[max(first, 0) :])
+        del items[max(first, 0) :]
 
 
 # -- the engines under test -----------------------------------------------------------------
@@ -178,8 +201,11 @@ class EngineParam:
         return load_factory(self.spec)
 
 
-def engine_params(specs: list[str]) -> list[EngineParam]:
-    """The reference plus each engine spec over the shards x read_mode grid."""
+def engine_params(specs: list[str], grid: str = "full") -> list[EngineParam]:
+    """The reference plus each engine spec over the shards x read_mode grid; with
+    ``grid="one"`` each engine spec once, over the most shards when it takes them."""
+    if grid == "one":
+        return [_one_param(spec) for spec in specs]
     params = []
     try:
         load_factory(REFERENCE)
@@ -205,10 +231,19 @@ def engine_params(specs: list[str]) -> list[EngineParam]:
     return params
 
 
+def _one_param(spec: str) -> EngineParam:
+    try:
+        factory = load_factory(spec)
+    except LookupError as exc:
+        return EngineParam(spec, skip_reason=str(exc))
+    return EngineParam(spec, {"shards": max(SHARDS)} if accepts_option(factory, "shards") else {})
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine_param" in metafunc.fixturenames:
         params = []
-        for p in engine_params(engine_specs(metafunc.config)):
+        grid = metafunc.config.getoption("settee_grid", default="full")
+        for p in engine_params(engine_specs(metafunc.config), grid):
             marks = [pytest.mark.skip(reason=p.skip_reason)] if p.skip_reason else []
             params.append(pytest.param(p, id=p.id, marks=marks))
         metafunc.parametrize("engine_param", params)
