@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -39,6 +41,88 @@ def test_a_spinning_loop_in_another_thread_is_interrupted() -> None:
     t.join(10)
     assert not t.is_alive() and len(caught) == 1
     assert "no engine call returned within 0.3 s" in str(caught[0])
+
+
+#: Run in a process of its own: on CPython 3.11 an asynchronous-exception flag left up
+#: makes a profiled call spin at its first instruction for ever (found when
+#: test_bench's cProfile ran after a watchdog had fired in the same xdist worker), so
+#: the timeout is the failure. The profile runs once the watchdog has interrupted the
+#: thread (still armed, when it never returns) and again after the last disarm.
+_PROFILE_AFTER_A_HANG = """
+import cProfile, sys, threading, time
+from settee.proof.stateful import watchdog
+from settee.proof.stateful.watchdog import Hung
+
+def spin():
+    while True:
+        pass
+
+def interrupted(hang):
+    try:
+        with watchdog.watching(0.2):
+            hang()
+    except Hung:
+        print("interrupted")
+
+def work():
+    return sum(i for i in range(1000))
+
+def profiled():
+    cProfile.Profile().runcall(work)
+
+hang = spin if sys.argv[1] == "spins" else threading.Event().wait
+t = threading.Thread(target=interrupted, args=(hang,), daemon=True)
+t.start()
+while not watchdog.fired():
+    time.sleep(0.01)
+if hang is spin:
+    t.join()
+profiled()
+watchdog.disarm()  # gives up on a thread blocked for ever; a no-op after one that returned
+profiled()
+print("profiled")
+"""
+
+
+@pytest.mark.parametrize("hang", ["spins", "blocks"])
+def test_a_profiler_still_runs_after_the_watchdog_interrupted_another_thread(hang: str) -> None:
+    """A thread that spins takes its Hung and disarms; one blocked in C for ever never
+    takes it. Neither may leave the interpreter's pending-exception flag up, which
+    only a thread taking its own exception lowers (watchdog.py, _post)."""
+    command = [sys.executable, "-c", _PROFILE_AFTER_A_HANG, hang]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a profiled call spun for ever after the watchdog fired")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == ("interrupted\nprofiled\n" if hang == "spins" else "profiled\n")
+
+
+def test_lowering_the_flag_keeps_the_exception_of_a_thread_that_wakes_later() -> None:
+    """_post lowers the interpreter's flag as soon as it has posted: a thread blocked
+    in C then must still take its Hung when it runs bytecode again (it raises the
+    flag again as it takes the GIL back), not spin on without it."""
+    inside, release = threading.Event(), threading.Event()
+    caught: list[BaseException] = []
+
+    def wakes_later() -> None:
+        try:
+            inside.set()
+            release.wait()  # the Hung lands as it returns (its Python code), or below
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                pass
+        except Hung as exc:
+            caught.append(exc)
+
+    t = threading.Thread(target=wakes_later, daemon=True)
+    t.start()
+    inside.wait()
+    time.sleep(0.05)  # into its wait
+    watchdog._post(t.ident or 0, Hung)
+    release.set()
+    t.join(10)
+    assert len(caught) == 1
 
 
 def test_beats_keep_it_quiet_and_a_disarmed_watchdog_never_fires() -> None:

@@ -16,6 +16,12 @@ whose handler raises — a signal also ends a blocking wait (``lock.acquire``,
 ``Future.result``), which is where a caller waiting for a dropped write sits.
 In any other thread, by ``PyThreadState_SetAsyncExc``, which only lands when
 that thread next runs Python bytecode (a spinning loop, not a blocked wait).
+Before 3.13 that call also raises a flag of the whole interpreter, lowered only
+when a thread takes its own exception: a thread blocked for ever never does, and
+a cancel (``NULL``) raises it with nothing to take. Left up, it costs every
+thread a detour in the eval loop, and on 3.11 a profiled or traced call spins at
+its first instruction for ever; so each post is followed by one to a thread of
+the watchdog's own, which takes it and so lowers the flag (:func:`_post`).
 
 ``Hung`` is an ``AssertionError``, so Hypothesis counts it as a failure and
 prints the steps that led to it; :func:`settee.proof.stateful.observe.outcome`
@@ -27,9 +33,11 @@ machine, so only a call that does not return reaches it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -87,6 +95,9 @@ class _State:
         #: stale by the time it lands (the call it was for has returned).
         self.generation = 0
         self.fired_generation = -1
+        #: Whether a Hung was posted as an asynchronous exception since the outermost
+        #: arm: the last disarm cancels it, in case it was never delivered.
+        self.posted = False
 
 
 _state = _State()
@@ -134,9 +145,11 @@ def _disarm(level: int | None) -> None:
         if keep < len(levels):
             del levels[keep:]
             _state.generation += 1
-            if not levels and _state.target != threading.main_thread().ident:
-                # Cancel an asynchronous Hung not delivered yet (NULL clears it).
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(_state.target), None)
+        if not levels and _state.posted:
+            # Cancel an asynchronous Hung not delivered yet. Outside the branch above:
+            # a Hung landing before this line makes disarm run again, levels gone.
+            _post(_state.target, None)
+            _state.posted = False
         if levels:
             _state.deadline = time.monotonic() + levels[-1]
         _state.cond.notify()
@@ -197,7 +210,49 @@ def _interrupt(ident: int) -> None:
     if ident == threading.main_thread().ident and _handler_installed():
         signal.pthread_kill(ident, SIGNAL)
     else:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(Hung))
+        _state.posted = True
+        _post(ident, Hung)
+
+
+#: Until 3.13 the flag saying "a thread has an asynchronous exception" is the
+#: interpreter's (measured: 3.11 and 3.12 keep it up after a cancel, 3.13 does not).
+_SHARED_FLAG = sys.version_info < (3, 13)
+
+
+class _Lowered(BaseException):
+    """Posted to, and taken by, the watchdog's own short-lived thread (:func:`_post`)."""
+
+
+def _post(ident: int, exc: type[BaseException] | None) -> None:
+    """Queue ``exc`` for thread ``ident`` (``None`` cancels one not delivered yet) and
+    leave the interpreter's flag down. Lowering it does not lose ``ident``'s
+    exception: a thread taking the GIL back raises the flag again when it has one
+    waiting, and the target cannot run while the lowering thread holds the GIL."""
+    _set_async_exc(ident, exc)
+    if not _SHARED_FLAG:
+        return
+    lowering = threading.Thread(target=_take_own, name="settee-watchdog-flag", daemon=True)
+    with contextlib.suppress(RuntimeError):  # no new threads at interpreter shutdown
+        lowering.start()
+        lowering.join()
+
+
+def _set_async_exc(ident: int, exc: type[BaseException] | None) -> None:
+    arg = None if exc is None else ctypes.py_object(exc)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), arg)
+
+
+def _take_own() -> None:
+    """Post :class:`_Lowered` to this thread and take it: taking one's own asynchronous
+    exception is what lowers the flag (and recomputes the eval breaker)."""
+    try:
+        _set_async_exc(threading.get_ident(), _Lowered)
+        # It lands at the next check of the eval breaker, the call's return; the
+        # loop (bounded, should that ever change) gives it more checks.
+        for _ in range(1_000_000):
+            pass
+    except _Lowered:
+        return
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
