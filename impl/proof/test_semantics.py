@@ -588,6 +588,41 @@ def test_new_edits_false_creates_conflicts(engine: Any) -> None:
     assert entry["changes"] == [{"rev": leaves[0]}]
 
 
+def test_an_edit_may_extend_a_deleted_losing_leaf(engine: Any) -> None:
+    """§4/§5: ``_rev`` may name any leaf of a live document, a deleted losing one too
+    (couch_db_updater:merge_rev_tree: the edit extends a leaf), so put and delete of
+    a tombstone leaf beside a live winner make its child (found by mutation testing:
+    an engine refusing them passed the suite and the machine, which never drew a
+    deleted losing leaf to edit)."""
+    replicate(engine, "a", ["2-" + H["a"], "1-" + H["0"]], {"live": True})
+    replicate(engine, "a", ["2-" + H["9"], "1-" + H["0"]], deleted=True)
+    assert engine.get("a") == {"_id": "a", "_rev": "2-" + H["a"], "live": True}
+    edited = engine.put({"_id": "a", "_rev": "2-" + H["9"], "back": 1})["rev"]
+    assert pos(edited) == 3
+    assert engine.get("a", rev=edited, revs=True)["_revisions"] == {
+        "start": 3,
+        "ids": [hash_of(edited), H["9"], H["0"]],
+    }
+    assert engine.get("a", conflicts=True)["_conflicts"] == ["2-" + H["a"]]
+    replicate(engine, "b", ["2-" + H["a"], "1-" + H["0"]], {"live": True})
+    replicate(engine, "b", ["2-" + H["9"], "1-" + H["0"]], deleted=True)
+    tomb = engine.delete("b", "2-" + H["9"])["rev"]
+    assert pos(tomb) == 3
+    assert engine.get("b", rev=tomb) == {"_id": "b", "_rev": tomb, "_deleted": True}
+    assert engine.get("b") == {"_id": "b", "_rev": "2-" + H["a"], "live": True}
+
+
+def test_recreation_extends_the_winning_tombstone_of_equal_positions(engine: Any) -> None:
+    """§4: a create over a deleted document extends the *winning* tombstone; with two
+    at one position that is the larger hash, whichever was stored first (found by
+    mutation testing: an engine taking the first highest tombstone it met passed)."""
+    replicate(engine, "a", ["1-" + H["3"]], deleted=True)
+    replicate(engine, "a", ["1-" + H["9"]], deleted=True)
+    replicate(engine, "a", ["1-" + H["5"]], deleted=True)
+    rev = engine.put({"_id": "a", "v": 1})["rev"]
+    assert engine.get("a", revs=True)["_revisions"] == {"start": 2, "ids": [hash_of(rev), H["9"]]}
+
+
 def test_winner_deep_branch_beats_wide(engine: Any) -> None:
     """The winner is the leaf with the highest position, whatever its hash
     (couch_key_tree / couch_doc:to_doc_info sort by {not deleted, pos, rev})."""
@@ -1008,6 +1043,15 @@ def test_changes_since_last_seq_is_empty(engine: Any) -> None:
     assert ids_of(engine.changes(since=last)) == ["c"]
 
 
+def test_changes_since_the_string_zero_is_since_zero(engine: Any) -> None:
+    """§9: ``since="0"`` is CouchDB's HTTP spelling of 0, the whole feed (found by
+    mutation testing: an engine reading it as "now" passed)."""
+    engine.put({"_id": "a"})
+    engine.put({"_id": "b"})
+    assert sorted(ids_of(engine.changes(since="0"))) == ["a", "b"]
+    assert ids_of(engine.changes(since="0", limit=1)) == ids_of(engine.changes(limit=1))
+
+
 def test_changes_since_now(engine: Any) -> None:
     """since=now starts at the current sequence (api/database/changes)."""
     revs = seeded(engine, ["a", "b"])
@@ -1389,6 +1433,19 @@ def test_revs_limit_applies_to_replicated_paths(opener: Any) -> None:
     assert db.get("a", revs=True)["_revisions"] == {"start": 6, "ids": [H["6"], H["5"], H["4"]]}
     # The tree itself stemmed, not only the read cut to the limit.
     assert db.revs_diff({"a": path}) == {"a": {"missing": sorted(path[3:])}}
+
+
+def test_revs_limit_stems_short_replicated_paths_that_lengthen_a_branch(opener: Any) -> None:
+    """§12: each replicated write stems the whole tree, also when the path it sends is
+    no longer than revs_limit but lengthens a branch past it (found by mutation
+    testing: an engine stemming only paths longer than the limit passed)."""
+    db = opener.open(opener.path + "-stem-short", revs_limit=2)
+    replicate(db, "a", ["2-" + H["2"], "1-" + H["1"]], {"v": 2})
+    replicate(db, "a", ["3-" + H["3"], "2-" + H["2"]], {"v": 3})
+    replicate(db, "a", ["4-" + H["4"], "3-" + H["3"]], {"v": 4})
+    assert db.get("a", revs=True)["_revisions"] == {"start": 4, "ids": [H["4"], H["3"]]}
+    asked = ["1-" + H["1"], "2-" + H["2"], "3-" + H["3"], "4-" + H["4"]]
+    assert db.revs_diff({"a": asked}) == {"a": {"missing": asked[:2]}}
 
 
 def test_revs_limit_counts_from_every_leaf_of_a_branched_tree(opener: Any) -> None:
@@ -1958,6 +2015,24 @@ def _att(data: bytes, content_type: str = "text/plain") -> dict[str, Any]:
     import base64
 
     return {"content_type": content_type, "data": base64.b64encode(data).decode("ascii")}
+
+
+def test_revpos_of_a_recreation_and_of_a_replicated_attachment_without_one(
+    engine: Any,
+) -> None:
+    """§18 [differs]: an inline attachment's revpos is the position of the revision
+    storing it, for a document recreated over a tombstone too (CouchDB gives 1), and
+    for a replicated one sent without revpos (CouchDB gives 0). Found by mutation
+    testing: engines doing either as CouchDB does passed the suite and the machine."""
+    r1 = engine.put({"_id": "a"})["rev"]
+    engine.delete("a", r1)
+    rev = engine.put({"_id": "a", "_attachments": {"t": _att(b"x")}})["rev"]
+    assert pos(rev) == 3
+    assert engine.get("a")["_attachments"]["t"]["revpos"] == 3
+    leaf = "2-" + H["b"]
+    doc = {"_id": "b", "_revisions": {"start": 2, "ids": [H["b"], H["a"]]}}
+    assert engine.bulk_docs([doc | {"_attachments": {"t": _att(b"y")}}], new_edits=False) == []
+    assert engine.get("b", rev=leaf)["_attachments"]["t"]["revpos"] == 2
 
 
 def test_attachments_are_stored_shown_as_stubs_and_read_whole(engine: Any) -> None:

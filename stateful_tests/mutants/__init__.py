@@ -364,4 +364,8 @@ from settee.proof.stateful.mutants.internals import INTERNALS  # noqa: E402
 
 MUTANTS.update(INTERNALS)
 
+from settee.proof.stateful.mutants.escapes import ESCAPES  # noqa: E402
+
+MUTANTS.update(ESCAPES)
+
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})
