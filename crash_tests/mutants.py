@@ -302,6 +302,52 @@ def truncate_torn_tail(path: str, fs: Any = None, **options: Any) -> Any:
     return settee.Database(path, fs=fs, **options)
 
 
+def keys_corruption_as_not_found(path: str, fs: Any = None, **options: Any) -> Any:
+    """settee's engine whose key lookups (``all_docs(keys=...)``) take a damaged by_id
+    leaf for an absent one: each key it holds answers ``not_found`` instead of
+    ``CorruptionError`` (a lookup that "tolerates" what it cannot read)."""
+    from settee import views
+
+    db = settee.Database(path, fs=fs, **options)
+    all_docs = db.all_docs
+
+    def quiet_all_docs(*args: Any, **kwargs: Any) -> Any:
+        key_rows = views._key_rows
+        views._key_rows = lambda snaps, query: key_rows([_QuietSnap(s) for s in snaps], query)
+        try:
+            return all_docs(*args, **kwargs)
+        finally:
+            views._key_rows = key_rows
+
+    db.all_docs = quiet_all_docs
+    return db
+
+
+class _QuietTree:
+    """A B+tree whose ``get_many`` answers None for every key when a node is damaged."""
+
+    def __init__(self, tree: Any) -> None:
+        self.tree = tree
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tree, name)
+
+    def get_many(self, wanted: Any) -> Any:
+        try:
+            return self.tree.get_many(wanted)
+        except settee.CorruptionError:
+            return [None] * len(wanted)
+
+
+class _QuietSnap:
+    def __init__(self, snap: Any) -> None:
+        self.snap = snap
+        self.by_id = _QuietTree(snap.by_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.snap, name)
+
+
 #: Mutants that change the engine itself rather than its io layer: name -> factory.
 ENGINE_MUTANTS: dict[str, Factory] = {
     "publish_before_header_fsync": publish_before_header_fsync,
@@ -309,6 +355,7 @@ ENGINE_MUTANTS: dict[str, Factory] = {
     "older_header_after_torn_tail": older_header_after_torn_tail,
     "chunk_crc_unchecked": chunk_crc_unchecked,
     "truncate_torn_tail": truncate_torn_tail,
+    "keys_corruption_as_not_found": keys_corruption_as_not_found,
 }
 
 #: Every mutant of this module: name -> engine factory.

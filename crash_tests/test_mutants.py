@@ -89,7 +89,10 @@ HANGING = {"spin_on_torn_tail"}
 
 #: Mutants the crash checker cannot see (nothing is crashed to show them): name -> the
 #: test below that catches them.
-NOT_CRASHES = {"chunk_crc_unchecked": "test_bit_flips_catch_chunks_read_without_their_crc"}
+NOT_CRASHES = {
+    "chunk_crc_unchecked": "test_bit_flips_catch_chunks_read_without_their_crc",
+    "keys_corruption_as_not_found": "test_bit_flips_catch_a_damaged_leaf_read_as_absent_keys",
+}
 #: Mutants only a crash inside a compaction shows: the whole checker reaches the
 #: compaction's steps after 15 to 30 s; the test below crashes at them alone.
 COMPACTION_ONLY = {
@@ -157,6 +160,16 @@ def test_bit_flips_catch_chunks_read_without_their_crc(tmp_path: Path) -> None:
     test write its database and read every damaged copy back."""
     factory = MUTANTS["chunk_crc_unchecked"]
     with pytest.raises(AssertionError, match=r"\(chunk\)"):
+        check_bit_flips(build_clean(str(tmp_path / "db"), factory), tmp_path)
+
+
+def test_bit_flips_catch_a_damaged_leaf_read_as_absent_keys(tmp_path: Path) -> None:
+    """An engine whose ``all_docs(keys=...)`` answers ``not_found`` for the keys of a
+    damaged by_id leaf (``keys_corruption_as_not_found``) fails the bit-flip campaign,
+    which reads every document through a key lookup too (found by mutation testing:
+    the campaign read by get and by ranges only, and this mutant passed it)."""
+    factory = MUTANTS["keys_corruption_as_not_found"]
+    with pytest.raises(AssertionError, match=r"\(node\)"):
         check_bit_flips(build_clean(str(tmp_path / "db"), factory), tmp_path)
 
 
