@@ -39,6 +39,7 @@ from settee.serve.state import State
 from settee.serve.viewquery import retryable, view_signatures
 from settee.spec.docids import new_docid
 from settee.spec.format import FORMAT_VERSION
+from settee.tokens import encode_token
 
 __all__ = [
     "MAX_DBS_INFO_KEYS",
@@ -233,7 +234,9 @@ def db_info(entry: DbEntry) -> dict[str, Any]:
             "external": info["sizes"]["active"],
             "active": info["sizes"]["active"],
         },
-        "purge_seq": entry.local.purged_infos()["purge_seq"],
+        # fabric_db_info packs it as it packs update_seq: "<count>-<opaque>", a string
+        # (api/database/common.rst: "do not rely on this string for counting").
+        "purge_seq": encode_token([entry.local.purged_infos()["purge_seq"]]),
         "doc_del_count": info["doc_del_count"],
         "doc_count": info["doc_count"],
         "disk_format_version": FORMAT_VERSION,
