@@ -110,6 +110,19 @@ class _CompactRenameDirUnsynced(_Mutant):
         return call()
 
 
+class _RetriedFsync(_Mutant):
+    """(vi) "fsyncgate": a failed fsync is tried again, and the commit acknowledged
+    when the retry succeeds; the writes the failure lost are not on the disk."""
+
+    def intercept(self, op: str, path: str, call: Any) -> Any:
+        if op != "fsync":
+            return call()
+        try:
+            return call()
+        except OSError:
+            return call()  # "a transient error": once more
+
+
 def tracking(cls: type[_Mutant]) -> Factory:
     """An engine factory whose io layer is wrapped by the mutant ``cls``."""
 
@@ -165,6 +178,7 @@ IO_MUTANTS = {
     "header_before_data": _HeaderBeforeData,
     "compact_target_unsynced": _CompactTargetUnsynced,
     "compact_rename_dir_unsynced": _CompactRenameDirUnsynced,
+    "fsync_retried": _RetriedFsync,
 }
 
 

@@ -33,13 +33,21 @@ the ``KINDS`` (``CrashState`` names one exactly, so every image replays):
 
 ``SimFS(crash_at=N)`` raises ``SimulatedCrash`` (a ``BaseException``, so engine
 code cannot swallow it as an error) from op ``N`` on and from every call after
-that, so that every engine thread stops touching the "disk". ``SimFS.replay``
+that, so that every engine thread stops touching the "disk".
+
+``SimFS(fail_fsync_at=K)`` makes the K-th file fsync (counting from 0) fail with
+EIO the way Linux's does ("fsyncgate", PostgreSQL 2018): the file's unsynced
+writes are never written back (their pages are marked clean), yet readers still
+see them, and a later fsync that succeeds does not bring them back: a crash
+leaves zeros where they were (or the bytes durable before them). An engine that
+retries the fsync and acknowledges the commit has lost it. ``SimFS.replay``
 rebuilds the page cache and durable state after any prefix of a trace, which is
 how the checker visits every crash point of one recorded run.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -81,8 +89,9 @@ class Op:
     """One mutating call. ``ino`` names the file's inode; ``path``/``dst`` its names.
 
     kinds: ``create``, ``write`` (``offset``, ``data``), ``truncate`` (``offset`` is
-    the size), ``fsync``, ``rename`` (``path`` -> ``dst``), ``remove``, ``mkdir``,
-    ``fsync_dir`` (``path`` is the directory).
+    the size), ``fsync``, ``fsync_failed`` (an fsync that failed: the file's unsynced
+    writes are lost to the disk), ``rename`` (``path`` -> ``dst``), ``remove``,
+    ``mkdir``, ``fsync_dir`` (``path`` is the directory).
     """
 
     kind: str
@@ -187,6 +196,25 @@ def _truncate(buf: bytearray, size: int) -> None:
 class _Inode:
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray = field(default_factory=bytearray)
+    #: Byte ranges ``[lo, hi)`` whose writes a failed fsync lost: never written back.
+    lost: list[tuple[int, int]] = field(default_factory=list)
+
+    def sync(self) -> None:
+        """What an fsync that succeeds makes durable: the page cache, but the lost
+        ranges as the disk held them (zeros past its old end)."""
+        durable = bytearray(self.data)
+        for lo, hi in self.lost:
+            hi = min(hi, len(durable))
+            old = self.durable[lo:hi]
+            durable[lo:hi] = old + bytes(max(0, hi - lo - len(old)))
+        self.durable = durable
+
+    def rewritten(self, lo: int, hi: int) -> None:
+        """A write over ``[lo, hi)`` dirties those bytes again: no longer lost."""
+        kept: list[tuple[int, int]] = []
+        for a, b in self.lost:
+            kept.extend((x, y) for x, y in ((a, min(b, lo)), (max(a, hi), b)) if x < y)
+        self.lost = kept
 
 
 class _Disk:
@@ -221,6 +249,8 @@ class _Disk:
             self.names[op.path] = op.ino
         elif kind == "write":
             _write_into(self.inodes[op.ino].data, op.offset, op.data)
+            if self.inodes[op.ino].lost:
+                self.inodes[op.ino].rewritten(op.offset, op.offset + len(op.data))
         elif kind == "truncate":
             _truncate(self.inodes[op.ino].data, op.offset)
         elif kind == "rename":
@@ -233,9 +263,16 @@ class _Disk:
             if not self.strict_mkdir:
                 self.durable_dirs.add(op.path)
                 return
-        if kind == "fsync":
+        if kind in ("fsync", "fsync_failed"):
             inode = self.inodes[op.ino]
-            inode.durable = bytearray(inode.data)
+            if kind == "fsync":
+                inode.sync()
+            else:
+                inode.lost.extend(
+                    (p.offset, p.offset + len(p.data))
+                    for p in self.pending
+                    if p.ino == op.ino and p.kind == "write"
+                )
             self.pending = [
                 p for p in self.pending if not (p.kind in _DATA_OPS and p.ino == op.ino)
             ]
@@ -358,6 +395,7 @@ class SimFS(FileSystem):
         *,
         crash_at: int | None = None,
         strict_mkdir: bool = False,
+        fail_fsync_at: int | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._disk = _Disk(image, strict_mkdir)
@@ -366,6 +404,9 @@ class SimFS(FileSystem):
         self.trace: list[Op] = []
         self.crash_at = crash_at
         self.crashed = False
+        self.fail_fsync_at = fail_fsync_at
+        #: File fsyncs asked for so far (the failing one included).
+        self.fsyncs = 0
         self.labeler: Callable[[], str] | None = None
 
     @classmethod
@@ -515,6 +556,16 @@ class SimFS(FileSystem):
 
     # -- used by SimHandle -----------------------------------------------------------------
 
+    def _fsync(self, path: str, ino: int) -> None:
+        with self._lock:
+            self._check()
+            n, self.fsyncs = self.fsyncs, self.fsyncs + 1
+            if n != self.fail_fsync_at:
+                self._do(Op("fsync", path, ino))
+                return
+            self._do(Op("fsync_failed", path, ino))
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
     def _read(self, ino: int, offset: int, size: int) -> bytes:
         with self._lock:
             self._check()
@@ -551,7 +602,7 @@ class SimHandle(FileHandle):
         self._fs._do(Op("write", self.path, self._ino, offset, bytes(data)))
 
     def fsync(self) -> None:
-        self._fs._do(Op("fsync", self.path, self._ino))
+        self._fs._fsync(self.path, self._ino)
 
     def truncate(self, size: int) -> None:
         self._fs._do(Op("truncate", self.path, self._ino, size))

@@ -20,6 +20,7 @@ import settee.walker
 from settee.proof.crash.campaign import Summary, _op_name, check_recording
 from settee.proof.crash.checker import make_workload, record
 from settee.proof.crash.corruption import build_clean, check_bit_flips
+from settee.proof.crash.fsync_loss import check_fsync_failures
 from settee.proof.crash.known_bugs import known_bug
 from settee.proof.crash.mutants import ENGINE_MUTANTS, MUTANTS
 from settee.proof.crash.read_durability import (
@@ -92,6 +93,8 @@ HANGING = {"spin_on_torn_tail"}
 NOT_CRASHES = {
     "chunk_crc_unchecked": "test_bit_flips_catch_chunks_read_without_their_crc",
     "keys_corruption_as_not_found": "test_bit_flips_catch_a_damaged_leaf_read_as_absent_keys",
+    # The crash checker's disk never fails an fsync.
+    "fsync_retried": "test_failed_fsyncs_catch_a_retried_fsync",
 }
 #: Mutants only a crash inside a compaction shows: the whole checker reaches the
 #: compaction's steps after 15 to 30 s; the test below crashes at them alone.
@@ -171,6 +174,16 @@ def test_bit_flips_catch_a_damaged_leaf_read_as_absent_keys(tmp_path: Path) -> N
     factory = MUTANTS["keys_corruption_as_not_found"]
     with pytest.raises(AssertionError, match=r"\(node\)"):
         check_bit_flips(build_clean(str(tmp_path / "db"), factory), tmp_path)
+
+
+def test_failed_fsyncs_catch_a_retried_fsync() -> None:
+    """An engine that answers a failed fsync by trying again, and acknowledges the
+    commit when the retry succeeds (``fsync_retried``), loses that commit: Linux
+    marked its pages clean after the error (SimFS's ``fail_fsync_at``). The check
+    fails each fsync of a workload in turn and crashes (found by mutation testing:
+    no campaign failed an fsync on a disk that can crash)."""
+    problems = check_fsync_failures(MUTANTS["fsync_retried"])
+    assert any("was acknowledged, and a crash lost it" in p for p in problems), problems
 
 
 def test_crash_after_the_compaction_rename_catches_an_unsynced_target() -> None:

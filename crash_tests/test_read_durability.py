@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from settee.proof.crash.fsync_loss import check_fsync_failures, fsync_count
 from settee.proof.crash.read_durability import (
     FSYNCS,
     check_reads_after_failed_fsync,
@@ -33,3 +34,12 @@ def test_failed_header_fsync_leaves_reads_at_the_previous_commit(crash_factory: 
 
 def test_failed_data_fsync_leaves_reads_at_the_previous_commit(crash_factory: Factory) -> None:
     check_reads_after_failed_fsync("data", crash_factory)
+
+
+def test_a_failed_fsync_loses_nothing_acknowledged(crash_factory: Factory) -> None:
+    """Each file fsync of a workload fails in turn the way Linux's does (the writes
+    it covered are never written back), then the disk crashes: every revision the
+    engine acknowledged is still there, and the database opens and reads
+    (``fsync_loss``; its meta-test is ``test_failed_fsyncs_catch_a_retried_fsync``)."""
+    assert fsync_count(crash_factory) > 10  # creation, commits, a compaction
+    assert check_fsync_failures(crash_factory) == []

@@ -8,7 +8,10 @@ Campaigns (each in its own process, ``--jobs`` at a time):
   each history checked for linearizability against the reference;
 * ``stress`` — real threads, seeded, histories checked the same way;
 * ``crash`` — crash at every io step into every crash-state kind, reopen,
-  compare with the reference after a prefix of each shard's commits;
+  compare with the reference after a prefix of each shard's commits; and, in its
+  first batch, fail each fsync of a small workload in turn as Linux fails one
+  (the writes it covered are lost), crash, and find every acknowledged revision
+  (``settee.proof.crash.fsync_loss``);
 * ``corruption`` — single bit flips in every stored term of a real database:
   every affected read raises CorruptionError, unaffected reads are exact;
 * ``semantics`` — the semantic suite (``settee.proof.test_semantics``, one fixed test
@@ -136,6 +139,10 @@ def _shrinking_bounded_by(seconds: float) -> Iterator[None]:
 def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
     from settee.proof.crash.campaign import run_campaign
 
+    if result.batches == 0:
+        _fsync_failures(result, seed)
+        if result.failures:
+            return
     summary = run_campaign(load_factory(result.engine), budget=budget, seed=seed)
     result.crash_states += summary.states_checked
     if summary.failures:
@@ -143,6 +150,17 @@ def _crash_batch(result: CampaignResult, seed: int, budget: float) -> None:
         result.failures += len(summary.failures)
         result.reproducer = failure.describe() + "\n" + "\n".join(failure.problems)
         result.replay = {"kind": "crash", "seed": failure.seed, "step": failure.step}
+
+
+def _fsync_failures(result: CampaignResult, seed: int) -> None:
+    """Every fsync of a small workload failing in turn, then a crash (fsyncgate)."""
+    from settee.proof.crash.fsync_loss import check_fsync_failures
+
+    problems = check_fsync_failures(load_factory(result.engine))
+    if problems:
+        result.failures += 1
+        result.reproducer = "failed fsyncs, then a crash:\n" + "\n".join(problems[:20])
+        result.replay = {"kind": "fsync", "seed": seed}
 
 
 def _corruption_batch(result: CampaignResult, seed: int) -> None:
@@ -459,9 +477,13 @@ def _saved_failure(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise SetteeError(f"{path}: not a settee verify failure file (not a JSON object)")
     replay = saved.get("replay")
     kind = replay.get("kind") if isinstance(replay, dict) else None
-    needs = {"stateful": "token", "crash": "seed", "corruption": "seed", "semantics": "test"}.get(
-        str(kind)
-    )
+    needs = {
+        "stateful": "token",
+        "crash": "seed",
+        "fsync": "seed",
+        "corruption": "seed",
+        "semantics": "test",
+    }.get(str(kind))
     value = replay.get(needs) if needs and isinstance(replay, dict) else None
     named = all(isinstance(saved.get(key), str) for key in ("name", "engine"))
     if value in (None, "") or not named:
@@ -556,6 +578,8 @@ def _replay(path: str, out: TextIO) -> int:
     result = CampaignResult(saved["name"], saved["engine"])
     if replay["kind"] == "crash":
         _crash_batch(result, replay["seed"], budget=15.0)  # its workload comes first
+    elif replay["kind"] == "fsync":
+        _fsync_failures(result, replay["seed"])
     elif replay["kind"] == "semantics":
         with contextlib.redirect_stdout(io.StringIO()):
             _semantic_batch(result, None, test=replay["test"])

@@ -267,6 +267,8 @@ def test_a_replay_file_that_cannot_be_replayed_is_a_clear_error(
         {"kind": "stateful", "token": f"interleavings|settee:open|{hypothesis.__version__}|AA=="},
         {"kind": "crash", "seed": -995, "step": 3},
         {"kind": "corruption", "seed": 2**70},
+        {"kind": "fsync", "seed": 7},
+        {"kind": "semantics", "test": "test_put_creates_first_revision"},
     ],
 )
 def test_every_replay_verify_can_save_is_accepted(
@@ -278,6 +280,20 @@ def test_every_replay_verify_can_save_is_accepted(
     path = tmp_path / "failure.json"
     path.write_text(json.dumps({"name": "x", "engine": "settee:open", "replay": replay}))
     assert _saved_failure(str(path))[1] == replay
+
+
+def test_the_crash_campaign_fails_each_fsync_of_a_workload_first() -> None:
+    """The crash campaign's first batch fails every fsync of a small workload in turn
+    (SimFS's fail_fsync_at) and crashes: an engine that retries a failed fsync and
+    acknowledges the commit (fsyncgate, ``fsync_retried``) fails it, with a replay.
+    No crash state ever failed an fsync, so it passed settee verify (found by
+    mutation testing)."""
+    from settee.verify import CampaignResult, _crash_batch
+
+    result = CampaignResult("crash", "settee.proof.crash.mutants:fsync_retried")
+    _crash_batch(result, seed=5, budget=5.0)
+    assert result.failures == 1 and result.replay == {"kind": "fsync", "seed": 5}
+    assert "was acknowledged, and a crash lost it" in result.reproducer
 
 
 def test_the_corruption_campaign_runs_on_any_engine_built_on_settees_io() -> None:
