@@ -191,7 +191,9 @@ def _semantic_batch(result: CampaignResult, examples: int | None, test: str = ""
 
     outcomes = _Outcomes(test)
     args = [
-        *("-vv", "-x", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts="),
+        # No configuration from the folder it runs in: another project's pytest.ini
+        # could add options or stop test_*.py files from being collected.
+        *("-c", os.devnull, "-vv", "-x", "--tb=short", "-p", "no:cacheprovider"),
         *("--import-mode=importlib", "--settee-grid=one", f"--settee-engine={result.engine}"),
         *([f"--settee-first={examples}"] if examples is not None else []),
         "--pyargs",
