@@ -877,15 +877,28 @@ def test_each_body_is_packed_once_per_write(tmp_path: Any, monkeypatch: pytest.M
     """The validated document carries its msgpack bytes to the writer (review finding)."""
     import msgpack
 
+    from settee.spec import format as spec_format
+
     calls: list[int] = []
+    packer = msgpack.Packer(use_bin_type=True)
+
+    class Counting:
+        """encode_payload's packer for every thread, counting packs of the body."""
+
+        @staticmethod
+        def pack(obj: Any) -> bytes:
+            if isinstance(obj, dict) and obj.get("payload") == "p" * 1000:
+                calls.append(1)
+            return packer.pack(obj)  # type: ignore[no-any-return]
+
     original = msgpack.packb
 
-    def counting(obj: Any, *args: Any, **kwargs: Any) -> bytes:
-        if isinstance(obj, dict) and obj.get("payload") == "p" * 1000:
-            calls.append(1)
-        return original(obj, *args, **kwargs)
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> bytes:  # a pack past encode_payload
+        Counting.pack(obj)
+        return original(obj, *args, **kwargs)  # type: ignore[no-any-return]
 
     with _open(tmp_path / "db", shards=1) as db:
+        monkeypatch.setattr(spec_format, "_PACKERS", Counting)
         monkeypatch.setattr(msgpack, "packb", counting)
         db.put({"_id": "a", "payload": "p" * 1000})
     assert len(calls) == 1
