@@ -14,7 +14,9 @@ Checks on a finished run:
   (the reference store replayed), via ``linearizability.check``. A
   ``bulk_docs`` call is atomic per shard, not across shards (each shard
   commits on its own, as in clustered CouchDB), so it enters the history as
-  one operation per shard it touches, with the call's interval.
+  one operation per shard it touches, with the call's interval. A client's
+  later ``changes`` resume from the ``last_seq`` of its previous answer: each
+  must list exactly what changed after the instant that answer was of.
 * :func:`check_mvcc`: no read observed part of a batch. One client writes a
   *group* of ids that live in one shard, all of them in each ``bulk_docs``
   call, generation after generation; every read that shows group members
@@ -299,6 +301,9 @@ class Client:
     seen: dict[str, str] = field(default_factory=dict)
     before_call: Callable[[str], None] | None = None
     oldest: dict[str, str] = field(default_factory=dict)
+    #: The ``last_seq`` of this client's last answered ``changes``, which its next
+    #: ``changes`` resumes from.
+    since: Any = None
 
     def __post_init__(self) -> None:
         self.oldest = {**self.seen, **self.oldest}
@@ -349,6 +354,13 @@ class Client:
             return ("all_docs", {"keys": list(self.group)})
         if kind == "batch":
             return ("bulk_docs", [self.doc(i, {"gen": spec[1]}, True) for i in self.group], True)
+        if kind == "changes" and self.since is not None:
+            # A client's later changes resume from the token of its last answer, as a
+            # follower of the feed does: they must list exactly what changed since the
+            # instant that answer was of (found by mutation testing: a last_seq taken
+            # from the shards' newest snapshots, past a write the answer did not list,
+            # went unseen while every history listed the changes from 0).
+            return ("changes", self.since)
         return (kind,)
 
     def doc(self, doc_id: str, body: dict[str, Any], use_rev: bool) -> dict[str, Any]:
@@ -361,6 +373,8 @@ class Client:
         if answer[0] != "ok":
             return
         value = answer[1]
+        if isinstance(value, dict) and "last_seq" in value and "results" in value:
+            self.since = value["last_seq"]
         rows = value if isinstance(value, list) else [value]
         for row in rows:
             if isinstance(row, dict) and isinstance(row.get("rev"), str):
@@ -405,6 +419,13 @@ class ReferenceModel:
     copy, and a read of one document asks the copy of that document's shard.
     After ``("close",)`` the state stops changing and every call answers
     "closed".
+
+    A ``changes`` resumed from the token of an earlier answer (``Client.concrete``)
+    must list what changed since the instant that answer was of, which is where the
+    search placed it: so an answer resumed from (its input ``("changes", None,
+    MARK)``, see ``operations``) leaves a mark in the state, ``"mark MARK"``, and the
+    resuming call (``("changes", MARK, None)``) asks the reference for its changes
+    since the reference's own token at that mark.
     """
 
     def __init__(
@@ -423,6 +444,7 @@ class ReferenceModel:
 
     def _db(self, state: tuple[str, ...]) -> tuple[list[Any], Any, frozenset[tuple[str, str]]]:
         """The copies for ``state``, the last change's answer, and every (id, rev) made."""
+        state = _unmarked(state)
         if state not in self._dbs:
             dbs = [
                 settee.reference.open(None, revs_limit=self.revs_limit) for _ in range(self.copies)
@@ -452,6 +474,8 @@ class ReferenceModel:
         return bool(state) and self._inputs[state[-1]][0] == "close"
 
     def step(self, state: tuple[str, ...], input: Any) -> tuple[Any, Any]:
+        if input[0] == "changes" and len(input) == 3:
+            return self._changes(state, input)
         dbs = self._db(state)[0]
         if input[0] not in CHANGES or self._closed(state):
             return state, self._call(dbs, input)
@@ -459,6 +483,30 @@ class ReferenceModel:
         self._inputs[text] = input
         new = (*state, text)
         return new, self._db(new)[1]
+
+    def _changes(self, state: tuple[str, ...], input: Any) -> tuple[Any, Any]:
+        """A ``changes`` that resumes from a mark, or leaves one, or both."""
+        _, since, mark = input
+        dbs = self._db(state)[0]
+        if self._closed(state):
+            return state, self._call(dbs, ("changes",))
+        if since is None:
+            answer = self._call(dbs, ("changes",))
+        else:
+            answer = self._resumed(state, f"mark {since}")
+        if mark is None:
+            return state, answer
+        text = f"mark {mark}"
+        self._inputs[text] = ("mark", mark)
+        return (*state, text), answer
+
+    def _resumed(self, state: tuple[str, ...], mark: str) -> Any:
+        """``changes`` at ``state`` since the reference's token at ``mark``."""
+        # Invariant: the answer a call resumes from returned before that call began,
+        # so every order the search tries placed its mark first.
+        before = state[: state.index(mark)]
+        token = self._db(before)[0][0].changes()["last_seq"]
+        return outcome(lambda: self._db(state)[0][0].changes(token))
 
     def key(self, state: tuple[str, ...]) -> str:
         if state not in self._keys:
@@ -469,7 +517,13 @@ class ReferenceModel:
                 order = [c["id"] for c in dbs[0].changes()["results"]]
                 # Which revisions still have a body: compaction changes nothing else.
                 bodies = [(i, r, self._call(dbs, ("get", i, {"rev": r}))) for i, r in sorted(revs)]
-                self._keys[state] = digest((contents(dbs[0], self.ids), order, bodies))
+                # What a call resuming from each mark would list from here on.
+                marks = [
+                    (m, normalise(("changes",), self._resumed(state, m)))
+                    for m in state
+                    if m.startswith("mark ")
+                ]
+                self._keys[state] = digest((contents(dbs[0], self.ids), order, bodies, marks))
         return self._keys[state]
 
     def matches(self, input: Any, model_output: Any, observed: Any) -> bool:
@@ -479,6 +533,11 @@ class ReferenceModel:
         for dbs, _, _ in self._dbs.values():
             for db in dbs:
                 db.close()
+
+
+def _unmarked(state: tuple[str, ...]) -> tuple[str, ...]:
+    """``state`` without its marks (``ReferenceModel._changes``): the changes applied."""
+    return tuple(text for text in state if not text.startswith("mark "))
 
 
 def _created(answer: Any) -> set[tuple[str, str]]:
@@ -517,14 +576,51 @@ def operations(records: list[Record], shards: int) -> list[Operation]:
     """The history for the checker; ``bulk_docs`` and ``compact`` split into one
     operation per shard they touch. A split call that failed may have taken
     effect in some shards and not others (``close()`` stopped it midway), so its
-    parts are pending: each may or may not have happened."""
+    parts are pending: each may or may not have happened. A ``changes`` resumed
+    from an earlier answer's token, and that answer, are paired (``_resumes``)."""
     ops = []
-    for r in sorted(records, key=lambda r: r.call):
-        parts = _parts(r.input, r.output, shards)
+    ordered = sorted(records, key=lambda r: r.call)
+    resumes = _resumes(ordered)
+    for r in ordered:
+        input = resumes.get(r.call, r.input)
+        parts = _parts(input, r.output, shards)
         failed = len(parts) > 1 and r.output is not None and r.output[0] != "ok"
         for part_input, output in parts:
             ops.append(Operation(r.client, part_input, output, r.call, None if failed else r.ret))
     return ops
+
+
+def _resumes(records: list[Record]) -> dict[int, Any]:
+    """The model's input (``ReferenceModel._changes``) for every ``changes`` call that
+    resumed from a token, ``("changes", MARK, None)``, and for the answer it resumed
+    from, ``("changes", None, MARK)`` (both, when a resumed answer is resumed from in
+    turn); MARK is ``"the token of call N"``, N that answer's ``call``. By call;
+    ``records`` in call order."""
+    answered: dict[int, Record] = {}  # client -> its last changes answered
+    since: dict[int, int | None] = {}
+    marks: set[int] = set()
+    for r in records:
+        if r.input[0] != "changes":
+            continue
+        if len(r.input) == 2:
+            earlier = answered.get(r.client)
+            # Invariant: a client resumes from its own last answered changes (Client).
+            assert earlier is not None and earlier.output[1]["last_seq"] == r.input[1], r
+            since[r.call] = earlier.call
+            marks.add(earlier.call)
+        else:
+            since[r.call] = None
+        if r.output is not None and r.output[0] == "ok":
+            answered[r.client] = r
+    return {
+        call: ("changes", _mark(resumed), _mark(call if call in marks else None))
+        for call, resumed in since.items()
+        if resumed is not None or call in marks
+    }
+
+
+def _mark(call: int | None) -> str | None:
+    return None if call is None else f"the token of call {call}"
 
 
 def _parts(input: Any, output: Any, shards: int) -> list[tuple[Any, Any]]:

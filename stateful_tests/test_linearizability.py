@@ -231,3 +231,34 @@ def test_two_handles_are_ordered_by_acknowledged_writes_only() -> None:
         verdict(put, (2, ("get", "a", {}), after, 1, 2), (2, ("get", "a", {}), before, 3, 4))
         is False
     )
+
+
+def test_a_resumed_changes_lists_exactly_what_changed_since_its_token() -> None:
+    """Client 1 lists the changes while client 0's put runs, then resumes from that
+    answer's token (an engine's own spelling: only the pairing of the two calls
+    matters). The put, missing from the first listing, was after its instant, so the
+    resumed listing must show it; a put the first listing showed, it must not."""
+    ref = settee.reference.open(None)
+    old = run_setup(ref)
+    first = ref.changes()
+    doc = {"_id": "a", "_rev": old["a"], "v": 1}
+    made = ("ok", ref.put(doc))
+    resumed = ("ok", ref.changes(first["last_seq"]))
+    token = "2-engine"
+    before = ("ok", {**first, "last_seq": token})
+    after = ("ok", {**ref.changes(), "last_seq": token})
+    nothing = ("ok", {"results": [], "last_seq": token})
+
+    def verdict(put: tuple[int, int], listed: Any, then: Any) -> bool | None:
+        rows = (
+            (0, ("put", doc), made, *put),
+            (1, ("changes",), listed, 2, 3),
+            (1, ("changes", token), then, 5, 6),
+        )
+        return check_history(history(*rows), scenario(1)).ok
+
+    assert verdict((1, 4), before, resumed)
+    assert verdict((1, 4), before, nothing) is False  # the put skipped
+    assert verdict((1, 4), after, nothing)
+    assert verdict((1, 4), after, resumed) is False  # listed twice
+    assert verdict((0, 1), before, resumed) is False  # the put returned before the listing
