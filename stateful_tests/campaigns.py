@@ -39,6 +39,7 @@ from settee.proof.stateful.history import Scenario, random_scenario, scenarios
 from settee.proof.stateful.interleavings import (
     compaction_keeps_concurrent_purges,
     compaction_keeps_concurrent_writes,
+    fixed_schedules,
     follower_behind_a_stale_heads,
     follower_follows_compactions,
     follower_read_across_writes,
@@ -231,13 +232,14 @@ def run_stress(
     # First the fixed schedules real threads seldom hit: writes inside a readonly
     # read over two shards, with and without a compaction swap between them; a
     # readonly handle reading through two compactions; one opened behind a stale
-    # HEADS (run -1 in a replay token); then compactions racing a writer, and
-    # racing purges (run -2).
+    # HEADS; the scheduled races of ``FIXED_SCHEDULES`` (run -1 in a replay token);
+    # then compactions racing a writer, and racing purges (run -2).
     fixed: list[tuple[int, Callable[[], list[str]]]] = [
         (-1, lambda: follower_read_across_writes(engine, compact=False)),
         (-1, lambda: follower_read_across_writes(engine, compact=True)),
         (-1, lambda: follower_follows_compactions(engine)),
         (-1, lambda: follower_behind_a_stale_heads(engine)),
+        (-1, lambda: fixed_schedules(engine)),
     ]
     if compaction_check:
         fixed.append((-2, lambda: compaction_keeps_concurrent_writes(engine)))

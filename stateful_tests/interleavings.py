@@ -8,7 +8,9 @@ picking each step, and checks the history: linearizable against the
 reference, no read saw half a batch, every call after a ``close()`` refused
 saying so, and every call returned (a run that stops with a call that never
 can fails with the schedule and the stacks). :func:`run_threads` does the
-same with free-running OS threads on real files.
+same with free-running OS threads on real files. ``FIXED_SCHEDULES`` are
+races random schedules seldom reach, each run under a ``choose`` that steers
+straight into it (``fixed_schedules``; the stress campaign runs them first).
 """
 
 from __future__ import annotations
@@ -40,18 +42,24 @@ from settee.spec.errors import BadRequest
 
 __all__ = [
     "ADMIT_THEN_CLOSE",
+    "CHANGES_ACROSS_A_WRITE",
+    "FIXED_SCHEDULES",
+    "GET_ACROSS_A_COMPACTION",
+    "PURGE_AND_WRITE_IN_ONE_GROUP",
     "READ_THEN_CLOSE",
     "READ_THEN_CLOSE_UNCACHED",
     "STRESS_TIMEOUT",
     "WRITES_ACROSS_A_READ",
     "RunResult",
     "compaction_keeps_concurrent_purges",
+    "fixed_schedules",
     "follower_behind_a_stale_heads",
     "follower_follows_compactions",
     "follower_read_across_writes",
     "hold_admitted_write",
     "hold_read_at_pin",
     "hold_read_at_pread",
+    "hold_writer_at_dequeue",
     "run_scheduled",
     "run_threads",
 ]
@@ -148,6 +156,86 @@ def hold_read_at_pin(labels: list[str]) -> int:
     if reading and not labels[reading[0]].endswith("@pin"):
         return reading[0]
     return next((i for i, label in enumerate(labels) if not label.startswith("client-1@")), 0)
+
+
+#: Client 0 purges "a" whole, then reads it; client 1 writes "a" anew (no ``_rev``).
+#: With ``hold_writer_at_dequeue`` both requests are queued when the writer takes its
+#: group: the purge and the write are decided in one group commit, in that order, and
+#: both must be acknowledged and the write stand (``mutants:purge_then_write_in_one_group``
+#: left the id among the group's purged, and strict mode refused the commit).
+PURGE_AND_WRITE_IN_ONE_GROUP = Scenario(
+    {"shards": 1, "read_mode": "parallel"},
+    ((("purge", "a"), ("get", "a")), (("put", "a", {"v": 1}, False),)),
+    0,
+)
+
+
+def hold_writer_at_dequeue(labels: list[str]) -> int:
+    """A ``choose``: run the clients, the lowest first, and release a writer parked at
+    "dequeue" (its wait for a request returned) only when nothing else is parked, so
+    every request the clients make by then lands in its group."""
+    return next((i for i, label in enumerate(labels) if not label.endswith("@dequeue")), 0)
+
+
+#: Client 0 lists the changes, then resumes from the answer's ``last_seq`` (a client's
+#: second ``changes`` does, ``history.Client``); client 1 updates "a". With
+#: ``hold_read_at_pread`` (no cache: the listing reads its nodes from the file) the
+#: update lands while the first listing, its snapshot pinned, is parked at a pread: the
+#: listing does not show it, so its token must be before it and the resumed listing
+#: show it (``mutants:changes_last_seq_from_current`` took the token from the shard's
+#: newest snapshot and skipped it).
+CHANGES_ACROSS_A_WRITE = Scenario(
+    {"shards": 1, "read_mode": "parallel", "cache_bytes": 0, "body_cache_bytes": 0},
+    ((("changes",), ("changes",)), (("put", "a", {"v": 1}, True),)),
+    0,
+)
+
+#: Client 0 reads "b" at a named revision (past ``get``'s fast path); client 1 compacts.
+#: With ``hold_read_at_pread`` (no cache) the compaction swaps the shard's file while the
+#: read, its snapshot pinned, is parked at its first pread: the body must still come
+#: from the pinned file ("b" sits at another position in the compacted one;
+#: ``mutants:get_body_from_current_snapshot`` read it from there).
+GET_ACROSS_A_COMPACTION = Scenario(
+    {"shards": 1, "read_mode": "parallel", "cache_bytes": 0, "body_cache_bytes": 0},
+    ((("get_rev", "b"),), (("compact",),)),
+    0,
+)
+
+#: The fixed schedules the stress campaign runs before its random runs (each costs a
+#: few milliseconds): races the random schedules draw too seldom. name -> (scenario,
+#: choose).
+FIXED_SCHEDULES: dict[str, tuple[Scenario, Callable[[list[str]], int]]] = {
+    "purge and write in one group": (PURGE_AND_WRITE_IN_ONE_GROUP, hold_writer_at_dequeue),
+    "changes across a write": (CHANGES_ACROSS_A_WRITE, hold_read_at_pread),
+    "get across a compaction": (GET_ACROSS_A_COMPACTION, hold_read_at_pread),
+}
+
+
+def fixed_schedules(spec: str) -> list[str]:
+    """The problems of each of ``FIXED_SCHEDULES`` run on engine ``spec`` (the first
+    schedule's that has any). An engine without ``purge`` skips the schedules with one."""
+    purges = None
+    for name, (scenario, choose) in FIXED_SCHEDULES.items():
+        if any(op[0] == "purge" for program in scenario.programs for op in program):
+            purges = _has_purge(spec) if purges is None else purges
+            if not purges:
+                continue
+        result = run_scheduled(spec, scenario, choose, stall=5.0)
+        if result.problems:
+            return [f"the fixed schedule {name!r}: {result.report()}"]
+    return []
+
+
+def _has_purge(spec: str) -> bool:
+    """Whether engine ``spec`` has ``purge`` (SEMANTICS.md §19; one written before it
+    may not)."""
+    tmp = scratch_dir("settee-has-purge-")
+    db = load_factory(spec)(f"{tmp}/db", shards=1)
+    try:
+        return callable(getattr(db, "purge", None))
+    finally:
+        db.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) -> Any:

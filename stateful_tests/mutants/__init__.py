@@ -368,4 +368,8 @@ from settee.proof.stateful.mutants.escapes import ESCAPES  # noqa: E402
 
 MUTANTS.update(ESCAPES)
 
+from settee.proof.stateful.mutants.races import RACES  # noqa: E402
+
+MUTANTS.update(RACES)
+
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})
