@@ -326,7 +326,7 @@ class MemoryFileHandle(FileHandle):
     (where it could even read another file that reused the descriptor number).
     """
 
-    def __init__(self, path: str, file: _MemoryFile, lock: threading.Lock) -> None:
+    def __init__(self, path: str, file: _MemoryFile, lock: threading.RLock) -> None:
         self.path = path
         self._file = file
         self._lock = lock
@@ -389,7 +389,12 @@ class MemoryFileSystem(FileSystem):
     def __init__(self) -> None:
         self._files: dict[str, _MemoryFile] = {}
         self._dirs: set[str] = set()
-        self._lock = threading.Lock()
+        # Re-entrant: a handle's close() may run inside any call of this file system,
+        # on the same thread, when the collector finalizes a retired ShardFile
+        # (shard.py's weakref.finalize) during an allocation there. With a plain Lock
+        # that close waited for itself forever (found by settee verify's
+        # interleavings: a compaction's open stalled, collecting an old file).
+        self._lock = threading.RLock()
 
     def contents(self, path: str) -> bytes:
         """A copy of the bytes of file ``path``."""

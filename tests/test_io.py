@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import settee.io
 from settee.io import (
     CountingFileSystem,
     FileSystem,
@@ -367,3 +371,38 @@ def test_data_end_defaults_to_the_size_asked_about() -> None:
     handle = MemoryFileSystem().open("/f", create=True)
     handle.append(b"\0" * 10000)
     assert handle.data_end(10000) == 10000
+
+
+def test_a_memory_handle_closed_by_a_finalizer_inside_open_does_not_deadlock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine closes a retired ShardFile's handle from a ``weakref.finalize``,
+    which runs whenever the collector frees the file: inside any call, on the thread
+    that allocated. When that was ``MemoryFileSystem.open`` (which holds the file
+    system's lock while it makes the new file) the close waited for that lock, its
+    own thread's, for ever (settee verify's interleavings found it: a compaction's
+    open stalled). Here the collector runs at that allocation, on purpose."""
+    fs = MemoryFileSystem()
+    retired = fs.open("/old", create=True)
+
+    class File:
+        pass
+
+    garbage = File()
+    garbage.cycle = garbage  # type: ignore[attr-defined]  # freed by the collector only
+    weakref.finalize(garbage, retired.close)
+    del garbage
+    made = settee.io._MemoryFile.__init__
+
+    def collecting(self: Any) -> None:
+        gc.collect()
+        made(self)
+
+    monkeypatch.setattr(settee.io._MemoryFile, "__init__", collecting)
+    opened = threading.Event()
+    opening = threading.Thread(target=lambda: (fs.open("/new", create=True), opened.set()))
+    opening.daemon = True  # stuck for ever when the close waits for open's own lock
+    opening.start()
+    assert opened.wait(10), "open() never returned: the finalizer's close waited for it"
+    with pytest.raises(OSError):
+        retired.pread(0, 1)  # closed by the finalizer
