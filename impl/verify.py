@@ -44,6 +44,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import wait as wait_for_processes
 from typing import Any, TextIO
 
 from settee.engines import load_factory
@@ -395,15 +396,30 @@ def _run_all(
 OVERDUE_GRACE = 600.0
 
 
+#: Seconds the campaigns' processes get to exit once their campaigns have ended.
+EXIT_GRACE = 10.0
+
+
 def _stop(pool: ProcessPoolExecutor, *, kill: bool) -> None:
     """Shut ``pool`` down; with ``kill``, end its processes first (a campaign that never
-    finishes would keep ``shutdown`` waiting forever)."""
+    finishes would keep ``shutdown`` waiting forever). A process that has not exited
+    ``EXIT_GRACE`` seconds after its campaigns ended is ended too: an engine may leave
+    a thread that never stops, or a finalizer that blocks at exit (an interleaving's
+    deadlock left one: settee verify then printed nothing and never returned)."""
+    # The executor has no public way to end a process; they are multiprocessing.Process.
+    processes = list(getattr(pool, "_processes", {}).values())
     if kill:
-        # The executor has no public way to end a running task; its processes are
-        # plain multiprocessing.Process objects.
-        for process in list(getattr(pool, "_processes", {}).values()):
+        for process in processes:
             process.kill()
-    pool.shutdown(wait=not kill, cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    # Their sentinels, not join(): the executor's own thread waits for them too.
+    running = {process.sentinel: process for process in processes}
+    deadline = time.monotonic() + EXIT_GRACE
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in wait_for_processes(list(running), timeout=left):
+            running.pop(sentinel)  # type: ignore[call-overload]  # the keys are ints
+    for process in running.values():
+        process.kill()
 
 
 def _result_of(

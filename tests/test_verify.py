@@ -322,3 +322,30 @@ def test_verify_passes_on_the_reference_and_skips_what_needs_settees_io(tmp_path
     assert campaigns["stress"]["histories"] > 0 and campaigns["equivalence"]["operations"] > 0
     assert all(c["failures"] == 0 for c in campaigns.values())
     assert "skipped" in run.stdout
+
+
+def test_verify_ends_when_a_campaign_process_cannot_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A campaign's process that cannot exit once its campaigns ended (an engine left a
+    thread that never stops, or an interleaving's deadlock a finalizer that blocks at
+    exit) is ended after EXIT_GRACE: settee verify waited for it for ever, printing
+    nothing, after its interleavings campaign had found a deadlock."""
+    import functools
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from settee import verify
+    from settee.proof.stateful.mutants.lifecycle import leaves_a_thread
+
+    monkeypatch.setattr(verify, "EXIT_GRACE", 1.0)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    opened = pool.submit(functools.partial(leaves_a_thread, str(tmp_path / "db")))
+    assert opened.exception(timeout=60) is not None  # a Database does not pickle back
+    (process,) = pool._processes.values()  # type: ignore[attr-defined]
+    started = time.monotonic()
+    verify._stop(pool, kill=False)
+    assert time.monotonic() - started < 30
+    process.join(10)
+    assert not process.is_alive()

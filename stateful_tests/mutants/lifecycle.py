@@ -14,7 +14,13 @@ from settee.shard import Shard
 from settee.snapshot import Snapshot
 from settee.spec.errors import SetteeError
 
-__all__ = ["EnqueueOutsideLockShard", "FracturedCut", "FracturedFollowerCut", "plant"]
+__all__ = [
+    "EnqueueOutsideLockShard",
+    "FracturedCut",
+    "FracturedFollowerCut",
+    "leaves_a_thread",
+    "plant",
+]
 
 
 class EnqueueOutsideLockShard(Shard):
@@ -100,3 +106,15 @@ def _one_by_one(shards: Sequence[Any], hook: Any) -> list[Snapshot]:
             hook(PIN_STEP)
         snaps.append(shard.current())
     return snaps
+
+
+def leaves_a_thread(path: str | None = None, **options: Any) -> Any:
+    """settee's engine, with a thread started at each open that never ends and is not
+    a daemon: the process that opened it can never exit. Not a mutant (every answer
+    is settee's); ``tests/test_verify.py`` checks that settee verify still ends."""
+    import threading
+
+    import settee
+
+    threading.Thread(target=threading.Event().wait, name="never-ends").start()
+    return settee.open(path, **options)
