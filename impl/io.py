@@ -532,7 +532,9 @@ class CountingFileSystem(FileSystemWrapper):
         self.counts: Counter[str] = Counter()
         self.bytes_read = 0
         # Counter updates are read-modify-write; the lock guards only that, never the I/O.
-        self._count_lock = threading.Lock()
+        # Re-entrant: the collector may run a finalizer that closes a handle (and so
+        # counts a close) while this thread updates a count (see MemoryFileSystem).
+        self._count_lock = threading.RLock()
 
     def intercept(self, op: str, path: str, call: Callable[[], T]) -> T:
         result = call()
