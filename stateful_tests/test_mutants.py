@@ -416,12 +416,16 @@ INTERNALS_SEMANTIC = {
 
 @pytest.mark.parametrize("name", sorted(INTERNALS_SEMANTIC))
 def test_internal_mutant_fails_its_semantic_test(name: str, tmp_path: Any) -> None:
-    test_name = INTERNALS_SEMANTIC[name]
+    _fails_its_semantic_test(name, INTERNALS_SEMANTIC[name], INTERNALS[name][1], tmp_path)
+
+
+def _fails_its_semantic_test(name: str, test_name: str, what: str, tmp_path: Any) -> None:
+    """Mutant ``name`` (doing ``what``) fails semantic test ``test_name``; settee passes it."""
     spec = f"settee.proof.stateful.mutants:{name}"
     (tmp_path / "mutant").mkdir()
     (tmp_path / "good").mkdir()
     caught = _fails_semantic_test(spec, test_name, tmp_path / "mutant")
-    assert caught is not None, f"{test_name} passed on mutant {name} ({INTERNALS[name][1]})"
+    assert caught is not None, f"{test_name} passed on mutant {name} ({what})"
     assert _fails_semantic_test("settee:open", test_name, tmp_path / "good") is None
 
 
@@ -514,13 +518,7 @@ def test_every_escaped_mutant_has_a_catch() -> None:
 
 @pytest.mark.parametrize("name", sorted(ESCAPES_SEMANTIC))
 def test_escaped_mutant_fails_its_semantic_test(name: str, tmp_path: Any) -> None:
-    test_name = ESCAPES_SEMANTIC[name]
-    spec = f"settee.proof.stateful.mutants:{name}"
-    (tmp_path / "mutant").mkdir()
-    (tmp_path / "good").mkdir()
-    caught = _fails_semantic_test(spec, test_name, tmp_path / "mutant")
-    assert caught is not None, f"{test_name} passed on mutant {name} ({ESCAPES[name][1]})"
-    assert _fails_semantic_test("settee:open", test_name, tmp_path / "good") is None
+    _fails_its_semantic_test(name, ESCAPES_SEMANTIC[name], ESCAPES[name][1], tmp_path)
 
 
 # -- races the concurrency campaigns missed (mutants/races.py) ---------------------------------

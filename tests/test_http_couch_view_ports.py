@@ -23,6 +23,7 @@ pytest.importorskip("py_mini_racer", reason="map functions need settee[js]")
 
 from tests import test_http
 from tests.test_http import Client, Resp, put
+from tests.test_selector import RAW_ORDER
 
 # tests/test_http.py's fixtures: one server for this module, a fresh database per test.
 server, client, db = test_http.server, test_http.client, test_http.db
@@ -1053,13 +1054,6 @@ def test_rewrite_is_refused_cleanly(client: Client, db: str) -> None:
 
 
 # -- view_collation_raw_test.exs -----------------------------------------------------------------
-
-RAW_ORDER: list[Any] = [
-    1, 2, 3, 4, False, None, True,
-    {"a": 1}, {"a": 2}, {"b": 1}, {"b": 2}, {"b": 2, "a": 1}, {"b": 2, "c": 2},
-    ["a"], ["b"], ["b", "c"], ["b", "c", "a"], ["b", "d"], ["b", "d", "e"],
-    "A", "B", "a", "aa", "b", "ba", "bb",
-]  # fmt: skip
 
 
 def test_view_collation_raw(client: Client, db: str) -> None:
