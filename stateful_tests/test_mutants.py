@@ -372,14 +372,19 @@ def test_docs_read_after_rows_is_caught_by_a_schedule() -> None:
     that a matter of timing (one whole-suite run missed it in 40): this schedule
     makes it certain."""
     from settee.proof.stateful.history import Scenario
-    from settee.proof.stateful.interleavings import hold_read_at_pread
 
     options = {"shards": 1, "read_mode": "parallel", "body_cache_bytes": 0, "cache_bytes": 0}
     update_during_read = Scenario(options, ((("all_docs",),), (("put", "b", {"v": 1}, True),)), 0)
-    spec = "settee.proof.stateful.mutants:docs_read_after_rows"
-    result = run_scheduled(spec, update_during_read, hold_read_at_pread, stall=5.0)
-    assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
-    good = run_scheduled("settee:open", update_during_read, hold_read_at_pread, stall=5.0)
+    _caught_at_a_pread("docs_read_after_rows", update_during_read, "not linearizable")
+
+
+def _caught_at_a_pread(mutant: str, scenario: Any, problem: str) -> None:
+    """Scheduled with its read held at its first pread, ``scenario`` shows ``problem``
+    on ``mutant`` and nothing on settee."""
+    spec = f"settee.proof.stateful.mutants:{mutant}"
+    result = run_scheduled(spec, scenario, hold_read_at_pread, stall=5.0)
+    assert any(problem in p for p in result.problems), result.report()[:3000]
+    good = run_scheduled("settee:open", scenario, hold_read_at_pread, stall=5.0)
     assert not good.problems, good.report()[:3000]
 
 
@@ -483,11 +488,7 @@ def test_close_under_reads_is_caught_by_the_uncached_close_schedule() -> None:
     the get parked at its pread (no cache, so it reads the file) while close() runs
     fails with EBADF. ``READ_THEN_CLOSE`` alone missed it: its get was served from the
     caches and never reached a pread."""
-    spec = "settee.proof.stateful.mutants:close_under_reads"
-    result = run_scheduled(spec, READ_THEN_CLOSE_UNCACHED, hold_read_at_pread, stall=5.0)
-    assert any("Bad file descriptor" in p for p in result.problems), result.report()[:3000]
-    good = run_scheduled("settee:open", READ_THEN_CLOSE_UNCACHED, hold_read_at_pread, stall=5.0)
-    assert not good.problems, good.report()[:3000]
+    _caught_at_a_pread("close_under_reads", READ_THEN_CLOSE_UNCACHED, "Bad file descriptor")
 
 
 # -- the fifth round: slips that escaped every check (mutants/escapes.py) ----------------------

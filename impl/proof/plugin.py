@@ -176,8 +176,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [i for i in items if id(i) not in left_out]
     first = config.getoption("settee_first", default=None)
     if first is not None and len(items) > max(first, 0):
-        config.hook.pytest_deselected(items=items[max(first, 0) :])
-        del items[max(first, 0) :]
+        keep = max(first, 0)
+        config.hook.pytest_deselected(items=items[keep:])
+        del items[keep:]
 
 
 # -- the engines under test -----------------------------------------------------------------
