@@ -38,6 +38,7 @@ from settee.cut import RETRIES
 from settee.file import LostCommitWarning, ShardFile
 from settee.heads import HeadsFile, Slot
 from settee.io import FileHandle, FileSystem, OsFileSystem
+from settee.retired import RetiredHandles
 from settee.shard import ShardIdentity, check_identity
 from settee.snapshot import Snapshot
 from settee.spec.errors import CorruptionError, SetteeError
@@ -71,6 +72,7 @@ class FollowerShard:
         self._body_cache_bytes = body_cache_bytes
         self._refresh_lock = threading.Lock()
         self._closed = False
+        self._retired = RetiredHandles()
         # One node cache per open file (positions are per file), dropped with the file.
         self._caches: weakref.WeakKeyDictionary[ShardFile, NodeCache] = weakref.WeakKeyDictionary()
         # The generation a slot showed each open file to be (see _file_for).
@@ -92,6 +94,7 @@ class FollowerShard:
     def current(self) -> Snapshot:
         """The newest snapshot the writer has made durable, as of this call."""
         self._check_open()
+        self._retired.close_queued()  # a read's start: no file system call under way
         for _ in range(RETRIES):
             slot = None if self._heads is None else self._heads.read(self.identity.index)
             if slot is None or slot == self._unusable:
@@ -228,9 +231,9 @@ class FollowerShard:
 
     def _open_file(self) -> ShardFile:
         file = ShardFile.open(self.fs, self.path, create=False, tail_warning=False)
-        # Closed when the last snapshot of it goes (a compaction retires it while
-        # readers may still hold snapshots), or by close().
-        weakref.finalize(file, _close_handle, file.handle)
+        # Closed after the last snapshot of it goes (a compaction retires it while
+        # readers may still hold snapshots; settee.retired), or by close().
+        self._retired.close_when_unused(file, file.handle)
         self._caches[file] = NodeCache(self._cache_bytes)
         file.body_cache = body_cache(self._body_cache_bytes)
         return file
@@ -247,6 +250,7 @@ class FollowerShard:
             self._closed = True
         self.snapshot.file.refuse_reads()
         _close_handle(self.snapshot.file.handle)
+        self._retired.owner_closed()
 
 
 def warn_if_lost(file: ShardFile, slot: Slot | None) -> None:

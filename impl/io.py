@@ -389,11 +389,12 @@ class MemoryFileSystem(FileSystem):
     def __init__(self) -> None:
         self._files: dict[str, _MemoryFile] = {}
         self._dirs: set[str] = set()
-        # Re-entrant: a handle's close() may run inside any call of this file system,
-        # on the same thread, when the collector finalizes a retired ShardFile
-        # (shard.py's weakref.finalize) during an allocation there. With a plain Lock
-        # that close waited for itself forever (found by settee verify's
-        # interleavings: a compaction's open stalled, collecting an old file).
+        # Re-entrant: a finalizer may run inside any call of this file system, on the
+        # same thread, when the collector runs during an allocation there. With a
+        # plain Lock, a retired ShardFile's finalizer closing its handle waited for
+        # itself forever (found by settee verify's interleavings: a compaction's open
+        # stalled). The engine's finalizers now only queue the close (settee.retired);
+        # the re-entrant lock still guards against any other.
         self._lock = threading.RLock()
 
     def contents(self, path: str) -> bytes:

@@ -23,7 +23,6 @@ import contextlib
 import queue
 import secrets
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from settee.docinfo import (
 from settee.file import ShardFile
 from settee.heads import HeadsFile, Slot
 from settee.io import FileSystem, FileSystemWrapper
+from settee.retired import RetiredHandles
 from settee.snapshot import Snapshot
 from settee.spec import revtree
 from settee.spec.attachments import Inline, MissingStub, Stored, pieces
@@ -223,6 +223,7 @@ class Shard:
         #: Largest encoded B+tree node this session writes (the ``node_size`` option).
         self.node_size = node_size
         self.step_hook: Callable[[str], None] | None = None
+        self._retired = RetiredHandles()
         self.snapshot = self._open_snapshot(ShardFile.open(self.fs, path, create=False))
         self._queue = _Requests(self._step)
         self._submit_lock = threading.Lock()
@@ -266,8 +267,9 @@ class Shard:
         file.body_cache = body_cache(self._body_cache_bytes)
         # The OS descriptor must outlive every snapshot that reads this file (a
         # compaction retires it while old readers still hold snapshots), so it is
-        # closed when the last reference to the ShardFile goes, or by close().
-        self._close_file = weakref.finalize(file, _close_handle, file.handle)
+        # closed after the last reference to the ShardFile goes (settee.retired), or
+        # by close().
+        self._close_file = self._retired.close_when_unused(file, file.handle)
         return Snapshot.of_header(file, header, cache, self.node_size)
 
     def _check_identity(self, file: ShardFile) -> None:
@@ -395,6 +397,7 @@ class Shard:
         # by a reader fails cleanly instead of reading a reused descriptor number.
         self.snapshot.file.refuse_reads()
         self._close_file()
+        self._retired.owner_closed()
 
     # -- the writer thread ------------------------------------------------------------------
 
@@ -403,6 +406,7 @@ class Shard:
         try:
             while not stopping:
                 writes, control = self._take_group()
+                self._retired.close_queued()  # between commits: no file system call under way
                 if writes:
                     self._commit_group(writes)
                 if control is _STOP:
@@ -850,8 +854,3 @@ def _run_call(call: _Call) -> None:
         call.future.set_result(call.fn())
     except BaseException as exc:
         call.future.set_exception(exc)
-
-
-def _close_handle(handle: Any) -> None:
-    with contextlib.suppress(OSError):
-        handle.close()

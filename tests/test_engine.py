@@ -8,6 +8,7 @@ process lock, lifecycle and compaction under load.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import random
 import subprocess
@@ -466,6 +467,92 @@ def test_compaction_while_writing_and_reading_old_snapshot(tmp_path: Any) -> Non
         rows = again.all_docs(keys=acked)["rows"]
         assert all("error" not in r for r in rows)
     assert not any(name.endswith(".compact") for name in os.listdir(path))
+
+
+class _OneLockFileSystem(FileSystemWrapper):
+    """A file system as a careful user may write one: every call, a handle's close
+    among them, under one plain lock. ``collect_inside`` makes the next ``open`` run
+    the collector while it holds that lock, as any allocation there may."""
+
+    def __init__(self) -> None:
+        super().__init__(OsFileSystem())
+        self.lock = threading.Lock()
+        self.collect_inside = False
+
+    def intercept(self, op: str, path: str, call: Callable[[], Any]) -> Any:
+        with self.lock:
+            if op == "open" and self.collect_inside:
+                self.collect_inside = False
+                gc.collect()
+            return call()
+
+
+def test_a_retired_file_collected_inside_a_file_system_call_does_not_deadlock(
+    tmp_path: Any,
+) -> None:
+    """A compaction retires a shard's file while readers may still hold snapshots
+    of it, so its handle is closed when the collector frees the last one: inside
+    whatever call allocated, here the file system's own ``open``, holding its lock.
+    Closing the handle there waited for that lock for ever; the engine now closes
+    retired handles only between commits, at a readonly handle's read and at
+    ``close()`` (settee.retired)."""
+    fs = _OneLockFileSystem()
+    path = str(tmp_path / "db")
+    # Not a with block: after a deadlock, close() would wait for the stuck lock too.
+    db = settee.Database(path, fs=fs, shards=1)
+    db.put({"_id": "a"})
+    held: list[Any] = [db.shards[0].current()]
+    held.append(held)  # freed by the collector only
+    old_handle = held[0].file.handle
+    del held
+    db.compact()  # retires the file the cycle holds
+    fs.collect_inside = True
+    done = threading.Event()
+
+    def opening_after_a_write() -> None:
+        db.put({"_id": "b"})
+        db.compact()  # its open of the new file runs the collector
+        done.set()
+
+    worker = threading.Thread(target=opening_after_a_write, daemon=True)
+    worker.start()
+    if not done.wait(10):
+        fs.lock.release()  # a plain Lock: lets the stuck close through, so this process can end
+        pytest.fail("a call never returned: a retired handle's close waited for open's lock")
+    assert not fs.collect_inside, "the collector never ran inside open"
+    db.put({"_id": "c"})  # the writer's next turn closes what was queued
+    with pytest.raises(OSError):
+        old_handle.pread(0, 1)
+    assert [r["id"] for r in db.all_docs()["rows"]] == ["a", "b", "c"]
+    db.close()
+
+
+def _descriptors_of_replaced_files(directory: str) -> list[str]:
+    """This process's descriptors still open on a file of ``directory`` that a
+    rename has since replaced (the kernel names it "... (deleted)")."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(directory) and target.endswith(" (deleted)"):
+                found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_retired_file_is_closed_once_unused_at_the_next_commit(tmp_path: Any) -> None:
+    """Closing a retired file waits for a safe point (settee.retired): the writer's
+    next turn, so a file a compaction replaced does not keep its descriptor, and its
+    disk space, once no reader holds a snapshot of it."""
+    path = str(tmp_path / "db")
+    with settee.open(path, shards=1) as db:
+        db.put({"_id": "a"})
+        held = [db.shards[0].current()]
+        db.compact()
+        assert _descriptors_of_replaced_files(path), "the held snapshot's file stays open"
+        del held
+        db.put({"_id": "b"})
+        assert _descriptors_of_replaced_files(path) == []
 
 
 def _update_at_compact_swap(db: settee.Database, doc_id: str) -> Callable[[str], None]:
