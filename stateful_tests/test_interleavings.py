@@ -27,6 +27,7 @@ from settee.proof.stateful.interleavings import (
     READ_THEN_CLOSE,
     READ_THEN_CLOSE_UNCACHED,
     WRITES_ACROSS_A_READ,
+    follower_follows_compactions,
     hold_admitted_write,
     hold_read_at_pin,
     hold_read_at_pread,
@@ -103,6 +104,13 @@ def test_purges_among_real_threads_are_linearizable(engine_spec: str) -> None:
         runs += 1
         result = run_threads(engine_spec, scenario)
         assert not result.problems, result.report()
+
+
+def test_readonly_handles_follow_compactions(engine_spec: str) -> None:
+    """The stress campaign's fixed check of readonly handles reading through two
+    compactions, on real files and on a simulated file system (where a handle that
+    told a swapped file apart by its inode alone stayed behind for good)."""
+    assert follower_follows_compactions(engine_spec) == []
 
 
 def test_real_threads_run_an_engine_without_readonly_handles() -> None:
