@@ -52,7 +52,7 @@ import hashlib
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from settee.io import FileHandle, FileSystem
@@ -539,6 +539,13 @@ class SimFS(FileSystem):
     def fsync_dir(self, path: str) -> None:
         self._do(Op("fsync_dir", path.rstrip("/") or "/"))
 
+    def file_identity(self, path: str) -> Hashable:
+        with self._lock:
+            self._check()
+            if path not in self._disk.names:
+                raise FileNotFoundError(path)
+            return self._disk.names[path]  # its inode number
+
     def exists(self, path: str) -> bool:
         with self._lock:
             self._check()
@@ -609,6 +616,9 @@ class SimHandle(FileHandle):
 
     def size(self) -> int:
         return self._fs._size(self._ino)
+
+    def file_identity(self) -> Hashable:
+        return self._ino
 
     def close(self) -> None:
         # Closing releases nothing on disk, so it works even after a crash: the

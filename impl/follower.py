@@ -218,14 +218,21 @@ class FollowerShard:
             except OSError as exc:
                 raise SetteeError(f"{self.path}: cannot stat the shard file: {exc}") from exc
             return ("stat", st.st_ino, st.st_size)
+        # Another file system: the identity of the file at the path (a compaction
+        # renames a new one there) and the size of the one followed.
+        try:
+            at_path = self.fs.file_identity(self.path)
+        except OSError as exc:
+            raise SetteeError(f"{self.path}: cannot find the shard file: {exc}") from exc
         state = getattr(self, "_state", None)
-        return ("size", None if state is None else state[1].file.handle.size())
+        return ("size", at_path, None if state is None else state[1].file.handle.size())
 
     def _replaced(self, file: ShardFile) -> bool:
-        if not isinstance(self.fs, OsFileSystem):
+        held = file.handle.file_identity()
+        if held is None:  # this file system cannot tell files apart (FileSystem.file_identity)
             return False
         try:
-            return os.stat(self.path).st_ino != os.fstat(file.handle.read_fd).st_ino  # type: ignore[attr-defined]  # an OsFileHandle
+            return self.fs.file_identity(self.path) != held
         except OSError:
             return True
 

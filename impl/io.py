@@ -23,12 +23,13 @@ Threading contract, which every implementation must keep:
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from settee.spec.arguments import make_directories
@@ -101,6 +102,12 @@ class FileHandle(ABC):
     def close(self) -> None:
         """Release the handle; no call may follow, and no read may be in flight."""
 
+    def file_identity(self) -> Hashable | None:
+        """What tells this handle's file apart from any other file of its file system,
+        as ``FileSystem.file_identity`` tells the one at a path (a file replaced by
+        ``rename`` has another). By default None: it cannot be told."""
+        return None
+
     def data_end(self, size: int) -> int:
         """Where the bytes of the file's first ``size`` that may not be zero end: a
         hole (a file extended by ``truncate``) reads as zeros, so nothing past this
@@ -149,6 +156,14 @@ class FileSystem(ABC):
         By default ``path`` (no links)."""
         return path
 
+    def file_identity(self, path: str) -> Hashable | None:
+        """What tells the file at ``path`` apart from any other, as its handles'
+        ``file_identity`` does: how a readonly handle sees that a compaction renamed
+        a new file over the one it reads. By default None: it cannot be told, and a
+        readonly handle then keeps reading the file it opened (README, Caveats).
+        Raises ``FileNotFoundError`` when no file is at ``path``."""
+        return None
+
 
 # -- the real thing -----------------------------------------------------------------------------
 
@@ -184,6 +199,10 @@ class OsFileHandle(FileHandle):
 
     def pread(self, offset: int, size: int) -> bytes:
         return os.pread(self.read_fd, size, offset)
+
+    def file_identity(self) -> Hashable:
+        st = os.fstat(self.read_fd)
+        return (st.st_dev, st.st_ino)
 
     def append(self, data: bytes) -> int:
         start = self._end
@@ -287,6 +306,10 @@ class OsFileSystem(FileSystem):
     def file_behind(self, path: str) -> str:
         return os.path.realpath(path) if os.path.islink(path) else path
 
+    def file_identity(self, path: str) -> Hashable:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+
     def remove(self, path: str) -> None:
         os.remove(path)
 
@@ -314,8 +337,12 @@ class OsFileSystem(FileSystem):
 
 
 class _MemoryFile:
+    #: Numbers each file made, as an inode number does: ``id()`` could be reused.
+    _made = itertools.count()
+
     def __init__(self) -> None:
         self.data = bytearray()
+        self.number = next(_MemoryFile._made)
 
 
 class MemoryFileHandle(FileHandle):
@@ -373,6 +400,9 @@ class MemoryFileHandle(FileHandle):
         with self._lock:
             return len(self._buffer())
 
+    def file_identity(self) -> Hashable:
+        return self._file.number
+
     def close(self) -> None:
         with self._lock:
             self._buffer()  # closing twice is EBADF too
@@ -420,6 +450,12 @@ class MemoryFileSystem(FileSystem):
             if src not in self._files:
                 raise FileNotFoundError(src)
             self._files[dst] = self._files.pop(src)
+
+    def file_identity(self, path: str) -> Hashable:
+        with self._lock:
+            if path not in self._files:
+                raise FileNotFoundError(path)
+            return self._files[path].number
 
     def remove(self, path: str) -> None:
         with self._lock:
@@ -485,6 +521,9 @@ class FileSystemWrapper(FileSystem):
     def file_behind(self, path: str) -> str:
         return self.inner.file_behind(path)
 
+    def file_identity(self, path: str) -> Hashable | None:
+        return self.inner.file_identity(path)
+
     def makedirs(self, path: str) -> None:
         self.intercept("makedirs", path, lambda: self.inner.makedirs(path))
 
@@ -514,6 +553,9 @@ class _WrappedHandle(FileHandle):
 
     def size(self) -> int:
         return self._fs.intercept("size", self.path, self.inner.size)
+
+    def file_identity(self) -> Hashable | None:
+        return self.inner.file_identity()
 
     def data_end(self, size: int) -> int:
         return self.inner.data_end(size)  # a hint the OS gives, never a fault to inject
