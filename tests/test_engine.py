@@ -394,6 +394,30 @@ def test_second_open_in_process_is_refused(tmp_path: Any) -> None:
     _open(tmp_path / "db").close()  # the lock is released by close
 
 
+@pytest.mark.parametrize("wrapped", ["first", "second", "both"])
+def test_a_wrapped_os_file_system_takes_the_writer_lock_too(tmp_path: Any, wrapped: str) -> None:
+    """A FileSystemWrapper of the OS's file system (one counting calls, say) names
+    real paths, so its writer takes the directory's lock and publishes HEADS as a
+    plain one does: it took neither, and two writers opened one directory at once
+    (found in review)."""
+    path = str(tmp_path / "db")
+
+    def fs(which: str) -> Any:
+        return FileSystemWrapper(OsFileSystem()) if wrapped in (which, "both") else None
+
+    first = settee.Database(path, fs=fs("first"))
+    try:
+        with pytest.raises(settee.SetteeError, match="another process"):
+            settee.Database(path, fs=fs("second"))
+        first.put({"_id": "a"})
+        assert os.path.exists(os.path.join(path, "HEADS"))  # readonly handles follow it
+        with settee.open(path, readonly=True) as reader:
+            assert reader.get("a")["_id"] == "a"
+    finally:
+        first.close()
+    settee.Database(path, fs=fs("second")).close()  # the lock is released by close
+
+
 def test_second_process_is_refused(tmp_path: Any) -> None:
     path = str(tmp_path / "db")
     code = (
