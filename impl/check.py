@@ -32,7 +32,7 @@ from settee.btree_check import check_tree
 from settee.docinfo import DocInfo
 from settee.file import ShardFile, TornTailWarning
 from settee.heads import HeadsFile, Slot
-from settee.io import FileSystem, OsFileSystem
+from settee.io import FileSystem, OsFileSystem, on_os_files
 from settee.layout import META_NAME, read_layout, shard_path
 from settee.snapshot import Snapshot, by_id_tree, by_seq_tree
 from settee.spec import revtree
@@ -57,7 +57,7 @@ def check_database(
     except (SetteeError, OSError) as exc:
         yield f"{os.path.join(path, META_NAME)}:0: {exc}"
         return
-    heads = HeadsFile(path, writer=False) if isinstance(fs, OsFileSystem) else None
+    heads = HeadsFile(path, writer=False) if on_os_files(fs) else None
     try:
         for index in range(layout.shards):
             slot = None if heads is None else heads.read(index)

@@ -21,7 +21,7 @@ from settee.cut import FollowerCut, WriterCut
 from settee.docinfo import DocInfo
 from settee.follower import FollowerShard, readonly_error, warn_if_lost
 from settee.heads import HeadsFile
-from settee.io import FileSystem, OsFileSystem
+from settee.io import FileSystem, OsFileSystem, on_os_files
 from settee.layout import (
     acquire_lock,
     mark_locked,
@@ -115,7 +115,7 @@ class Database:
         except BaseException:
             release_lock(self._lock_fd)
             raise
-        if type(self.fs) is OsFileSystem:  # other processes read HEADS (settee.heads)
+        if on_os_files(self.fs):  # other processes read HEADS (settee.heads)
             self._attach_heads(path)
 
     def _attach_heads(self, path: str) -> None:
@@ -139,7 +139,7 @@ class Database:
             raise SetteeError(f"{path} does not exist: check the path (readonly=True)")
         layout = read_layout(self.fs, path)
         no_writer = False
-        if type(self.fs) is OsFileSystem:
+        if on_os_files(self.fs):
             self._heads = HeadsFile(path, writer=False)
             no_writer = writer_running(path) is False
         shards: list[Any] = []

@@ -42,6 +42,7 @@ __all__ = [
     "FileSystemWrapper",
     "MemoryFileSystem",
     "OsFileSystem",
+    "on_os_files",
     "open_regular",
 ]
 
@@ -331,6 +332,16 @@ class OsFileSystem(FileSystem):
 
     def makedirs(self, path: str) -> None:
         make_directories(path)  # os.makedirs recurses per missing parent
+
+
+def on_os_files(fs: FileSystem) -> bool:
+    """Whether ``fs`` is the OS's file system, or wraps it (a ``FileSystemWrapper``
+    passes paths through unchanged): its paths are then real paths, which the
+    directory's writer lock and HEADS need. A wrapped one that took neither let two
+    writers open one directory at once (found in review)."""
+    while isinstance(fs, FileSystemWrapper):
+        fs = fs.inner
+    return isinstance(fs, OsFileSystem)
 
 
 # -- in memory ----------------------------------------------------------------------------------

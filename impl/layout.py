@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from settee.io import FileSystem, OsFileSystem, open_regular
+from settee.io import FileSystem, on_os_files, open_regular
 from settee.spec.errors import BadRequest, CorruptionError, SetteeError
 from settee.spec.format import (
     BLOCK_SIZE,
@@ -322,9 +322,7 @@ def _create(fs: FileSystem, path: str, shards: int, db_uuid: str) -> Layout:
     # The database directory's own entry must be durable too, or a crash could
     # lose the directory with every acknowledged write in it.
     fs.fsync_dir(
-        os.path.dirname(os.path.abspath(path))
-        if isinstance(fs, OsFileSystem)
-        else os.path.dirname(path) or "."
+        os.path.dirname(os.path.abspath(path)) if on_os_files(fs) else os.path.dirname(path) or "."
     )
     return Layout(path, shards, db_uuid, created=True)
 
@@ -385,7 +383,7 @@ def acquire_lock(fs: FileSystem, path: str) -> int | None:
 
     Only real directories can be locked; simulated file systems return None.
     """
-    if not isinstance(fs, OsFileSystem):
+    if not on_os_files(fs):
         return None
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     # A few tries: a readonly open holds a shared lock for an instant (writer_running).
@@ -433,7 +431,7 @@ def mark_locked(fs: FileSystem, path: str) -> None:
     """Leave an empty LOCK file in an opened database: it says "this directory is
     locked" to people and older tools. The lock is the directory's own flock, so
     deleting the file changes nothing. Only databases on the OS file system."""
-    if isinstance(fs, OsFileSystem):
+    if on_os_files(fs):
         lock = os.path.join(path, LOCK_NAME)
         try:
             os.close(open_regular(lock, os.O_WRONLY | os.O_CREAT))
