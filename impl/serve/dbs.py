@@ -21,6 +21,7 @@ from settee.serve.docs import handle_post_doc
 from settee.serve.notifier import REPLICATOR_WAKE
 from settee.serve.protocol import (
     HTTPError,
+    db_url,
     decode_json,
     decode_object,
     etag_matches,
@@ -28,7 +29,6 @@ from settee.serve.protocol import (
     method_not_allowed,
     parse_integer,
     reply,
-    request_url,
     require_json_content,
     require_method,
     respond,
@@ -267,7 +267,7 @@ async def handle_db(state: State, request: web.BaseRequest, name: str) -> web.St
         state.db_events.record("created", name)
         if is_replicator_db(name):
             state.notifier.bump(REPLICATOR_WAKE)
-        location = request_url(request)
+        location = db_url(request)  # chttpd_db: "/" ++ couch_util:url_encode(DbName)
         headers = {} if location is None else {"Location": location}
         return respond(reply(201, {"ok": True}, headers))
     if method == "DELETE":

@@ -44,7 +44,6 @@ from settee.serve.protocol import (
     naming,
     query_true,
     reply,
-    request_url,
     require_json_content,
     respond,
     written,
@@ -404,7 +403,7 @@ async def handle_doc(
         )
         if batch:
             return respond(reply(status, result))
-        return written(status, result, request_url(request))
+        return written(status, result, doc_url(request, doc_id))
     if method == "DELETE":
         rev = explicit_rev(request.query, request.headers)
         status, result = await state.run(_delete_doc, state, entry, doc_id, rev)
@@ -490,7 +489,7 @@ async def handle_local(
         # chttpd_db's db_doc_req PUT sends Location for every document it writes, and
         # couch_httpd:doc_etag the same ETag a read of the new revision gets.
         answer = {"ok": True, "id": doc_id, "rev": stored["_rev"]}
-        return written(status, answer, request_url(request), local_etag(stored))
+        return written(status, answer, doc_url(request, doc_id), local_etag(stored))
     if method == "DELETE":
         # chttpd_db opens the document first: a missing one is 404 whatever the rev.
         await state.run(entry.local.get, doc_id)

@@ -29,6 +29,7 @@ __all__ = [
     "HTTPError",
     "Reply",
     "attachment_url",
+    "db_url",
     "decode_json",
     "decode_object",
     "doc_url",
@@ -341,21 +342,33 @@ def _forwarded(request: web.BaseRequest, url: URL) -> str:
 
 
 def doc_url(request: web.BaseRequest, doc_id: str) -> str | None:
-    """The absolute URL of ``doc_id`` in the request's database (``request_url``).
-    Percent-encoded: an id may hold any character, a header line may not; a slash
-    only after _design/ or _local/ (couch_util:url_encode), else a/b would name
-    attachment b of a."""
-    # The first segment that is not empty, as the router reads it ("//db//doc").
-    database = next((part for part in request.rel_url.raw_path.split("/") if part), "")
-    return request_url(request, f"/{database}/{_url_encode_id(doc_id)}")
+    """The absolute URL of ``doc_id`` in the request's database (``request_url``),
+    as chttpd_db builds a write's Location: the database name and the id each
+    through couch_util:url_encode, every slash included (``_design%2Fname``, so
+    a/b cannot name attachment b of a), whatever spelling the request used."""
+    return request_url(request, f"/{_database_part(request)}/{url_encode(doc_id)}")
 
 
 def attachment_url(request: web.BaseRequest, doc_id: str, name: str) -> str | None:
     """The absolute URL of attachment ``name`` of ``doc_id``, as chttpd_db's
     attachment PUT builds its Location: the id and the name each through
     couch_util:url_encode, every slash included (``request_url``)."""
-    database = next((part for part in request.rel_url.raw_path.split("/") if part), "")
-    return request_url(request, f"/{database}/{url_encode(doc_id)}/{url_encode(name)}")
+    return request_url(
+        request, f"/{_database_part(request)}/{url_encode(doc_id)}/{url_encode(name)}"
+    )
+
+
+def db_url(request: web.BaseRequest) -> str | None:
+    """The absolute URL of the request's database, as chttpd_db's create answers
+    it: ``"/" ++ couch_util:url_encode(DbName)``."""
+    return request_url(request, f"/{_database_part(request)}")
+
+
+def _database_part(request: web.BaseRequest) -> str:
+    """The request's database name (the first path segment that is not empty, as
+    the router reads ``//db//doc``), decoded and then couch_util:url_encode'd."""
+    raw = next((part for part in request.rel_url.raw_path.split("/") if part), "")
+    return url_encode(urllib.parse.unquote(raw, errors="surrogatepass"))
 
 
 def url_encode(text: str) -> str:
@@ -366,12 +379,6 @@ def url_encode(text: str) -> str:
         chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-:") else f"%{b:02X}"
         for b in data
     )
-
-
-def _url_encode_id(doc_id: str) -> str:
-    prefix = next((p for p in ("_design/", "_local/") if doc_id.startswith(p)), "")
-    rest = doc_id[len(prefix) :]
-    return prefix + urllib.parse.quote(rest, safe="", errors="surrogatepass")
 
 
 def require_json_content(headers: Mapping[str, str]) -> None:
