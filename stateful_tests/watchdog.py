@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -108,6 +109,7 @@ def arm(seconds: float | None = None) -> int:
     Levels nest (the innermost's time applies); one thread is watched at a time,
     the outermost level's."""
     seconds = call_timeout() if seconds is None else seconds
+    _build_unicode_table()
     with _state.cond:
         if not _state.levels:
             _state.target = threading.get_ident()
@@ -123,6 +125,19 @@ def arm(seconds: float | None = None) -> int:
             _state.thread.start()
         _state.cond.notify()
     return level
+
+
+@functools.cache
+def _build_unicode_table() -> None:
+    """Hypothesis builds its table of Unicode categories at a process's first text
+    draw, unless a ``.hypothesis`` folder in the working directory holds it: half a
+    second idle, more under load, between two engine calls. With a short call
+    timeout (``settee verify --call-timeout 1``) that gap was taken for a hang, and
+    the replay, with the table built, found none. Built once, before any watch."""
+    with contextlib.suppress(Exception):  # Hypothesis's own cache: best effort, as it is
+        from hypothesis.internal.charmap import charmap
+
+        charmap()
 
 
 def disarm(level: int | None = None) -> None:
