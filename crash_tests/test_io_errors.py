@@ -1,7 +1,9 @@
 """I/O errors, SQLite's and RocksDB's way: make io step N fail, for every N.
 
-For every io step of a small workload, the step fails with EIO or ENOSPC,
-either once or from then on. Then:
+For every io step of a small workload, the step fails with EIO, ENOSPC or EACCES
+(``OSError`` makes that a ``PermissionError``: a file or folder whose permissions
+changed under a running database, which a test running as root cannot make with
+``chmod``), either once or from then on. Then:
 
 * every failing call raises a ``SetteeError`` (never a raw ``OSError``);
 * after a failed write or fsync the shard refuses further writes until the
@@ -130,7 +132,9 @@ STEPS = _failable_steps()
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["once", "persistent"])
-@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+@pytest.mark.parametrize(
+    "code", [errno.EIO, errno.ENOSPC, errno.EACCES], ids=["EIO", "ENOSPC", "EACCES"]
+)
 def test_every_io_step_failing(code: int, persistent: bool, record_property: Any) -> None:
     assert STEPS > 30, STEPS
     failures = {}
