@@ -354,6 +354,8 @@ class Client:
             return ("all_docs", {"keys": list(self.group)})
         if kind == "batch":
             return ("bulk_docs", [self.doc(i, {"gen": spec[1]}, True) for i in self.group], True)
+        if kind == "revs_diff":  # a fixed request, ((id, (rev, ...)), ...): hashable
+            return ("revs_diff", {doc_id: list(revs) for doc_id, revs in spec[1]})
         if kind == "changes" and self.since is not None:
             # A client's later changes resume from the token of its last answer, as a
             # follower of the feed does: they must list exactly what changed since the

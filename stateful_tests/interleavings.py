@@ -39,6 +39,7 @@ from settee.proof.stateful.history import (
 from settee.proof.stateful.reader_process import ReaderProcess
 from settee.proof.stateful.scheduler import Scheduler, SchedulerFileSystem, ScheduleStuck
 from settee.spec.errors import BadRequest
+from settee.spec.revs import new_rev
 
 __all__ = [
     "ADMIT_THEN_CLOSE",
@@ -48,6 +49,7 @@ __all__ = [
     "PURGE_AND_WRITE_IN_ONE_GROUP",
     "READ_THEN_CLOSE",
     "READ_THEN_CLOSE_UNCACHED",
+    "REVS_DIFF_ACROSS_WRITES",
     "STRESS_TIMEOUT",
     "WRITES_ACROSS_A_READ",
     "RunResult",
@@ -201,6 +203,25 @@ GET_ACROSS_A_COMPACTION = Scenario(
     0,
 )
 
+#: The revision that updating a document of ``SETUP`` ({"v": 0}) to {"v": 1} makes.
+_SECOND_REV = new_rev(new_rev(None, False, {"v": 0}), False, {"v": 1})
+
+#: Client 0 asks ``revs_diff`` about "b" (shard 0 of 2), then "a" (shard 1), for the
+#: revision client 1's updates of each make; client 1 updates "b", then "a", each after
+#: the other was acknowledged. With ``hold_read_at_pread`` (no cache) both updates land
+#: while the revs_diff, its snapshots pinned, is parked at its first pread: it must answer
+#: for one instant, never knowing "a"'s new revision without "b"'s
+#: (``mutants:revs_diff_per_id_snapshot`` looked each id up in its shard's newest
+#: snapshot; no random history asks revs_diff).
+REVS_DIFF_ACROSS_WRITES = Scenario(
+    {"shards": 2, "read_mode": "parallel", "cache_bytes": 0, "body_cache_bytes": 0},
+    (
+        (("revs_diff", (("b", (_SECOND_REV,)), ("a", (_SECOND_REV,)))),),
+        (("put", "b", {"v": 1}, True), ("put", "a", {"v": 1}, True)),
+    ),
+    0,
+)
+
 #: The fixed schedules the stress campaign runs before its random runs (each costs a
 #: few milliseconds): races the random schedules draw too seldom. name -> (scenario,
 #: choose).
@@ -208,6 +229,7 @@ FIXED_SCHEDULES: dict[str, tuple[Scenario, Callable[[list[str]], int]]] = {
     "purge and write in one group": (PURGE_AND_WRITE_IN_ONE_GROUP, hold_writer_at_dequeue),
     "changes across a write": (CHANGES_ACROSS_A_WRITE, hold_read_at_pread),
     "get across a compaction": (GET_ACROSS_A_COMPACTION, hold_read_at_pread),
+    "revs_diff across writes": (REVS_DIFF_ACROSS_WRITES, hold_read_at_pread),
 }
 
 
