@@ -2537,3 +2537,20 @@ def test_atts_since_takes_the_newest_named_revision_on_the_path(engine: Any) -> 
         atts = engine.get("a", atts_since=since)["_attachments"]
         assert atts["x"].get("stub") is True and atts["y"].get("stub") is True, since
         assert "data" in atts["z"], since
+
+
+def test_each_replicated_write_that_deepens_a_branch_past_revs_limit_stems_it(
+    opener: Any,
+) -> None:
+    """§12: the replicated write that takes a branch one revision past revs_limit stems
+    it at once (couch_db_updater stems after every merge, maybe_stem_full_doc_info),
+    whatever the length of the path it sends; each later write too (found by mutation
+    testing: an engine counting the branch's height one short stemmed a write late,
+    and passed, as every test read the tree after a second write past the limit)."""
+    db = opener.open(opener.path + "-deepen", revs_limit=2)
+    path = [f"{n}-{H[format(n, 'x')]}" for n in range(1, 6)]
+    replicate(db, "a", [path[1], path[0]], {"v": 2})
+    for n in range(2, 5):
+        replicate(db, "a", [path[n], path[n - 1]], {"v": n + 1})
+        assert db.revs_diff({"a": path[: n + 1]}) == {"a": {"missing": path[: n - 1]}}, n
+        assert db.get("a", revs=True)["_revisions"]["start"] == n + 1
