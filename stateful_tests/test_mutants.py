@@ -37,6 +37,7 @@ from settee.proof.stateful.mutants.careless import CARELESS
 from settee.proof.stateful.mutants.escapes import ESCAPES
 from settee.proof.stateful.mutants.internals import INTERNALS
 from settee.proof.stateful.mutants.races import RACES
+from settee.proof.stateful.mutants.round6 import ROUND6
 from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
@@ -70,7 +71,13 @@ ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
 @pytest.mark.parametrize(
     "name",
     sorted(
-        set(MUTANTS) - CONCURRENT_ONLY - set(CARELESS) - set(INTERNALS) - set(ESCAPES) - set(RACES)
+        set(MUTANTS)
+        - CONCURRENT_ONLY
+        - set(CARELESS)
+        - set(INTERNALS)
+        - set(ESCAPES)
+        - set(RACES)
+        - set(ROUND6)
     ),
 )
 def test_mutant_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -559,3 +566,42 @@ def test_race_mutant_fails_its_fixed_schedule(name: str) -> None:
     assert summary.failures, summary.text()[:3000]
     assert f"the fixed schedule {RACES_SCHEDULED[name]!r}" in summary.reproducer
     assert summary.replay == f"stress|{spec}|0|-1"
+
+
+# -- the sixth round: slips that escaped every check (mutants/round6.py) -----------------------
+
+#: Each sequential escape -> the semantic test added to catch it (each passed the semantic
+#: suite and a minute of the equivalence, interleavings and stress campaigns before).
+ROUND6_SEMANTIC = {
+    "atts_since_oldest_on_path": "test_atts_since_takes_the_newest_named_revision_on_the_path",
+    "replicated_height_one_short": (
+        "test_each_replicated_write_that_deepens_a_branch_past_revs_limit_stems_it"
+    ),
+}
+
+#: Each race escape -> the fixed schedule (``interleavings.FIXED_SCHEDULES``) added to
+#: catch it: no random history asked ``revs_diff``.
+ROUND6_SCHEDULED = {"revs_diff_per_id_snapshot": "revs_diff across writes"}
+
+
+def test_every_sixth_round_mutant_has_a_catch() -> None:
+    covered = set(ROUND6_SEMANTIC) | set(ROUND6_SCHEDULED)
+    assert covered == set(ROUND6), sorted(covered ^ set(ROUND6))
+
+
+@pytest.mark.parametrize("name", sorted(ROUND6_SEMANTIC))
+def test_sixth_round_mutant_fails_its_semantic_test(name: str, tmp_path: Any) -> None:
+    _fails_its_semantic_test(name, ROUND6_SEMANTIC[name], ROUND6[name][1], tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(ROUND6_SCHEDULED))
+def test_sixth_round_race_fails_its_fixed_schedule(name: str) -> None:
+    """As ``test_race_mutant_fails_its_fixed_schedule``: the schedule, and the stress
+    campaign that runs it first."""
+    spec = f"settee.proof.stateful.mutants:{name}"
+    scenario, choose = FIXED_SCHEDULES[ROUND6_SCHEDULED[name]]
+    result = run_scheduled(spec, scenario, choose, stall=5.0)
+    assert any("not linearizable" in p for p in result.problems), result.report()[:3000]
+    summary = run_stress(spec, runs=0, seed=0, compaction_check=False)
+    assert summary.failures, summary.text()[:3000]
+    assert f"the fixed schedule {ROUND6_SCHEDULED[name]!r}" in summary.reproducer

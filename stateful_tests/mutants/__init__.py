@@ -372,4 +372,8 @@ from settee.proof.stateful.mutants.races import RACES  # noqa: E402
 
 MUTANTS.update(RACES)
 
+from settee.proof.stateful.mutants.round6 import ROUND6  # noqa: E402
+
+MUTANTS.update(ROUND6)
+
 globals().update({name: cls for name, (cls, _) in MUTANTS.items()})
