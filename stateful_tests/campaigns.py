@@ -35,10 +35,17 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from settee.proof.stateful import equivalence
 from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
-from settee.proof.stateful.history import Scenario, random_scenario, scenarios
+from settee.proof.stateful.history import (
+    Scenario,
+    has_purge,
+    random_scenario,
+    scenarios,
+    with_purges,
+)
 from settee.proof.stateful.interleavings import (
     compaction_keeps_concurrent_purges,
     compaction_keeps_concurrent_writes,
+    engine_purges,
     fixed_schedules,
     follower_behind_a_stale_heads,
     follower_follows_compactions,
@@ -253,19 +260,38 @@ def run_stress(
             summary.replay = f"stress|{engine}|{seed}|{run}"
             summary.seconds = time.monotonic() - started
             return summary
+    # Purges racing the rest, drawn apart so that ``rng`` draws the scenarios it
+    # always drew (the mutant catches of tests/test_mutants.py depend on them).
+    purge_rng = random.Random(f"purges-{seed}") if engine_purges(engine) else None
     for n in range(runs):
-        scenario = random_scenario(rng, read_mode=read_modes[n % len(read_modes)])
-        result = run_threads(engine, scenario)
-        summary.examples += 1
-        summary.histories += 1
-        summary.steps += result.operations
-        if result.problems:
-            summary.failures += 1
-            summary.reproducer = result.report()
-            summary.replay = f"stress|{engine}|{seed}|{n}"
-            break
+        drawn = [random_scenario(rng, read_mode=read_modes[n % len(read_modes)])]
+        if purge_rng is not None and n % PURGE_EVERY == PURGE_EVERY - 1:
+            drawn.append(_purging_scenario(purge_rng))
+        for scenario in drawn:
+            result = run_threads(engine, scenario)
+            summary.examples += 1
+            summary.histories += 1
+            summary.steps += result.operations
+            if result.problems:
+                summary.failures += 1
+                summary.reproducer = result.report()
+                summary.replay = f"stress|{engine}|{seed}|{n}"
+                summary.seconds = time.monotonic() - started
+                return summary
     summary.seconds = time.monotonic() - started
     return summary
+
+
+#: The stress campaign adds a scenario with purges after every this many runs.
+PURGE_EVERY = 4
+
+
+def _purging_scenario(rng: random.Random) -> Scenario:
+    """A stress scenario where some deletes are purges (at least one)."""
+    while True:
+        scenario = with_purges(random_scenario(rng), rng)
+        if has_purge(scenario):
+            return scenario
 
 
 def _fill(summary: Summary, stats: Counter[str]) -> None:

@@ -57,8 +57,10 @@ __all__ = [
     "check_history",
     "check_mvcc",
     "group_ids",
+    "has_purge",
     "random_scenario",
     "scenarios",
+    "with_purges",
 ]
 
 IDS = ("a", "b", "c")
@@ -221,6 +223,21 @@ def random_scenario(
     if scans and options["shards"] > 1:
         reader = _single_shard_reads(reader)
     return Scenario(options, programs, batches, reader, other_process, scans)
+
+
+def with_purges(scenario: Scenario, rng: random.Random) -> Scenario:
+    """``scenario`` with half its deletes made purges of the leaf the client last saw
+    (SEMANTICS §19). Apart from ``random_scenario``, whose seeded draws the stress
+    campaign's mutant catches depend on."""
+    programs = tuple(
+        tuple(("purge", op[1]) if op[0] == "delete" and rng.random() < 0.5 else op for op in p)
+        for p in scenario.programs
+    )
+    return dataclasses.replace(scenario, programs=programs)
+
+
+def has_purge(scenario: Scenario) -> bool:
+    return any(op[0] == "purge" for program in scenario.programs for op in program)
 
 
 def _single_shard_reads(reads: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -54,6 +54,7 @@ __all__ = [
     "WRITES_ACROSS_A_READ",
     "RunResult",
     "compaction_keeps_concurrent_purges",
+    "engine_purges",
     "fixed_schedules",
     "follower_behind_a_stale_heads",
     "follower_follows_compactions",
@@ -239,7 +240,7 @@ def fixed_schedules(spec: str) -> list[str]:
     purges = None
     for name, (scenario, choose) in FIXED_SCHEDULES.items():
         if any(op[0] == "purge" for program in scenario.programs for op in program):
-            purges = _has_purge(spec) if purges is None else purges
+            purges = engine_purges(spec) if purges is None else purges
             if not purges:
                 continue
         result = run_scheduled(spec, scenario, choose, stall=5.0)
@@ -248,7 +249,7 @@ def fixed_schedules(spec: str) -> list[str]:
     return []
 
 
-def _has_purge(spec: str) -> bool:
+def engine_purges(spec: str) -> bool:
     """Whether engine ``spec`` has ``purge`` (SEMANTICS.md §19; one written before it
     may not)."""
     tmp = scratch_dir("settee-has-purge-")

@@ -10,7 +10,6 @@ returns. ``close()`` and ``compact()`` are operations of the clients.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -21,7 +20,7 @@ import pytest
 
 from settee.proof.stateful.budget import scaled
 from settee.proof.stateful.campaigns import run_interleavings
-from settee.proof.stateful.history import Scenario, random_scenario
+from settee.proof.stateful.history import Scenario, has_purge, random_scenario, with_purges
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     READ_THEN_CLOSE,
@@ -81,24 +80,15 @@ def test_real_threads_are_linearizable(
     record_property("histories", runs)
 
 
-def _with_purges(scenario: Scenario, rng: random.Random) -> Scenario:
-    """``scenario`` with half its deletes made purges of the leaf the client saw."""
-    programs = tuple(
-        tuple(("purge", op[1]) if op[0] == "delete" and rng.random() < 0.5 else op for op in p)
-        for p in scenario.programs
-    )
-    return dataclasses.replace(scenario, programs=programs)
-
-
 def test_purges_among_real_threads_are_linearizable(engine_spec: str) -> None:
     """Purges (SEMANTICS §19) racing writes, reads, compactions and a readonly reader:
-    each history is one the reference explains. Apart from the stress campaign's
-    seeded draws, which its mutant tests depend on."""
+    each history is one the reference explains (the stress campaign adds such a run
+    after every fourth of its own, ``campaigns.run_stress``)."""
     rng = random.Random("purges")
     runs = purges = 0
     while purges < scaled(12):
-        scenario = _with_purges(random_scenario(rng, read_mode="parallel"), rng)
-        if not any(op[0] == "purge" for program in scenario.programs for op in program):
+        scenario = with_purges(random_scenario(rng, read_mode="parallel"), rng)
+        if not has_purge(scenario):
             continue
         purges += 1
         runs += 1

@@ -186,6 +186,25 @@ def test_fractured_read_is_caught_by_the_ci_interleavings() -> None:
     assert "not linearizable" in summary.reproducer
 
 
+@pytest.mark.parametrize("mutant", ["purge_keeps_by_seq", "purge_no_seq_bump"])
+def test_a_purge_mutant_is_caught_by_the_stress_campaigns_purging_runs(
+    monkeypatch: pytest.MonkeyPatch, mutant: str
+) -> None:
+    """The stress campaign draws a scenario with purges after every fourth run (from a
+    generator of its own, so its other draws stay as they were). Without the fixed
+    checks, which purge only alongside compactions, its first one catches each of
+    these (strict mode refuses the commit); before, no random run of the campaign
+    purged at all."""
+    from settee.proof.stateful import campaigns
+
+    monkeypatch.setattr(campaigns, "fixed_schedules", lambda spec: [])
+    monkeypatch.setattr(campaigns, "compaction_keeps_concurrent_purges", lambda spec: [])
+    spec = f"settee.proof.stateful.mutants:{mutant}"
+    summary = run_stress(spec, runs=campaigns.PURGE_EVERY, seed=0)
+    assert summary.failures, summary.text()[:3000]
+    assert "'purge'" in summary.reproducer, summary.reproducer[:3000]
+
+
 def test_fractured_follower_is_caught_by_the_stress_campaign() -> None:
     """The stress campaign starts with the readonly read that writes land inside
     (``interleavings.follower_read_across_writes``)."""
