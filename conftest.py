@@ -12,12 +12,19 @@ waiting for them (``impl/proof/test_semantics.py`` alone: 32.5 s in /tmp, 14.8 s
 /dev/shm, the same 1,837 tests). The engine still makes every one of those calls: only the
 wait for the disk is gone, and what a crash may lose is the crash suite's subject, checked
 on its simulated file system (``crash_tests/simfs.py``), never on the real one.
+
+``collected_modules``: the name and file of every module loaded once collection has
+finished, when this run collected what a bare ``pytest --collect-only`` in the checkout
+collects, so that a test of what collection imports reads it here instead of collecting
+the whole suite again in a subprocess (``tests/test_installed.py``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +50,34 @@ def pytest_configure(config: pytest.Config) -> None:
     if folder is not None:
         os.environ["TMPDIR"] = folder
         tempfile.tempdir = None  # gettempdir() computes it again, from TMPDIR
+
+
+#: ``{module name: file}`` of every loaded module once this run's collection finished.
+_MODULES_AFTER_COLLECTION = pytest.StashKey[dict[str, str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    modules = list(sys.modules.items())
+    files = {name: getattr(module, "__file__", None) or "" for name, module in modules}
+    session.config.stash[_MODULES_AFTER_COLLECTION] = files
+
+
+def _collected_everything(config: pytest.Config) -> bool:
+    """Whether this run imported what a bare ``pytest --collect-only`` in the checkout
+    imports: the ``testpaths`` (named or by default; xdist's workers get them named),
+    from this checkout, nothing ignored, no last-failed narrowing."""
+    root = Path(__file__).resolve().parent
+    here = config.invocation_params.dir
+    named = {Path(here, arg.split("::")[0]).resolve() for arg in config.args}
+    testpaths = {(root / path).resolve() for path in config.getini("testpaths")}
+    narrowed = (config.getoption(name, None) for name in ("ignore", "ignore_glob", "lf"))
+    return config.rootpath == root and named == testpaths and not any(narrowed)
+
+
+@pytest.fixture
+def collected_modules(request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """``{module name: file}`` after this run's collection, or None when this run
+    collected less than the whole checkout (then collect again to know)."""
+    if not _collected_everything(request.config):
+        return None
+    return request.config.stash.get(_MODULES_AFTER_COLLECTION, None)
