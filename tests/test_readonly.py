@@ -199,6 +199,25 @@ def test_a_slot_naming_another_commits_header_is_not_followed(tmp_path: Path) ->
             assert [r["id"] for r in ro.all_docs()["rows"]] == ["a"]
 
 
+@pytest.mark.parametrize("offset", [2**63 - 4096, 2**63 - 21])
+def test_a_slot_naming_an_offset_no_pread_can_reach_falls_back_to_scanning(
+    tmp_path: Path, offset: int
+) -> None:
+    """A crc-valid slot is still a hint: one naming an offset below 2**63 but so
+    near it that reading a header there is EINVAL names no header of the file
+    (found by a sweep of forged HEADS slots: the readonly open failed with
+    "cannot open the database: [Errno 22] Invalid argument")."""
+    with _writer(tmp_path / "db", shards=1) as db:
+        db.put({"_id": "a"})
+        slot = settee.heads.HeadsFile(str(tmp_path / "db"), writer=False).read(0)
+        assert slot is not None
+    writer = settee.heads.HeadsFile(str(tmp_path / "db"), writer=True)
+    writer.publish(0, settee.heads.Slot(slot.generation, offset, slot.seq))
+    writer.close()
+    with settee.open(str(tmp_path / "db"), readonly=True) as ro:
+        assert ro.get("a")["_id"] == "a"
+
+
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "short"])
 def test_a_damaged_heads_file_falls_back_to_scanning(tmp_path: Path, damage: str) -> None:
     with _writer(tmp_path / "db") as db:
