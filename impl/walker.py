@@ -105,6 +105,10 @@ class Finding:
 
 def read_header_at(handle: FileHandle, offset: int, size: int) -> RawHeader | None:
     """The complete header at ``offset`` of a file of ``size`` bytes, if its crc holds."""
+    if offset + 1 + HEADER_SIZE > size:
+        # No header fits there. Decided before reading: a HEADS slot can name any
+        # offset below 2**63, and a pread reaching past that is EINVAL, not b"".
+        return None
     raw = handle.pread(offset, BLOCK_SIZE)
     if len(raw) < 1 + HEADER_SIZE or raw[0] != BLOCK_HEADER:
         return None  # torn inside the fixed fields, or not a header block
