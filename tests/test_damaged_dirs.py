@@ -616,6 +616,26 @@ def test_a_shard_file_past_the_shard_count_is_not_adopted(tmp_path: Path) -> Non
     assert _state(db_path) == before
 
 
+@pytest.mark.parametrize(
+    "name", ["shard-0002.settee", "shard-0001.settee", "shard-\u0661\u0662\u0663.settee"]
+)
+def test_a_file_named_like_no_shard_settee_writes_is_not_taken_for_one(
+    tmp_path: Path, name: str
+) -> None:
+    """Only the names settee writes (``shard-001.settee``) are shard files. Found by a
+    sweep of stray names: with no settee.meta, ``shard-0002.settee`` (and Arabic-Indic
+    digits, which ``\\d`` matched) was refused as a shard "that does not fit", and
+    ``shard-0001.settee`` stood for shard 1 in place of ``shard-001.settee`` when the
+    directory listed it last, so a healthy database was refused as missing shard 1."""
+    db_path = tmp_path / "db"
+    revs = _make(db_path, shards=2, docs=5)
+    (db_path / META_NAME).unlink()
+    (db_path / name).write_bytes(b"a stray file, no shard\n")
+    with pytest.warns(MetadataRebuiltWarning), settee.open(str(db_path)) as db:
+        assert {r["id"]: r["value"]["rev"] for r in db.all_docs()["rows"]} == revs
+    assert (db_path / name).read_bytes() == b"a stray file, no shard\n"
+
+
 def test_two_headerless_shards_are_not_a_crashed_creation(tmp_path: Path) -> None:
     """A creation writes and syncs each shard's header before it makes the next file,
     so a crash leaves at most one headerless file. (Mutant L7, allowing two, is
