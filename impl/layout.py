@@ -76,7 +76,8 @@ COMPACT_SUFFIX = ".compact"
 #: The most shards a database has (the ``shards`` option's bound, spec/config.py):
 #: a ``settee.meta`` or a shard header naming more is damage.
 MAX_SHARDS = 1024
-_SHARD_NAME = re.compile(r"shard-(\d{3,})\.settee")
+#: ASCII digits only: ``\d`` also matches other scripts' digits, which int() reads.
+_SHARD_NAME = re.compile(r"shard-([0-9]{3,})\.settee")
 
 
 class MetadataRebuiltWarning(UserWarning):
@@ -205,7 +206,9 @@ def _shard_files(fs: FileSystem, path: str) -> dict[int, str]:
     found = {}
     for name in fs.listdir(path):
         match = _SHARD_NAME.fullmatch(name)
-        if match:
+        # Only the name shard_path gives is that shard's file: shard-0001.settee is
+        # a stray file, not a second shard 1 to stand in for shard-001.settee.
+        if match and os.path.join(path, name) == shard_path(path, int(match.group(1))):
             found[int(match.group(1))] = os.path.join(path, name)
     return found
 
