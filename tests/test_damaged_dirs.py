@@ -110,11 +110,20 @@ def test_missing_metadata_beside_shards_of_two_databases_is_refused(tmp_path: Pa
 
 
 def test_metadata_of_another_shard_count_is_kept(tmp_path: Path) -> None:
+    """An explicit ``shards`` that the shard headers contradict is refused before the
+    missing settee.meta is rebuilt: a refused open changes nothing (it wrote the
+    metadata, then refused; found by the real-file fault hunt). A plain open rebuilds."""
     db_path = tmp_path / "db"
-    _make(db_path, shards=2)
+    revs = _make(db_path, shards=2)
     (db_path / META_NAME).unlink()
-    with pytest.warns(MetadataRebuiltWarning), pytest.raises(SetteeError, match="shards=2"):
-        settee.open(str(db_path), shards=4)
+    before = _listing(db_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MetadataRebuiltWarning)
+        with pytest.raises(SetteeError, match="shards=2"):
+            settee.open(str(db_path), shards=4)
+    assert _listing(db_path) == before
+    with pytest.warns(MetadataRebuiltWarning), settee.open(str(db_path)) as db:
+        assert {r["id"]: r["value"]["rev"] for r in db.all_docs()["rows"]} == revs
 
 
 def test_a_file_named_like_a_metadata_temp_file_is_kept(tmp_path: Path) -> None:
