@@ -123,16 +123,13 @@ def open_layout(
                 f"{path} has shard files but no {META_NAME}: open it with settee.open(path) "
                 "to rebuild the metadata from the shard headers"
             )
-        layout = _recover(fs, path, shards)
+        layout = _recover(fs, path, shards, shards_explicit=shards_explicit)
     elif not create:
         raise SetteeError(f"{path} holds no settee database (no {META_NAME}); check the path")
     else:
         return _create(fs, path, shards, uuid.uuid4().hex)
     if shards_explicit and shards != layout.shards:
-        raise BadRequest(
-            f"{path} was created with shards={layout.shards}, not {shards}; open it "
-            "without the shards option (the shard count is fixed at creation)"
-        )
+        raise _fixed_count(path, layout.shards, shards)
     for index in range(layout.shards):
         if not fs.exists(shard_path(path, index)):
             raise DamagedDirectory(
@@ -250,8 +247,16 @@ def _read_found(fs: FileSystem, index: int, file_path: str) -> _Found:
     return _Found(index, None, 0)
 
 
-def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
-    """Rebuild ``settee.meta`` from the shard headers; refuse whatever could lose data."""
+def _fixed_count(path: str, stored: int, asked: int) -> BadRequest:
+    return BadRequest(
+        f"{path} was created with shards={stored}, not {asked}; open it "
+        "without the shards option (the shard count is fixed at creation)"
+    )
+
+
+def _recover(fs: FileSystem, path: str, shards: int, *, shards_explicit: bool) -> Layout:
+    """Rebuild ``settee.meta`` from the shard headers; refuse whatever could lose data,
+    and an explicit ``shards`` the headers contradict, before anything is written."""
     found = [_read_found(fs, i, p) for i, p in sorted(_shard_files(fs, path).items())]
     identities = {f.identity[0::2] for f in found if f.identity is not None}
     if len(identities) > 1:
@@ -267,6 +272,8 @@ def _recover(fs: FileSystem, path: str, shards: int) -> Layout:
             f"{path} has no {META_NAME} and its shard headers name {count} shards, more "
             f"than settee allows ({MAX_SHARDS}): they are damaged; restore them from a backup"
         )
+    if shards_explicit and shards != count:
+        raise _fixed_count(path, count, shards)
     wrong = [
         f.index for f in found if f.index >= count or (f.identity and f.identity[1] != f.index)
     ]
