@@ -87,7 +87,7 @@ class Database:
         try:
             self._open(path, options)
         except OSError as exc:
-            raise SetteeError(f"{path}: cannot open the database: {exc}") from exc
+            raise SetteeError(f"{path}: cannot open the database: {_why(exc)}") from exc
 
     def _open(self, path: str, options: dict[str, Any]) -> None:
         self._heads: HeadsFile | None = None
@@ -496,3 +496,11 @@ def _named(info: DocInfo, rev: str, name: str) -> Stored:
         if att.name == name:
             return att
     raise NotFound("missing")
+
+
+def _why(exc: OSError) -> str:
+    """``exc`` as a reason a person can act on: "File exists" meant that the path
+    names a file, not a directory (found by the real-file fault hunt)."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        return f"{exc}: the path (or a folder above it) is a file, not a database directory"
+    return str(exc)

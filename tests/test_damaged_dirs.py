@@ -187,6 +187,16 @@ def test_kill_9_of_the_holder_releases_the_lock_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("below", [False, True], ids=["the path", "a folder above it"])
+def test_a_path_that_is_a_file_is_refused_saying_so_and_kept(tmp_path: Path, below: bool) -> None:
+    """The errno alone ("File exists") read as if a database were there already."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine")
+    with pytest.raises(SetteeError, match="is a file, not a database directory"):
+        settee.open(str(afile / "db" if below else afile))
+    assert afile.read_text() == "mine"
+
+
 def test_second_open_in_the_same_process_is_refused(tmp_path: Path) -> None:
     with settee.open(str(tmp_path / "db")), pytest.raises(SetteeError, match="another"):
         settee.open(str(tmp_path / "db"))
