@@ -261,14 +261,19 @@ def engine_purges(spec: str) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _open_scheduled(spec: str, scheduler: Scheduler, options: dict[str, Any]) -> Any:
+def _open_scheduled(
+    spec: str, scheduler: Scheduler, options: dict[str, Any]
+) -> tuple[Any, str | None]:
+    """The engine on the scheduler's file system, or (an engine without a pluggable
+    io layer) in a scratch folder; and that folder, for the caller to remove."""
     factory = load_factory(spec)
     fs = SchedulerFileSystem(MemoryFileSystem(), scheduler)
     with scheduler.adopt_new_threads():
         try:
-            return factory("/scheduled/db", fs=fs, **options)
-        except (BadRequest, TypeError):  # an engine without a pluggable io layer
-            return factory(scratch_dir("settee-sched-") + "/db", **options)
+            return factory("/scheduled/db", fs=fs, **options), None
+        except (BadRequest, TypeError):
+            tmp = scratch_dir("settee-sched-")
+            return factory(tmp + "/db", **options), tmp
 
 
 def _options(spec: str, scenario: Scenario) -> dict[str, Any]:
@@ -285,7 +290,7 @@ def run_scheduled(
 ) -> RunResult:
     """Run ``scenario`` on engine ``spec`` under the scheduler; check the history."""
     scheduler = Scheduler(choose, stall=stall)
-    db = _open_scheduled(spec, scheduler, {**_options(spec, scenario), "fsync": True})
+    db, tmp = _open_scheduled(spec, scheduler, {**_options(spec, scenario), "fsync": True})
     recorder = Recorder()
     result = RunResult(scenario, recorder, scheduler.schedule)
     try:
@@ -306,6 +311,8 @@ def run_scheduled(
     finally:
         scheduler.release_all()
         _close(db, stall if result.problems else None)
+        if tmp is not None:  # left behind, one per run, in /dev/shm (found in review)
+            shutil.rmtree(tmp, ignore_errors=True)
     _check(result)
     return result
 
