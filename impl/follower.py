@@ -25,7 +25,6 @@ call over several shards reads their HEADS slots at one instant
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import warnings
@@ -37,8 +36,8 @@ from settee.cache import body_cache
 from settee.cut import RETRIES
 from settee.file import LostCommitWarning, ShardFile
 from settee.heads import HeadsFile, Slot
-from settee.io import FileHandle, FileSystem, OsFileSystem
-from settee.retired import RetiredHandles
+from settee.io import FileSystem, OsFileSystem
+from settee.retired import RetiredHandles, close_handle
 from settee.shard import ShardIdentity, check_identity
 from settee.snapshot import Snapshot
 from settee.spec.errors import CorruptionError, SetteeError
@@ -256,7 +255,7 @@ class FollowerShard:
                 return
             self._closed = True
         self.snapshot.file.refuse_reads()
-        _close_handle(self.snapshot.file.handle)
+        close_handle(self.snapshot.file.handle)
         self._retired.owner_closed()
 
 
@@ -282,8 +281,3 @@ def readonly_error(path: str) -> SetteeError:
         f"{path}: the database was opened with readonly=True; write through the process "
         "that opened it for writing, or open it without readonly"
     )
-
-
-def _close_handle(handle: FileHandle) -> None:
-    with contextlib.suppress(OSError):  # closing: nothing left to protect
-        handle.close()

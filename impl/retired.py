@@ -22,7 +22,7 @@ from typing import Any
 
 from settee.io import FileHandle
 
-__all__ = ["RetiredHandles"]
+__all__ = ["RetiredHandles", "close_handle"]
 
 
 class RetiredHandles:
@@ -43,19 +43,16 @@ class RetiredHandles:
         if self._owner_closed:  # no safe point comes later (checked after the append,
             self.close_queued()  # so a close() draining at that instant misses nothing)
 
-    @property
-    def pending(self) -> bool:
-        return bool(self._queued)
-
     def close_queued(self) -> None:
         """Close every queued handle. Call only where this thread holds no lock a
-        handle's close may take (no file system call is under way on it)."""
-        while True:
+        handle's close may take (no file system call is under way on it). Called at
+        every readonly read: an empty queue costs one truth test."""
+        while self._queued:
             try:
                 handle = self._queued.popleft()
-            except IndexError:
+            except IndexError:  # another thread took the last one
                 return
-            _close(handle)
+            close_handle(handle)
 
     def owner_closed(self) -> None:
         """The owner closed: close what is queued, and from now on close at once."""
@@ -63,6 +60,6 @@ class RetiredHandles:
         self.close_queued()
 
 
-def _close(handle: FileHandle) -> None:
+def close_handle(handle: FileHandle) -> None:
     with contextlib.suppress(OSError):  # closing: nothing left to protect
         handle.close()

@@ -37,10 +37,9 @@ from settee.proof.stateful import equivalence
 from settee.proof.stateful.budget import PHASES, equivalence_settings, interleaving_settings
 from settee.proof.stateful.history import (
     Scenario,
-    has_purge,
+    purging_scenario,
     random_scenario,
     scenarios,
-    with_purges,
 )
 from settee.proof.stateful.interleavings import (
     compaction_keeps_concurrent_purges,
@@ -262,11 +261,12 @@ def run_stress(
             return summary
     # Purges racing the rest, drawn apart so that ``rng`` draws the scenarios it
     # always drew (the mutant catches of tests/test_mutants.py depend on them).
-    purge_rng = random.Random(f"purges-{seed}") if engine_purges(engine) else None
+    purges = runs >= PURGE_EVERY and engine_purges(engine)
+    purge_rng = random.Random(f"purges-{seed}") if purges else None
     for n in range(runs):
         drawn = [random_scenario(rng, read_mode=read_modes[n % len(read_modes)])]
         if purge_rng is not None and n % PURGE_EVERY == PURGE_EVERY - 1:
-            drawn.append(_purging_scenario(purge_rng))
+            drawn.append(purging_scenario(purge_rng))
         for scenario in drawn:
             result = run_threads(engine, scenario)
             summary.examples += 1
@@ -284,14 +284,6 @@ def run_stress(
 
 #: The stress campaign adds a scenario with purges after every this many runs.
 PURGE_EVERY = 4
-
-
-def _purging_scenario(rng: random.Random) -> Scenario:
-    """A stress scenario where some deletes are purges (at least one)."""
-    while True:
-        scenario = with_purges(random_scenario(rng), rng)
-        if has_purge(scenario):
-            return scenario
 
 
 def _fill(summary: Summary, stats: Counter[str]) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "check_mvcc",
     "group_ids",
     "has_purge",
+    "purging_scenario",
     "random_scenario",
     "scenarios",
     "with_purges",
@@ -238,6 +239,15 @@ def with_purges(scenario: Scenario, rng: random.Random) -> Scenario:
 
 def has_purge(scenario: Scenario) -> bool:
     return any(op[0] == "purge" for program in scenario.programs for op in program)
+
+
+def purging_scenario(rng: random.Random) -> Scenario:
+    """A seeded scenario (``random_scenario``) in which ``with_purges`` made at least
+    one delete a purge."""
+    while True:
+        scenario = with_purges(random_scenario(rng), rng)
+        if has_purge(scenario):
+            return scenario
 
 
 def _single_shard_reads(reads: tuple[Any, ...]) -> tuple[Any, ...]:

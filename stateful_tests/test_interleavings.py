@@ -20,7 +20,7 @@ import pytest
 
 from settee.proof.stateful.budget import scaled
 from settee.proof.stateful.campaigns import run_interleavings
-from settee.proof.stateful.history import Scenario, has_purge, random_scenario, with_purges
+from settee.proof.stateful.history import Scenario, purging_scenario, random_scenario
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     READ_THEN_CLOSE,
@@ -85,14 +85,8 @@ def test_purges_among_real_threads_are_linearizable(engine_spec: str) -> None:
     each history is one the reference explains (the stress campaign adds such a run
     after every fourth of its own, ``campaigns.run_stress``)."""
     rng = random.Random("purges")
-    runs = purges = 0
-    while purges < scaled(12):
-        scenario = with_purges(random_scenario(rng, read_mode="parallel"), rng)
-        if not has_purge(scenario):
-            continue
-        purges += 1
-        runs += 1
-        result = run_threads(engine_spec, scenario)
+    for _ in range(scaled(12)):
+        result = run_threads(engine_spec, purging_scenario(rng))
         assert not result.problems, result.report()
 
 
