@@ -50,3 +50,17 @@ def test_location_is_couch_util_url_encode_of_the_id(client: Client, db: str) ->
 
 def made_rev(client: Client, db: str) -> str:
     return str(client("GET", f"{db}/_design/app").json["_rev"])
+
+
+def test_post_to_a_database_sends_a_location_and_no_etag(client: Client, db: str) -> None:
+    """chttpd_db's ``POST /{db}`` (chttpd_db.erl 533-541 at 3.5.0) answers
+    ``send_json(Req, HttpCode, [{"Location", DocUrl}], ...)``: no ETag, where a PUT of
+    the document (1126 and on) sends both. PouchDB and replicators read the rev from
+    the body."""
+    posted = client("POST", db, {"_id": "p", "v": 1})
+    assert posted.status == 201, posted.raw
+    assert "ETag" not in posted.headers, posted.headers
+    assert posted.headers["Location"].endswith(f"{db}/p")
+    assert posted.json["rev"].startswith("1-")
+    replaced = client("PUT", f"{db}/p", {"v": 2, "_rev": posted.json["rev"]})
+    assert replaced.headers["ETag"] == f'"{replaced.json["rev"]}"'

@@ -461,7 +461,8 @@ async def handle_post_doc(
     result = await state.run(_post_doc, state, entry, body, batch)
     if batch:
         return respond(reply(202, result))
-    return written(201, result, doc_url(request, result["id"]))
+    # chttpd_db's POST /{db} sends the Location only, no ETag (PUT sends both).
+    return written(201, result, doc_url(request, result["id"]), with_etag=False)
 
 
 # -- _local ------------------------------------------------------------------------------------

@@ -296,11 +296,17 @@ MAX_LOCATION = 8192
 
 
 def written(
-    status: int, result: dict[str, Any], location: str | None = None, tag: str | None = None
+    status: int,
+    result: dict[str, Any],
+    location: str | None = None,
+    tag: str | None = None,
+    *,
+    with_etag: bool = True,
 ) -> web.Response:
     """The answer to a document write: ``result`` with ``tag`` (by default its new
-    rev) as the ``ETag`` and ``location``, if given, as the ``Location``."""
-    headers = {"ETag": etag(result["rev"]) if tag is None else tag}
+    rev) as the ``ETag`` unless not ``with_etag``, and ``location``, if given, as the
+    ``Location``."""
+    headers = {"ETag": etag(result["rev"]) if tag is None else tag} if with_etag else {}
     # Clients refuse longer header lines (Python's http.client above 64 KiB), which would
     # make a write of a very long id look failed. A 201 without Location names the
     # request's own URL (RFC 9110 §15.3.2), and the body carries the id.
