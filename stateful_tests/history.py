@@ -3,10 +3,11 @@
 A *scenario* is what Hypothesis draws: the options, and for each client a
 short program of operation specs (``("put", id, body, use_rev)``, ``("get",
 id)``, ...). A client turns each spec into a concrete call when it gets
-there (an update names the last revision *this client* saw of the id), runs
-it, and the :class:`Recorder` notes invocation and response on one logical
-clock. The same clients serve the deterministic scheduler (``scheduler``)
-and the real-threads stress run.
+there (an update names the last revision *this client* saw of the id, a
+``revs_diff`` the revisions it learned and some never made), runs it, and
+the :class:`Recorder` notes invocation and response on one logical clock.
+The same clients serve the deterministic scheduler (``scheduler``) and the
+real-threads stress run.
 
 Checks on a finished run:
 
@@ -45,10 +46,15 @@ from settee.proof.stateful.known_bugs import STEER_AROUND
 from settee.proof.stateful.linearizability import CheckResult, Operation, check
 from settee.proof.stateful.observe import contents, digest, outcome
 from settee.spec.errors import SetteeError
+from settee.spec.revs import rev_pos
 from settee.spec.routing import shard_of
 
 __all__ = [
+    "ASKED_REVS",
     "IDS",
+    "KNOWN_REVS",
+    "PROBES",
+    "REVS_DIFF_IDS",
     "Client",
     "Recorder",
     "ReferenceModel",
@@ -71,10 +77,38 @@ WRITES = ("put", "delete", "bulk_docs", "purge")
 CHANGES = (*WRITES, "compact", "close")
 
 
+#: What a drawn ``revs_diff`` asks of each of its ids, chosen when the client gets
+#: there (``Client.asked_rev``): none, one or both of the revisions this client
+#: learned (``KNOWN_REVS``: the last it saw, the first), then one never made
+#: (``PROBES``), one past the last seen (its possible ancestors: the leaves below it,
+#: the seen one while it is a leaf) or past every revision a history makes (every
+#: leaf), so that every id's answer shows where its tree stands.
+KNOWN_REVS = ("seen", "oldest")
+PROBES = ("next", "far")
+ASKED_REVS = (*KNOWN_REVS, *PROBES)
+#: The hash of the revisions the probes name: a made one has 32 hex digits.
+UNMADE = "never"
+#: The position of the ``"far"`` probe: no history here writes an id that often.
+FAR = 999
+
+
 def group_ids(shards: int, size: int = 3) -> tuple[str, ...]:
     """``size`` ids that all live in shard 0 (so one batch of them is one commit)."""
     found = (f"g{n}" for n in itertools.count() if shard_of(f"g{n}", shards) == 0)
     return tuple(itertools.islice(found, size))
+
+
+def _always_in_the_group() -> tuple[str, ...]:
+    """The group members at every shard count the scenarios draw (1 to 3)."""
+    groups = [group_ids(shards) for shards in (1, 2, 3)]
+    return tuple(i for i in groups[0] if all(i in group for group in groups))
+
+
+#: The ids a drawn ``revs_diff`` asks about. Two members of the group: a batch landing
+#: between the reads of the two (one commit, SEMANTICS §16) shows half applied to a
+#: call that does not read every id at one instant (SEMANTICS §1), as a put landing
+#: between two ids' reads after a put to the first does.
+REVS_DIFF_IDS = (*IDS, *_always_in_the_group())
 
 
 # -- scenarios -----------------------------------------------------------------------------------
@@ -123,16 +157,30 @@ def _op_specs() -> st.SearchStrategy[Any]:
         ),
         st.tuples(st.just("get"), ids),
         st.tuples(st.just("get_rev"), ids),
-        # Range and group reads twice as likely: they are what sees half a batch.
+        # Range and group reads, and revs_diff over several ids, twice as likely: they
+        # are what sees half a batch.
         st.tuples(st.just("all_docs")),
         st.tuples(st.just("group")),
         st.tuples(st.just("changes")),
+        st.tuples(st.just("revs_diff"), _revs_diff_requests()),
         st.tuples(st.just("all_docs")),
         st.tuples(st.just("group")),
         st.tuples(st.just("changes")),
+        st.tuples(st.just("revs_diff"), _revs_diff_requests()),
         st.tuples(st.just("info")),
         st.tuples(st.just("compact")),
         st.tuples(st.just("close")),
+    )
+
+
+def _revs_diff_requests() -> st.SearchStrategy[tuple[tuple[str, tuple[str, ...]], ...]]:
+    """``((id, (asked, ...)), ...)`` (hashable and printable; ``Client.concrete`` names
+    the revisions): distinct ids of ``REVS_DIFF_IDS``, each asked as ``ASKED_REVS`` says."""
+    known = st.lists(st.sampled_from(KNOWN_REVS), max_size=2, unique=True)
+    asked = st.tuples(known, st.sampled_from(PROBES)).map(lambda drawn: (*drawn[0], drawn[1]))
+    pair = st.tuples(st.sampled_from(REVS_DIFF_IDS), asked)
+    return st.lists(pair, min_size=1, max_size=len(REVS_DIFF_IDS), unique_by=lambda p: p[0]).map(
+        tuple
     )
 
 
@@ -196,12 +244,16 @@ def random_scenario(
         if rng.random() < 0.03:  # about one run in four closes the database midway
             return ("close",)
         kinds = ["put", "put", "delete", "bulk", "get", "get_rev", "all_docs", "group"]
-        kind = rng.choice([*kinds, "changes", "compact"])
+        # revs_diff twice: drawn once, a mutant reading each id at its own instant was
+        # caught in 28 of 400 runs of campaigns.run_stress; twice, in 55.
+        kind = rng.choice([*kinds, "revs_diff", "revs_diff", "changes", "compact"])
         if kind == "put":
             return ("put", doc_id, body(), rng.random() < 0.7)
         if kind == "bulk":
             docs = [(rng.choice(IDS), body(), rng.random() < 0.7) for _ in range(rng.randint(1, 3))]
             return ("bulk", docs)
+        if kind == "revs_diff":
+            return _random_revs_diff(rng)
         if kind in ("delete", "get", "get_rev"):
             return (kind, doc_id)
         return (kind,)
@@ -216,14 +268,22 @@ def random_scenario(
     closes = any(op == ("close",) for program in programs for op in program)
     reader: tuple[Any, ...] = ()
     if not closes and rng.random() < 0.5:  # a close would end the writer's handle only
-        reads = ["get", "get_rev", "all_docs", "group", "changes", "info"]
-        reader = tuple(_read_spec(rng.choice(reads), rng.choice(IDS)) for _ in range(ops + 2))
+        reads = ["get", "get_rev", "all_docs", "group", "revs_diff", "changes", "info"]
+        reader = tuple(_read_spec(rng, rng.choice(reads), rng.choice(IDS)) for _ in range(ops + 2))
     other_process = bool(reader) and rng.random() < 0.5
     batches = rng.randint(1, 3)
     scans = bool(reader) and rng.random() < 0.25
     if scans and options["shards"] > 1:
-        reader = _single_shard_reads(reader)
+        reader = _single_shard_reads(reader, options["shards"])
     return Scenario(options, programs, batches, reader, other_process, scans)
+
+
+def _random_revs_diff(rng: random.Random) -> tuple[Any, ...]:
+    """A seeded ``revs_diff`` spec, as ``_revs_diff_requests`` draws them, of two or
+    more ids in a random order."""
+    ids = rng.sample(REVS_DIFF_IDS, rng.randint(2, len(REVS_DIFF_IDS)))
+    asked = [(*rng.sample(KNOWN_REVS, rng.randint(0, 2)), rng.choice(PROBES)) for _ in ids]
+    return ("revs_diff", tuple(zip(ids, asked, strict=True)))
 
 
 def with_purges(scenario: Scenario, rng: random.Random) -> Scenario:
@@ -250,17 +310,28 @@ def purging_scenario(rng: random.Random) -> Scenario:
             return scenario
 
 
-def _single_shard_reads(reads: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``reads`` with every read over several shards made a ``get``: a handle that
-    scans for commits pins each shard on its own, so only its one-shard reads are
-    one instant (SEMANTICS §1, "One instant per call"); the checker asks for that."""
-    one_shard = ("get", "get_rev")
-    return tuple(
-        read if read[0] in one_shard else ("get", IDS[i % len(IDS)]) for i, read in enumerate(reads)
-    )
+def _single_shard_reads(reads: tuple[Any, ...], shards: int) -> tuple[Any, ...]:
+    """``reads`` with every read over several shards made a ``get``, and every
+    ``revs_diff`` asking only the ids in its first id's shard: a handle that scans
+    for commits pins each shard on its own, so only its one-shard reads are one
+    instant (SEMANTICS §1, "One instant per call"); the checker asks for that."""
+    return tuple(_one_shard_read(read, IDS[i % len(IDS)], shards) for i, read in enumerate(reads))
 
 
-def _read_spec(kind: str, doc_id: str) -> tuple[Any, ...]:
+def _one_shard_read(read: tuple[Any, ...], instead: str, shards: int) -> tuple[Any, ...]:
+    """``read`` if it reads one shard; a ``revs_diff`` of the ids of its first id's
+    shard; otherwise a ``get`` of ``instead``."""
+    if read[0] in ("get", "get_rev"):
+        return read
+    if read[0] != "revs_diff":
+        return ("get", instead)
+    shard = shard_of(read[1][0][0], shards)
+    return ("revs_diff", tuple(pair for pair in read[1] if shard_of(pair[0], shards) == shard))
+
+
+def _read_spec(rng: random.Random, kind: str, doc_id: str) -> tuple[Any, ...]:
+    if kind == "revs_diff":
+        return _random_revs_diff(rng)
     return (kind, doc_id) if kind in ("get", "get_rev") else (kind,)
 
 
@@ -381,8 +452,11 @@ class Client:
             return ("all_docs", {"keys": list(self.group)})
         if kind == "batch":
             return ("bulk_docs", [self.doc(i, {"gen": spec[1]}, True) for i in self.group], True)
-        if kind == "revs_diff":  # a fixed request, ((id, (rev, ...)), ...): hashable
-            return ("revs_diff", {doc_id: list(revs) for doc_id, revs in spec[1]})
+        if kind == "revs_diff":  # ((id, (rev or one of ASKED_REVS, ...)), ...): hashable
+            return (
+                "revs_diff",
+                {doc_id: [self.asked_rev(doc_id, rev) for rev in revs] for doc_id, revs in spec[1]},
+            )
         if kind == "changes" and self.since is not None:
             # A client's later changes resume from the token of its last answer, as a
             # follower of the feed does: they must list exactly what changed since the
@@ -391,6 +465,25 @@ class Client:
             # went unseen while every history listed the changes from 0).
             return ("changes", self.since)
         return (kind,)
+
+    def asked_rev(self, doc_id: str, asked: str) -> str:
+        """The revision a ``revs_diff`` spec names: itself if it is one (a fixed
+        schedule's), else the one ``asked`` (one of ``ASKED_REVS``) picks from what
+        this client learned of ``doc_id``. Of an id it never saw it knows no revision:
+        it asks ``1-never`` for the ones it would have learned, and the far probe for
+        ``"next"`` (where it stands is unknown to it)."""
+        if asked not in ASKED_REVS:
+            return asked
+        seen = self.seen.get(doc_id)
+        if asked == "seen" and seen is not None:
+            return seen
+        if asked == "oldest" and doc_id in self.oldest:
+            return self.oldest[doc_id]
+        if asked in KNOWN_REVS:
+            return f"1-{UNMADE}"
+        if asked == "next" and seen is not None:
+            return f"{rev_pos(seen) + 1}-{UNMADE}"
+        return f"{FAR}-{UNMADE}"
 
     def doc(self, doc_id: str, body: dict[str, Any], use_rev: bool) -> dict[str, Any]:
         doc = {"_id": doc_id, **body}
@@ -546,13 +639,15 @@ class ReferenceModel:
                 order = [c["id"] for c in dbs[0].changes()["results"]]
                 # Which revisions still have a body: compaction changes nothing else.
                 bodies = [(i, r, self._call(dbs, ("get", i, {"rev": r}))) for i, r in sorted(revs)]
+                trees = _trees(dbs[0], self.ids, revs)
                 # What a call resuming from each mark would list from here on.
                 marks = [
                     (m, normalise(("changes",), self._resumed(state, m)))
                     for m in state
                     if m.startswith("mark ")
                 ]
-                self._keys[state] = digest((contents(dbs[0], self.ids), order, bodies, marks))
+                everything = (contents(dbs[0], self.ids), order, bodies, trees, marks)
+                self._keys[state] = digest(everything)
         return self._keys[state]
 
     def matches(self, input: Any, model_output: Any, observed: Any) -> bool:
@@ -562,6 +657,17 @@ class ReferenceModel:
         for dbs, _, _ in self._dbs.values():
             for db in dbs:
                 db.close()
+
+
+def _trees(db: Any, ids: list[str], revs: frozenset[tuple[str, str]]) -> Any:
+    """What a ``revs_diff`` answers from, for every id: which of the revisions made its
+    tree holds, and its leaves (the possible ancestors of one past them all). The
+    other parts of the key do not say it all: ``bodies`` answers NotFound alike for
+    a purged revision and one whose body compaction dropped, and ``contents`` shows
+    no deleted losing leaf. With it, no two states a ``revs_diff`` tells apart are
+    memoised as one."""
+    far = f"{FAR}-{UNMADE}"
+    return db.revs_diff({i: [*(r for j, r in sorted(revs) if j == i), far] for i in ids})
 
 
 def _unmarked(state: tuple[str, ...]) -> tuple[str, ...]:

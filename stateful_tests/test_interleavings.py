@@ -20,7 +20,15 @@ import pytest
 
 from settee.proof.stateful.budget import scaled
 from settee.proof.stateful.campaigns import run_interleavings
-from settee.proof.stateful.history import Scenario, purging_scenario, random_scenario
+from settee.proof.stateful.history import (
+    REVS_DIFF_IDS,
+    Client,
+    Recorder,
+    Scenario,
+    group_ids,
+    purging_scenario,
+    random_scenario,
+)
 from settee.proof.stateful.interleavings import (
     ADMIT_THEN_CLOSE,
     READ_THEN_CLOSE,
@@ -33,6 +41,7 @@ from settee.proof.stateful.interleavings import (
     run_scheduled,
     run_threads,
 )
+from settee.spec.routing import shard_of
 
 STATS: Counter[str] = Counter()
 
@@ -117,14 +126,55 @@ def test_real_threads_run_an_engine_without_readonly_handles() -> None:
 def test_a_scanning_reader_over_several_shards_asks_only_one_shard_reads() -> None:
     """A readonly handle without HEADS scans each shard on its own, so SEMANTICS §1
     promises one instant only for its one-shard reads; asking more made the
-    stress checker fail correct engines (about one run in 700)."""
+    stress checker fail correct engines (about one run in 700). Its ``revs_diff``
+    asks the ids of one shard."""
     rng = random.Random("scans")
     scanning = [s for s in (random_scenario(rng) for _ in range(400)) if s.reader_scans]
     several = [s for s in scanning if s.options["shards"] > 1]
     assert several and len(several) < len(scanning)  # both kinds are drawn
-    assert all(read[0] in ("get", "get_rev") for s in several for read in s.reader)
+    reads = [(read, s.options["shards"]) for s in several for read in s.reader]
+    assert all(read[0] in ("get", "get_rev", "revs_diff") for read, _ in reads)
+    asked = [(read[1], shards) for read, shards in reads if read[0] == "revs_diff"]
+    assert asked  # drawn, and kept
+    assert all(len({shard_of(i, shards) for i, _ in ids}) == 1 for ids, shards in asked)
     kinds = {read[0] for s in scanning if s.options["shards"] == 1 for read in s.reader}
-    assert {"all_docs", "changes"} <= kinds  # one shard: every read is one instant
+    assert {"all_docs", "changes", "revs_diff"} <= kinds  # one shard: every read is one instant
+
+
+def test_a_drawn_revs_diff_asks_what_its_client_learned() -> None:
+    """A drawn ``revs_diff`` spec says what to ask of each id, not which revision
+    (hashable and printable for a reproducer); the client names the revisions when it
+    gets there. An id it never saw it asks a never-made revision: at position 1 for
+    the ones it would have learned, past every one made for a probe."""
+    client = Client(0, (), group_ids(2), Recorder(), {"a": "1-first"})
+    client.seen["a"] = "3-last"
+    named = "2-" + "0" * 32
+    spec = (
+        "revs_diff",
+        (
+            ("a", ("seen", "oldest", "next")),
+            ("b", ("seen", "next")),
+            ("c", ("oldest", "far")),
+            ("g0", (named,)),
+        ),
+    )
+    assert client.concrete(spec) == (
+        "revs_diff",
+        {
+            "a": ["3-last", "1-first", "4-never"],
+            "b": ["1-never", "999-never"],
+            "c": ["1-never", "999-never"],
+            "g0": [named],
+        },
+    )
+
+
+def test_a_drawn_revs_diff_may_ask_two_members_of_the_group() -> None:
+    """Whatever the shard count drawn, two of the ids a ``revs_diff`` is drawn over
+    are in the group, whose batches are one commit each: a call reading them at two
+    instants can show a batch half applied."""
+    for shards in (1, 2, 3):
+        assert len(set(REVS_DIFF_IDS) & set(group_ids(shards))) == 2
 
 
 @pytest.mark.timeout(60)

@@ -262,3 +262,27 @@ def test_a_resumed_changes_lists_exactly_what_changed_since_its_token() -> None:
     assert verdict((1, 4), after, nothing)
     assert verdict((1, 4), after, resumed) is False  # listed twice
     assert verdict((0, 1), before, resumed) is False  # the put returned before the listing
+
+
+def test_a_revs_diff_over_several_ids_is_one_instant() -> None:
+    """Client 0 updates "b" (shard 0 of 2), then "a" (shard 1); client 1's revs_diff
+    over both, asking past every revision (so each id's leaves are its possible
+    ancestors), runs across the two puts. It may see neither, the first, or both;
+    never the second without the first (SEMANTICS §1, "One instant per call")."""
+    ref = settee.reference.open(None)
+    old = run_setup(ref)
+    far = {"b": ["999-never"], "a": ["999-never"]}
+    before = ref.revs_diff(far)
+    puts = [{"_id": i, "_rev": old[i], "v": 1} for i in ("b", "a")]
+    made = [("ok", ref.put(doc)) for doc in puts]
+    after = ref.revs_diff(far)
+    rows = ((0, ("put", puts[0]), made[0], 1, 2), (0, ("put", puts[1]), made[1], 3, 4))
+
+    def verdict(b: dict[str, Any], a: dict[str, Any]) -> bool | None:
+        seen = (1, ("revs_diff", far), ("ok", {"b": b, "a": a}), 0, 5)
+        return check_history(history(*rows, seen), scenario(2)).ok
+
+    assert verdict(before["b"], before["a"])
+    assert verdict(after["b"], before["a"])
+    assert verdict(after["b"], after["a"])
+    assert verdict(before["b"], after["a"]) is False
