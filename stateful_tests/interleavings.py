@@ -213,7 +213,8 @@ _SECOND_REV = new_rev(new_rev(None, False, {"v": 0}), False, {"v": 1})
 #: while the revs_diff, its snapshots pinned, is parked at its first pread: it must answer
 #: for one instant, never knowing "a"'s new revision without "b"'s
 #: (``mutants:revs_diff_per_id_snapshot`` looked each id up in its shard's newest
-#: snapshot; no random history asks revs_diff).
+#: snapshot; no random history asked revs_diff then, and the stress campaign's random
+#: runs, which now do, catch it only when a write happens to land between two reads).
 REVS_DIFF_ACROSS_WRITES = Scenario(
     {"shards": 2, "read_mode": "parallel", "cache_bytes": 0, "body_cache_bytes": 0},
     (
