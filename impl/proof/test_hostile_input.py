@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from settee.spec.errors import BadRequest, Conflict, SetteeError
+from settee.spec.errors import BadRequest, Conflict, NotFound, SetteeError
 from settee.spec.revs import MAX_REV_POS
 from settee.spec.routing import shard_of
 
@@ -748,4 +748,151 @@ def test_every_hostile_text_as_an_id_or_a_document_is_refused_or_answered(opener
                 pass
             except Exception as exc:
                 raise AssertionError(f"{name} of {label}: raw {exc!r}") from exc
+    every_shard_accepts_writes(engine)
+
+
+class _Big(int):
+    """An int subclass past 64 bits."""
+
+
+class _Real(float):
+    """A float subclass."""
+
+
+#: Values no document may hold, by label: each is refused at every place it may sit.
+_BAD_VALUES: dict[str, Any] = {
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+    "2**64": 2**64,
+    "-(2**63)-1": -(2**63) - 1,
+    "int subclass 2**64": _Big(2**64),
+    "float subclass inf": _Real("inf"),
+    "float subclass nan": _Real("nan"),
+    "lone surrogate": "x\ud800",
+    "bytes": b"x",
+}
+#: Where a value sits in a body: each wraps it once.
+_PLACES: dict[str, Any] = {
+    "a field": lambda v: v,
+    "a list": lambda v: [1, v],
+    "a tuple": lambda v: (v,),
+    "a dict": lambda v: {"k": v},
+    "a dict in a list": lambda v: [{"k": v}],
+    "a list in a dict in a list": lambda v: [{"k": [0.5, v]}],
+}
+
+
+def test_a_bad_value_is_refused_wherever_it_sits(engine: Any) -> None:
+    """Each value no document may hold is refused at the top, in a list, in a dict and
+    deeper: found by mutation testing, a validator whose inline fast path skipped the
+    finiteness test for a list's floats (or an int subclass's bound) stored NaN, as
+    every test put its bad value in a field."""
+    rev = engine.put({"_id": "a", "v": 1})["rev"]
+    for label, value in _BAD_VALUES.items():
+        for place, wrap in _PLACES.items():
+            for doc in (
+                {"_id": "a", "_rev": rev, "v": wrap(value)},
+                {"_id": "n", "v": wrap(value)},
+            ):
+                with pytest.raises(BadRequest):
+                    engine.put(doc)
+                    pytest.fail(f"{label} in {place} was stored")
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "n", "v": [{"k\ud800": 1}]})
+    assert engine.get("a")["_rev"] == rev
+    assert [r["id"] for r in engine.all_docs()["rows"]] == ["a"]
+    every_shard_accepts_writes(engine)
+
+
+def _exact(value: Any, where: str = "answer") -> None:
+    """AssertionError unless ``value`` is made only of exact builtins (no caller's
+    subclass came back, SEMANTICS.md §15.1)."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            assert type(key) is str, f"{where} has key {key!r} of {type(key).__name__}"
+            _exact(item, f"{where}[{key!r}]")
+    elif kind is list or kind is tuple:
+        for i, item in enumerate(value):
+            _exact(item, f"{where}[{i}]")
+    else:
+        assert kind in (str, int, float, bool, bytes, type(None)), (
+            f"{where} is a {kind.__name__}: a caller's class came back"
+        )
+
+
+class _Sub(str):
+    """A str subclass that adds nothing."""
+
+
+@pytest.mark.parametrize("kind", [_Sub, Lying], ids=["subclass", "lying"])
+def test_every_str_argument_is_read_as_its_text(engine: Any, kind: type) -> None:
+    """Each str argument of each call, passed as a str subclass, gets the answer its
+    text gets, made of exact builtins. Found by mutation testing: ``endkey``, an
+    attachment's name, ``changes``' ``since``, ``get``'s ``rev`` and ``revs_diff``'s
+    revisions, each checked and then kept as the caller's object on one path, passed
+    every test (the machine never reads attachments by a hostile name, and a lying
+    ``since`` equals ``0``)."""
+    ones = engine.bulk_docs(
+        [
+            {"_id": "a", "_attachments": {"x": {"data": "eA=="}, "y": {"data": "eQ=="}}},
+            {"_id": "b", "v": 1},
+            {"_id": "c", "v": 2},
+        ]
+    )
+    rev = {r["id"]: r["rev"] for r in ones}
+    two = engine.put({"_id": "b", "_rev": rev["b"], "v": 3})["rev"]
+    other = "9-" + H
+    s = kind
+
+    calls: dict[str, Any] = {
+        "all_docs keys": lambda t: engine.all_docs(keys=[t("c"), t("zz"), t("a")]),
+        "all_docs startkey": lambda t: engine.all_docs(startkey=t("b")),
+        "all_docs endkey": lambda t: engine.all_docs(endkey=t("a")),
+        "all_docs endkey descending": lambda t: engine.all_docs(endkey=t("b"), descending=True),
+        "changes since now": lambda t: engine.changes(since=t("now"))["results"],
+        "changes since 0": lambda t: engine.changes(since=t("0"), include_docs=True)["results"],
+        "get": lambda t: engine.get(t("b"), rev=t(rev["b"]), revs=True),
+        "get winner": lambda t: engine.get(t("b"), rev=t(two), conflicts=True),
+        "get atts_since": lambda t: engine.get(t("a"), atts_since=[t(rev["a"])]),
+        "attachment": lambda t: engine.attachment(t("a"), t("y"), rev=t(rev["a"])),
+        "attachment_chunks": lambda t: (lambda meta, chunks: (meta, b"".join(chunks)))(
+            *engine.attachment_chunks(t("a"), t("y"))
+        ),
+        # One id a request: two lying keys are one key of the caller's own dict.
+        "revs_diff": lambda t: engine.revs_diff({t("b"): [t(two), t(other)]}),
+        "revs_diff missing id": lambda t: engine.revs_diff({t("zz"): [t(two)]}),
+    }
+    for name, call in calls.items():
+        want = call(str)
+        try:
+            got = call(s)
+        except SetteeError as exc:
+            raise AssertionError(f"{name} of a {kind.__name__}: {exc!r}") from exc
+        _exact(got, name)
+        assert got == want, f"{name} of a {kind.__name__}: {got!r} != {want!r}"
+    assert engine.delete(s("c"), s(rev["c"]))["ok"]
+    with pytest.raises(NotFound):
+        engine.get("c")
+    if callable(getattr(engine, "purge", None)):  # an engine before SEMANTICS.md §19 has none
+        purged = engine.purge({s("b"): [s(two)]})
+        _exact(purged, "purge")
+        assert purged["purged"] == {"b": [two]}
+    every_shard_accepts_writes(engine)
+
+
+@pytest.mark.parametrize("flag", ["revs", "conflicts", "attachments"])
+def test_each_flag_of_get_is_checked_with_every_other_option_at_its_default(
+    engine: Any, flag: str
+) -> None:
+    """A flag that is not True or False is refused even when every other option is at
+    its default, where ``get`` takes its fast path. Found by mutation testing: a fast
+    path taking ``not revs`` for ``revs is False`` answered ``revs=0``, ``None`` and
+    ``[]``, and the machine's hostile ``get`` sets ``conflicts=True`` by default."""
+    engine.put({"_id": "b", "v": 1})
+    for value in (0, 1, None, [], "", Two.TWO, 0.0):
+        with pytest.raises(BadRequest):
+            engine.get("b", **{flag: value})
+            pytest.fail(f"get(..., {flag}={value!r}) was answered")
     every_shard_accepts_writes(engine)
