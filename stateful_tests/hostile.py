@@ -37,6 +37,7 @@ __all__ = [
     "LyingStr",
     "ShiftingList",
     "build",
+    "foreign_class",
     "labels",
     "shaped",
 ]
@@ -178,6 +179,10 @@ class Letters(enum.StrEnum):
 class Count(enum.IntEnum):
     ZERO = 0
     TWO = 2
+
+
+class BigInt(int):
+    """An int subclass, built past 64 bits (an ``IntEnum`` member cannot be)."""
 
 
 class FloatSubclass(float):
@@ -375,6 +380,8 @@ BODY_VALUES: dict[str, Builder] = {
     "1e308": lambda: 1e308,
     "IntEnum 2": lambda: Count.TWO,
     "FloatSubclass 1.5": lambda: FloatSubclass(1.5),
+    "FloatSubclass inf": lambda: FloatSubclass("inf"),
+    "int subclass 2**64": lambda: BigInt(2**64),
     "StrEnum 'a'": lambda: Letters.A,
     "LyingStr 'x'": lambda: LyingStr("x"),
     "bytes": lambda: b"\x00\xff",
@@ -536,3 +543,27 @@ def labels(table: dict[str, Builder]) -> st.SearchStrategy[str]:
 def build(table: dict[str, Builder], label: str) -> Any:
     """The value ``label`` names in ``table``, made fresh."""
     return table[label]()
+
+
+#: The classes an answer is made of (SEMANTICS.md §15.1: what comes back never depends
+#: on a caller's class).
+_ANSWER_CLASSES = (str, int, float, bool, bytes, type(None))
+
+
+def foreign_class(value: Any, where: str = "answer") -> str | None:
+    """Where ``value`` holds something other than exact builtins (a caller's str
+    subclass echoed back, say), or None. Iterative: answers may be deep."""
+    stack = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return f"{at} has a key of class {type(key).__name__}"
+                stack.append((child, f"{at}[{key!r}]"))
+        elif kind is list or kind is tuple:
+            stack.extend((child, f"{at}[{i}]") for i, child in enumerate(item))
+        elif kind not in _ANSWER_CLASSES:
+            return f"{at} is of class {kind.__name__}"
+    return None
