@@ -699,6 +699,26 @@ def test_a_headerless_last_shard_of_one_block_is_a_crashed_creation(tmp_path: Pa
         assert again.get("after")["_id"] == "after"
 
 
+@pytest.mark.parametrize("blocks", [1.001, 2])
+def test_a_headerless_last_shard_of_more_than_one_block_is_refused(
+    tmp_path: Path, blocks: float
+) -> None:
+    """A crashed creation leaves at most one block of a first header: a headerless file
+    any longer held commits whose headers are damaged, so it is refused, beside shards
+    that hold nothing too, and nothing is written. Found by mutation testing: a bound
+    of two blocks adopted (and emptied) such a file, and only one block was tried."""
+    from settee.spec.format import BLOCK_SIZE
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=2, docs=0)
+    (db_path / META_NAME).unlink()
+    (db_path / "shard-001.settee").write_bytes(b"\x07" * int(blocks * BLOCK_SIZE))
+    before = _listing(db_path)
+    with pytest.raises(CorruptionError, match="cannot tell what the shard held"):
+        settee.open(str(db_path))
+    assert _listing(db_path) == before
+
+
 def test_a_metadata_temp_file_of_this_database_is_replaced_when_it_is_rebuilt(
     tmp_path: Path,
 ) -> None:
@@ -923,3 +943,40 @@ def test_compaction_of_a_symlinked_shard_file_replaces_the_file_behind_the_link(
     with settee.open(str(tmp_path / "db")) as db:
         assert {doc_id: db.get(doc_id)["_rev"] for doc_id in stored} == stored
         assert db.get("after")["_id"] == "after"
+
+
+@pytest.mark.parametrize("where", ["past the end", "a node"])
+def test_check_reads_every_leaf_body_a_document_names(tmp_path: Path, where: str) -> None:
+    """A by_id value whose winner's body entry names bytes that are no body (a writer
+    bug: every frame of the file still passes its crc, and the value agrees with
+    itself) is reported by ``settee check``, naming the document. Found by mutation
+    testing: a check that never read the leaf bodies passed every test."""
+    from dataclasses import replace
+
+    from settee.btree import KV_NODE, NodeCache
+    from settee.docinfo import DocInfo
+    from settee.snapshot import by_id_tree
+    from settee.spec.format import encode_payload
+
+    db_path = tmp_path / "db"
+    _make(db_path, shards=1, docs=5)
+    os.remove(db_path / "HEADS")  # the appended commit is no writer's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        file = ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=False)
+    with file:
+        header = file.header
+        assert header is not None
+        by_id = by_id_tree(file, header.by_id, NodeCache(1 << 20))
+        [(doc_id, value)] = [(k, v) for k, v in by_id.fold() if k == "d000"]
+        info = DocInfo.from_value(doc_id, value)
+        bad = {"past the end": file.size() + 10 * 4096, "a node": header.by_id[0]}[where]
+        entry = [bad, *info.bodies[info.winner][1:]]
+        revs = encode_payload([info.tree, {**info.bodies, info.winner: entry}])
+        batch = file.new_batch()
+        leaf = batch.add([KV_NODE, [[doc_id, [*value[:4], revs, entry]]]])
+        file.write_batch(batch)
+        file.write_header(replace(header, by_id=(leaf, (1, 0, value[3]))))
+        file.sync()
+    problems = list(check_database(str(db_path)))
+    assert any("body of 'd000'" in p for p in problems), problems
