@@ -1,14 +1,26 @@
-"""Seventh mutation round, the file side: one-token slips in what reads a database's
-files rather than what answers its calls: ``settee check`` (``check.py``), the
-adoption and recovery of a directory's files (``layout.py``), HEADS (``heads.py``), a
-readonly handle's following (``follower.py``) and the frame checksum
-(``spec/format.py``).
+"""Seventh mutation round, the file side: one-token slips in what reads and writes a
+database's files rather than what answers its calls: ``settee check`` (``check.py``) and
+its walker, the adoption and recovery of a directory's files (``layout.py``), HEADS
+(``heads.py``), a readonly handle's following (``follower.py``), the frame and header
+checksums (``spec/format.py``), the writer's fsyncs (``Shard._commit``) and the inline
+crc of the body fast path (``ShardFile.read_sized``).
 
-Each is a ``Slip``: the engine's own function recompiled with one edit
-(``internals.slipped``), set in its module (or class) while the slip is ``applied``.
-Being process-wide, a slip is for a gate test (``crash_tests/test_mutants_round7.py``)
-and for a whole test session run with it (``R7SLIP=name`` and a plugin applying it),
-not for ``settee verify --engine``.
+Each ``SLIPS`` entry is the engine's own function recompiled with one edit
+(``internals.slipped``), set in its module (or class) while the slip is ``applied``:
+being process-wide, it is for a gate test or a whole test session run with it (a
+plugin applying ``SLIPS[name]``), not for ``settee verify --engine``. ``ENGINE_SLIPS``
+are engine factories (``settee.proof.crash.mutants_round7:NAME``) for ``settee verify
+--only crash,corruption``.
+
+Of the thirty-four, twenty-nine were caught as the tests stood (``CAUGHT`` names the test
+that failed first: most by the repository's tests/, the writer's fsync slips by the crash
+campaign, the body crc by the bit flips). Three escaped and are now caught
+(``crash_tests/test_mutants_round7.py``): ``settee check`` never reading leaf bodies
+(a body entry naming no body), recovery adopting a headerless last shard of two blocks
+(only one block was tried), and a creation that never fsynced the directory holding
+the database (``settee verify --only crash`` recorded without ``strict_mkdir``; now
+every campaign workload is). Two more change no answer (``EQUIVALENT`` there says why),
+and so does ``adopt_two_headerless``.
 """
 
 from __future__ import annotations
@@ -189,6 +201,27 @@ SLIPS: dict[str, Slip] = {
         "check_identity(file, self.identity)",
         "pass",
         "a readonly handle scanning a swapped-in file never checks whose it is",
+    ),
+    "heads_replacement_unnoticed": Slip(
+        heads.HeadsFile,
+        "_retire_if_replaced",
+        "same = os.stat(self.path).st_ino == os.fstat(fd).st_ino",
+        "same = True",
+        "a reader keeps the HEADS a reopened writer replaced, and its slots never move",
+    ),
+    "follower_unknown_generation_kept": Slip(
+        follower.FollowerShard,
+        "_file_for",
+        "if known == generation or (known is None and not self._replaced(followed)):",
+        "if known == generation or known is None:",
+        "a slot of a file never seen is looked for in the file followed, swapped or not",
+    ),
+    "follower_heads_header_not_adopted": Slip(
+        follower.FollowerShard,
+        "_first_state",
+        "file.adopt(header, slot.offset)\n            return slot,",
+        "return slot,",
+        "a readonly open keeps the newest header its scan found, not the slot's",
     ),
     "follower_lost_unwarned": Slip(
         follower.FollowerShard,
@@ -386,6 +419,9 @@ CAUGHT = {
     ),
     "follower_identity_unchecked": (
         "tests/test_damaged_dirs.py::test_a_shard_file_of_another_shard_or_database_is_refused"
+    ),
+    "heads_replacement_unnoticed": (
+        "tests/test_readonly.py::test_a_reader_follows_a_heads_file_recreated_by_a_new_writer"
     ),
     "follower_lost_unwarned": (
         "tests/test_readonly.py::"

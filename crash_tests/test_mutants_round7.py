@@ -37,6 +37,13 @@ EQUIVALENT = {
     # A second headerless file always breaks the other test beside it: every shard
     # before the first headerless one must be there, and the second one is after it.
     "adopt_two_headerless": "the prefix test refuses two headerless files on its own",
+    # Only a handle that opened without a slot knows no generation of its file; a slot
+    # looked for in the wrong file counts only with the slot's seq (_load_slot), and a
+    # compacted copy's commit of a seq holds what the old file's commit of it held.
+    "follower_unknown_generation_kept": "a header found counts only with its seq",
+    # The first snapshot is built from the slot's header either way; every later slot
+    # is adopted, and a scan opens the file afresh. No read looks at file.header.
+    "follower_heads_header_not_adopted": "the snapshot is made from the slot's header",
 }
 
 

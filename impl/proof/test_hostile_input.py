@@ -896,3 +896,59 @@ def test_each_flag_of_get_is_checked_with_every_other_option_at_its_default(
             engine.get("b", **{flag: value})
             pytest.fail(f"get(..., {flag}={value!r}) was answered")
     every_shard_accepts_writes(engine)
+
+
+def _doc_texts(t: type, doc_id: str) -> list[tuple[str, Any]]:
+    """Calls writing documents whose every str is made by ``t``; each is ``(call, doc)``."""
+    h1, h2 = "1" * 32, "2" * 32
+    return [
+        ("put", {t("_id"): t(doc_id), t("k"): t("v"), t("n"): {t("deep"): [t("x")]}}),
+        (
+            "put",
+            {
+                t("_id"): t(doc_id + "-att"),
+                t("_attachments"): {
+                    t("a.txt"): {t("content_type"): t("text/plain"), t("data"): t("aGk=")}
+                },
+            },
+        ),
+        (
+            "replicate",
+            {
+                t("_id"): t(doc_id + "-rep"),
+                t("_revisions"): {t("start"): 2, t("ids"): [t(h2), t(h1)]},
+                t("v"): 1,
+            },
+        ),
+        ("replicate", {t("_id"): t(doc_id + "-rev"), t("_rev"): t("3-" + h1)}),
+    ]
+
+
+def test_every_str_in_a_document_is_read_as_its_text(engine: Any) -> None:
+    """A document whose every key and str value (ids, revisions, ``_revisions`` hashes,
+    attachment names and fields) is a str subclass is stored as the same document of
+    plain strs. Found by mutation testing: a ``_revisions`` hash formatted as the
+    caller's object, and special fields sorted by the subclass's own ``startswith``,
+    passed every test; a lying str (whose ``format`` says ``"lie"``, whose
+    ``startswith`` says no) shows both."""
+    for t, doc_id in ((str, "plain"), (_Sub, "sub")):
+        for call, doc in _doc_texts(t, doc_id):
+            if call == "put":
+                engine.put(doc)
+            else:
+                assert engine.bulk_docs([doc], new_edits=False) == []
+    for suffix in ("", "-att", "-rep", "-rev"):
+        got, want = engine.get("sub" + suffix, revs=True), engine.get("plain" + suffix, revs=True)
+        _exact(got, "get")
+        assert {**got, "_id": "x"} == {**want, "_id": "x"}, (suffix, got, want)
+    # One lying key a document (all lying keys are one key of a dict): each is the
+    # special field its text names, and a lying hash is its text.
+    assert engine.put({Lying("_id"): "lying-id", "v": 1})["id"] == "lying-id"
+    with pytest.raises(BadRequest):
+        engine.put({"_id": "lying-special", Lying("_x"): 1})
+    engine.bulk_docs(
+        [{"_id": "lying-rev", "_revisions": {"start": 2, "ids": [Lying("2" * 32), "1" * 32]}}],
+        new_edits=False,
+    )
+    assert engine.get("lying-rev")["_rev"] == "2-" + "2" * 32
+    every_shard_accepts_writes(engine)
