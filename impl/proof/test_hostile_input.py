@@ -891,7 +891,8 @@ def test_each_flag_of_get_is_checked_with_every_other_option_at_its_default(
     path taking ``not revs`` for ``revs is False`` answered ``revs=0``, ``None`` and
     ``[]``, and the machine's hostile ``get`` sets ``conflicts=True`` by default."""
     engine.put({"_id": "b", "v": 1})
-    for value in (0, 1, None, [], "", Two.TWO, 0.0):
+    values: tuple[Any, ...] = (0, 1, None, [], "", Two.TWO, 0.0)
+    for value in values:
         with pytest.raises(BadRequest):
             engine.get("b", **{flag: value})
             pytest.fail(f"get(..., {flag}={value!r}) was answered")
