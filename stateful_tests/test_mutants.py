@@ -38,6 +38,7 @@ from settee.proof.stateful.mutants.escapes import ESCAPES
 from settee.proof.stateful.mutants.internals import INTERNALS
 from settee.proof.stateful.mutants.races import RACES
 from settee.proof.stateful.mutants.round6 import ROUND6
+from settee.proof.stateful.mutants.round7 import ROUND7
 from settee.proof.stateful.watchdog import CALL_TIMEOUT_ENV
 
 #: Mutants whose fault needs two threads: the sequential machine cannot catch them,
@@ -78,6 +79,7 @@ ENQUEUE_OUTSIDE_LOCK = "settee.proof.stateful.mutants:enqueue_outside_lock"
         - set(ESCAPES)
         - set(RACES)
         - set(ROUND6)
+        - set(ROUND7)
     ),
 )
 def test_mutant_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:

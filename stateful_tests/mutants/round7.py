@@ -29,9 +29,9 @@ and hostile ``attachment`` reads; none of those draws is frequent enough to be a
 catch within a minute, so each escape is gated by its fixed test. The thirteen caught as
 the proof stood (and ``purge_ids_not_plain``) are in ``ROUND7_CAUGHT`` with what caught them.
 
-The round is addressable by name (``settee.proof.stateful.mutants:<name>``) but not in
-``MUTANTS``: ``test_mutants.py``'s ``test_mutant_is_caught`` would run each through the
-machines.
+The round is in ``MUTANTS`` (``settee.proof.stateful.mutants:<name>``); its gates are
+``test_mutants_round7.py``'s, so ``test_mutants.py``'s ``test_mutant_is_caught`` leaves
+it out, as it does the earlier rounds.
 """
 
 from __future__ import annotations
