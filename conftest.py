@@ -13,6 +13,10 @@ waiting for them (``impl/proof/test_semantics.py`` alone: 32.5 s in /tmp, 14.8 s
 wait for the disk is gone, and what a crash may lose is the crash suite's subject, checked
 on its simulated file system (``crash_tests/simfs.py``), never on the real one.
 
+The longest tests run first (``HEAVY_FIRST``): xdist hands tests out in collection order,
+so one of them collected last (CrossHair's, ``tests/`` sorts after the proof) could run
+alone on one worker for half a minute after the other had finished everything else.
+
 ``collected_modules``: the name and file of every module loaded once collection has
 finished, when this run collected what a bare ``pytest --collect-only`` in the checkout
 collects, so that a test of what collection imports reads it here instead of collecting
@@ -50,6 +54,39 @@ def pytest_configure(config: pytest.Config) -> None:
     if folder is not None:
         os.environ["TMPDIR"] = folder
         tempfile.tempdir = None  # gettempdir() computes it again, from TMPDIR
+
+
+#: Node id prefixes of the tests that take 8 s or more on this machine (``pytest -n auto
+#: --durations=30``), longest first. Only the order changes: a test not listed runs as before.
+HEAVY_FIRST = (
+    "tests/test_spec_crosshair.py::test_spec_contracts_hold[revtree.py]",
+    "tests/test_http_engine.py::test_the_installed_suites_pass_over_http[test_semantics]",
+    "stateful_tests/test_equivalence.py::test_engine_matches_reference",
+    "crash_tests/test_crash.py::test_every_step_of_small_workload[torn_byte-20240601]",
+    "tests/test_http_engine.py::test_equivalence_machine_passes_over_http",
+    "tests/test_spec_crosshair.py::test_spec_contracts_hold[revs.py]",
+    "tests/test_cli.py::test_check_pinpoints_every_flipped_bit_in_committed_data",
+    "tests/test_verify.py::test_verify_reports_a_call_that_never_returns_and_replays_it",
+    "tests/test_btree.py::TestStrKeyMachine",
+    "crash_tests/test_crash.py::test_live_crash_stops_every_thread",
+    "crash_tests/test_crash.py::test_random_workloads_crash_points_and_states",
+    "tests/test_http_engine.py::test_the_installed_suites_pass_over_http[test_hostile_input]",
+    "tests/test_verify.py::test_verify_fails_on_a_mutant_and_its_replay_reproduces",
+    "tests/test_verify.py::test_verify_passes_on_the_engine_and_counts_every_campaign",
+)
+
+
+def _heaviness(item: pytest.Item) -> int:
+    """Where ``item`` goes: its place in ``HEAVY_FIRST``, or after all of them."""
+    for rank, prefix in enumerate(HEAVY_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(HEAVY_FIRST)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_heaviness)  # stable: the rest keep their order
 
 
 #: ``{module name: file}`` of every loaded module once this run's collection finished.
