@@ -814,6 +814,16 @@ def test_a_huge_metadata_file_is_refused_without_reading_it_whole(
     assert (db_path / META_NAME).stat().st_size == 1 << 40
 
 
+def _shard_file_to_append_to(db_path: Path) -> ShardFile:
+    """The shard file of a new one-shard database of five documents, open to append a
+    commit by hand; HEADS is removed, since that commit is no writer's."""
+    _make(db_path, shards=1, docs=5)
+    os.remove(db_path / "HEADS")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=False)
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -836,12 +846,7 @@ def test_check_names_a_malformed_by_id_value_the_reduction_cannot_sum(
     from settee.btree import KV_NODE
 
     db_path = tmp_path / "db"
-    _make(db_path, shards=1, docs=5)
-    os.remove(db_path / "HEADS")  # the appended commit is no writer's
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        file = ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=False)
-    with file:
+    with _shard_file_to_append_to(db_path) as file:
         header = file.header
         assert header is not None
         batch = file.new_batch()
@@ -959,12 +964,7 @@ def test_check_reads_every_leaf_body_a_document_names(tmp_path: Path, where: str
     from settee.spec.format import encode_payload
 
     db_path = tmp_path / "db"
-    _make(db_path, shards=1, docs=5)
-    os.remove(db_path / "HEADS")  # the appended commit is no writer's
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        file = ShardFile.open(OsFileSystem(), shard_path(str(db_path), 0), create=False)
-    with file:
+    with _shard_file_to_append_to(db_path) as file:
         header = file.header
         assert header is not None
         by_id = by_id_tree(file, header.by_id, NodeCache(1 << 20))
