@@ -9,11 +9,13 @@ accepts writes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import shutil
 import sys
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -953,3 +955,117 @@ def test_every_str_in_a_document_is_read_as_its_text(engine: Any) -> None:
     )
     assert engine.get("lying-rev")["_rev"] == "2-" + "2" * 32
     every_shard_accepts_writes(engine)
+
+
+# -- a damaged directory -------------------------------------------------------------------------
+
+#: What one file of a database's directory may have become (SEMANTICS §16: a half-deleted
+#: folder, a copy cut short, a disk that garbled a block, a name now taken by a folder).
+FILE_DAMAGES = ("removed", "emptied", "cut in half", "garbled", "a folder")
+
+
+def _damage_file(path: str, how: str) -> None:
+    with open(path, "rb") as file:
+        data = file.read()
+    os.remove(path)
+    if how == "a folder":
+        os.mkdir(path)
+    elif how != "removed":
+        half = len(data) // 2
+        kept = {
+            "emptied": b"",
+            "cut in half": data[:half],
+            "garbled": data[:half] + bytes(b ^ 0xFF for b in data[half : half + 64]),
+        }[how] + (data[half + 64 :] if how == "garbled" else b"")
+        with open(path, "wb") as file:
+            file.write(kept)
+
+
+def _entries(folder: str) -> dict[str, bytes | None]:
+    """Every entry of ``folder``: a file's bytes, None for anything else."""
+    out: dict[str, bytes | None] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            with open(path, "rb") as file:
+                out[name] = file.read()
+        else:
+            out[name] = None
+    return out
+
+
+def _rewritten(before: dict[str, bytes | None], after: dict[str, bytes | None]) -> set[str]:
+    """The files of ``before`` whose bytes ``after`` holds other than by appending."""
+    return {
+        name
+        for name, found in before.items()
+        if isinstance(found, bytes)
+        and not (isinstance(after.get(name), bytes) and after[name].startswith(found))  # type: ignore[union-attr]
+    }
+
+
+def _open_damaged(opener: Any, folder: str) -> Any:
+    """The database at ``folder`` opened with the engine's options, or None if refused;
+    not the opener's, whose teardown checks every database it opened for damage."""
+    try:
+        return opener.param.factory()(folder, **opener.param.options)
+    except SetteeError:
+        return None
+
+
+def _use_damaged(db: Any, ids: list[str]) -> None:
+    """Read every document and write one to every shard: each an answer or a
+    SetteeError (a write whose tree path crosses garbled bytes is refused with a
+    CorruptionError), never a raw exception; then close."""
+    try:
+        for doc_id in ids:
+            with contextlib.suppress(SetteeError):
+                db.get(doc_id)
+        with contextlib.suppress(SetteeError):
+            every_shard_accepts_writes(db)
+    finally:
+        db.close()
+
+
+def test_a_damaged_directory_is_refused_or_opened_whole(opener: Any, tmp_path: Any) -> None:
+    """Every file of a database's folder, in turn, removed, emptied, cut in half,
+    garbled or replaced by a folder: ``open`` refuses with a SetteeError or opens a
+    database whose every read and write is an answer or a SetteeError (an older
+    commit may come back: a shard cut short loses its newest ones; a write whose tree
+    path crosses garbled bytes is refused). Either way every entry it found is still
+    there, and every file it found keeps its bytes, appended to at most; only files a
+    clean open rewrites too (hints such as settee's HEADS) are exempt, and a refused
+    open makes nothing but those (SEMANTICS §16: ``open()`` never deletes what it
+    finds)."""
+    db = opener.open()
+    if not os.path.isdir(opener.path):
+        pytest.skip("this implementation keeps no files at its path (a server's database)")
+    ids = [f"kept-{n:02d}" for n in range(12)]
+    db.bulk_docs([{"_id": doc_id, "n": n} for n, doc_id in enumerate(ids)])
+    db.close()
+    pristine = str(tmp_path / "pristine")
+    shutil.copytree(opener.path, pristine)
+    found = _entries(pristine)
+    clean = str(tmp_path / "clean")
+    shutil.copytree(pristine, clean)
+    opener.open(clean).close()
+    hints = _rewritten(found, _entries(clean)) | (set(_entries(clean)) - set(found))
+    for name in [n for n, data in found.items() if data is not None]:
+        for how in FILE_DAMAGES:
+            where = f"{name} {how}"
+            folder = str(tmp_path / f"damaged-{len(os.listdir(tmp_path))}")
+            shutil.copytree(pristine, folder)
+            _damage_file(os.path.join(folder, name), how)
+            before = _entries(folder)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an older commit opened says so, rightly
+                db = _open_damaged(opener, folder)
+                if db is not None:
+                    _use_damaged(db, ids)
+            after = _entries(folder)
+            assert set(before) <= set(after), f"{where}: open deleted {set(before) - set(after)}"
+            changed = _rewritten(before, after) - hints
+            assert not changed, f"{where}: open rewrote {sorted(changed)}"
+            if db is None:
+                made = set(after) - set(before) - hints
+                assert not made, f"{where}: a refused open made {sorted(made)}"
