@@ -960,8 +960,9 @@ def test_every_str_in_a_document_is_read_as_its_text(engine: Any) -> None:
 # -- a damaged directory -------------------------------------------------------------------------
 
 #: What one file of a database's directory may have become (SEMANTICS §16: a half-deleted
-#: folder, a copy cut short, a disk that garbled a block, a name now taken by a folder).
-FILE_DAMAGES = ("removed", "emptied", "cut in half", "garbled", "a folder")
+#: folder, a copy cut short, a disk that garbled a block, a name now taken by a folder or
+#: by a link to a file that is gone).
+FILE_DAMAGES = ("removed", "emptied", "cut in half", "garbled", "a folder", "a dangling link")
 
 
 def _damage_file(path: str, how: str) -> None:
@@ -970,6 +971,8 @@ def _damage_file(path: str, how: str) -> None:
     os.remove(path)
     if how == "a folder":
         os.mkdir(path)
+    elif how == "a dangling link":  # a backup's link whose target is gone
+        os.symlink(path + ".gone", path)
     elif how != "removed":
         half = len(data) // 2
         kept = {
@@ -1029,14 +1032,14 @@ def _use_damaged(db: Any, ids: list[str]) -> None:
 
 def test_a_damaged_directory_is_refused_or_opened_whole(opener: Any, tmp_path: Any) -> None:
     """Every file of a database's folder, in turn, removed, emptied, cut in half,
-    garbled or replaced by a folder: ``open`` refuses with a SetteeError or opens a
-    database whose every read and write is an answer or a SetteeError (an older
-    commit may come back: a shard cut short loses its newest ones; a write whose tree
-    path crosses garbled bytes is refused). Either way every entry it found is still
-    there, and every file it found keeps its bytes, appended to at most; only files a
-    clean open rewrites too (hints such as settee's HEADS) are exempt, and a refused
-    open makes nothing but those (SEMANTICS §16: ``open()`` never deletes what it
-    finds)."""
+    garbled, or replaced by a folder or a dangling link: ``open`` refuses with a
+    SetteeError or opens a database whose every read and write is an answer or a
+    SetteeError (an older commit may come back: a shard cut short loses its newest
+    ones; a write whose tree path crosses garbled bytes is refused). Either way every
+    entry it found is still there, and every file it found keeps its bytes, appended
+    to at most; only files a clean open rewrites too (hints such as settee's HEADS)
+    are exempt, and a refused open makes nothing but those (SEMANTICS §16: ``open()``
+    never deletes what it finds)."""
     db = opener.open()
     if not os.path.isdir(opener.path):
         pytest.skip("this implementation keeps no files at its path (a server's database)")
