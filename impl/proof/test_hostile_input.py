@@ -975,11 +975,13 @@ def _damage_file(path: str, how: str) -> None:
         os.symlink(path + ".gone", path)
     elif how != "removed":
         half = len(data) // 2
-        kept = {
-            "emptied": b"",
-            "cut in half": data[:half],
-            "garbled": data[:half] + bytes(b ^ 0xFF for b in data[half : half + 64]),
-        }[how] + (data[half + 64 :] if how == "garbled" else b"")
+        if how == "emptied":
+            kept = b""
+        elif how == "cut in half":
+            kept = data[:half]
+        else:  # garbled: 64 bytes from the middle on, inverted
+            flipped = bytes(b ^ 0xFF for b in data[half : half + 64])
+            kept = data[:half] + flipped + data[half + 64 :]
         with open(path, "wb") as file:
             file.write(kept)
 
@@ -1052,7 +1054,8 @@ def test_a_damaged_directory_is_refused_or_opened_whole(opener: Any, tmp_path: A
     clean = str(tmp_path / "clean")
     shutil.copytree(pristine, clean)
     opener.open(clean).close()
-    hints = _rewritten(found, _entries(clean)) | (set(_entries(clean)) - set(found))
+    opened = _entries(clean)
+    hints = _rewritten(found, opened) | (set(opened) - set(found))
     for name in [n for n, data in found.items() if data is not None]:
         for how in FILE_DAMAGES:
             where = f"{name} {how}"

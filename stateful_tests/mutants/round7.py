@@ -49,12 +49,18 @@ __all__ = ["ROUND7", "ROUND7_CAUGHT"]
 _WRITES = ("put", "bulk_docs", "delete")
 
 
-class BodyIntUnbounded(_Swapping):
-    """The inline fast path of ``_plain_body`` takes any exact int: the 64-bit bound
-    is only checked for int subclasses (``_plain_scalar``)."""
+class _BodySlip(_Swapping):
+    """A slip in ``spec.docs._plain_body``, the body walk every write makes: a subclass
+    sets ``plain_body``, the walk with its one edit (``slipped``)."""
 
     calls = _WRITES
     swaps = ((docs, "_plain_body", "plain_body"),)
+
+
+class BodyIntUnbounded(_BodySlip):
+    """The inline fast path of ``_plain_body`` takes any exact int: the 64-bit bound
+    is only checked for int subclasses (``_plain_scalar``)."""
+
     plain_body = staticmethod(
         slipped(
             docs._plain_body,
@@ -64,11 +70,9 @@ class BodyIntUnbounded(_Swapping):
     )
 
 
-class BodyIntNoLowerBound(_Swapping):
+class BodyIntNoLowerBound(_BodySlip):
     """The fast path checks only the upper 64-bit bound of an exact int."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(
             docs._plain_body,
@@ -78,11 +82,9 @@ class BodyIntNoLowerBound(_Swapping):
     )
 
 
-class BodyInfinityPasses(_Swapping):
+class BodyInfinityPasses(_BodySlip):
     """The fast path refuses NaN (``value == value``) but not infinities."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(
             docs._plain_body,
@@ -92,12 +94,10 @@ class BodyInfinityPasses(_Swapping):
     )
 
 
-class ListFloatsUnchecked(_Swapping):
+class ListFloatsUnchecked(_BodySlip):
     """The fast path skips the finiteness test of floats inside lists (a list's items
     were thought checked by its parent): ``{"x": [nan]}`` is stored."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(
             docs._plain_body,
@@ -118,23 +118,19 @@ class FloatSubclassInfinityPasses(_Swapping):
     )
 
 
-class BodyTextUnchecked(_Swapping):
+class BodyTextUnchecked(_BodySlip):
     """The fast path takes any exact str value, non-ASCII ones unchecked for lone
     surrogates."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(docs._plain_body, "(kind is str and value.isascii())", "(kind is str)")
     )
 
 
-class BodyKeyTextUnchecked(_Swapping):
+class BodyKeyTextUnchecked(_BodySlip):
     """A body's exact-str keys are never checked for lone surrogates (only subclasses
     go to ``_plain_key``)."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(
             docs._plain_body,
@@ -144,11 +140,9 @@ class BodyKeyTextUnchecked(_Swapping):
     )
 
 
-class BodyOneLevelDeeper(_Swapping):
+class BodyOneLevelDeeper(_BodySlip):
     """The depth bound is off by one: a value at level 501 is stored."""
 
-    calls = _WRITES
-    swaps = ((docs, "_plain_body", "plain_body"),)
     plain_body = staticmethod(
         slipped(docs._plain_body, "if depth > _MAX_DEPTH and items:", "if depth > 501 and items:")
     )
